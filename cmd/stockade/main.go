@@ -1,0 +1,68 @@
+// Command stockade runs untrusted code, typically model-written Python, in a
+// fresh Linux jail and says exactly why the run ended.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/stockade/stockade/jail"
+	"github.com/urfave/cli/v2"
+)
+
+// version is set by the Makefile with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	// The re-exec hook: a jail's init is this binary started again by
+	// jail.Run. It must take over before any flag parsing.
+	if jail.IsChild() {
+		jail.ChildMain()
+	}
+	os.Exit(realMain(os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// exitError carries the process exit status out of a command's action.
+type exitError struct {
+	code int
+	msg  string // printed as "stockade: msg" unless empty
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
+	app := newApp(stdin, stdout, stderr)
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "stockade:", ee.msg)
+		}
+		return ee.code
+	}
+	// Flag and usage errors from the CLI library: the jail was never set
+	// up, which is what 125 says.
+	fmt.Fprintln(stderr, "stockade:", err)
+	return jail.ExitJailError
+}
+
+func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:            "stockade",
+		Usage:           "run untrusted code in a fresh Linux jail",
+		Version:         version,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		Commands: []*cli.Command{
+			runCommand(stdin, stdout, stderr),
+			pythonCommand(stdin, stdout, stderr),
+		},
+	}
+}

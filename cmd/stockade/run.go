@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/stockade/stockade/jail"
+	"github.com/urfave/cli/v2"
+)
+
+func jailFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "json", Usage: "print one JSON result object on stdout instead of streaming output"},
+		&cli.StringFlag{Name: "timeout", Value: "10s", Usage: "wall-clock limit (e.g. 500ms, 2s, 1m)"},
+		&cli.StringSliceFlag{Name: "env", Usage: "add KEY=VALUE to the jail's environment (repeatable)"},
+		&cli.StringFlag{Name: "rootfs", Value: "host", Usage: `root filesystem: "host" (derived from the host) or a prepared directory`},
+		&cli.StringFlag{Name: "tmpfs-size", Value: "64M", Usage: "size of /tmp (and /dev/shm)"},
+		&cli.StringFlag{Name: "workdir", Usage: "bind this host directory at /work instead of a fresh empty one"},
+		&cli.BoolFlag{Name: "no-workdir", Usage: "/work is an empty read-only directory"},
+		&cli.BoolFlag{Name: "exec-workdir", Usage: "allow executing files from /work (default: noexec)"},
+		&cli.StringSliceFlag{Name: "ro", Usage: "bind SRC[:DST] read-only (repeatable)"},
+		&cli.StringFlag{Name: "output-limit", Value: "1M", Usage: "bytes kept per output stream; the rest is dropped"},
+		&cli.StringFlag{Name: "open-files", Value: "256", Usage: "RLIMIT_NOFILE"},
+		&cli.StringFlag{Name: "file-size", Value: "64M", Usage: "largest file the jail may write (RLIMIT_FSIZE)"},
+		&cli.StringFlag{Name: "seccomp", Value: jail.DefaultSeccomp, Usage: `system call policy, or "off"`},
+	}
+}
+
+func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a command in a fresh jail",
+		ArgsUsage: "[flags] -- CMD [ARGS...]",
+		Flags:     jailFlags(),
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return &exitError{code: jail.ExitJailError, msg: "run: no command given (stockade run [flags] -- CMD ARGS)"}
+			}
+			spec, err := specFromFlags(c, c.Args().Slice())
+			if err != nil {
+				return &exitError{code: jail.ExitJailError, msg: err.Error()}
+			}
+			return runJail(c, spec, stdin, stdout, stderr)
+		},
+	}
+}
+
+func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
+	flags := append(jailFlags(), &cli.StringFlag{Name: "c", Usage: "the program, as a string"})
+	return &cli.Command{
+		Name:      "python",
+		Usage:     "run Python code from -c CODE, a FILE, or - (stdin) in a fresh jail",
+		ArgsUsage: "[flags] (-c CODE | FILE | -) [ARGS...]",
+		Flags:     flags,
+		Action: func(c *cli.Context) error {
+			args := c.Args().Slice()
+			var argv []string
+			var code *jail.Bind
+			switch {
+			case c.IsSet("c"):
+				argv = append([]string{"python3", "-c", c.String("c")}, args...)
+			case len(args) == 0:
+				return &exitError{code: jail.ExitJailError, msg: "python: give -c CODE, a FILE, or - for stdin"}
+			case args[0] == "-":
+				// The code arrives on stdin, which the jail reads directly.
+				argv = append([]string{"python3", "-"}, args[1:]...)
+			default:
+				// The file alone is bound read-only, so the jail sees the
+				// program and not the directory around it.
+				src, err := filepath.Abs(args[0])
+				if err != nil {
+					return &exitError{code: jail.ExitJailError, msg: err.Error()}
+				}
+				code = &jail.Bind{Source: src, Dest: "/run/stockade/" + filepath.Base(src)}
+				argv = append([]string{"python3", code.Dest}, args[1:]...)
+			}
+			spec, err := specFromFlags(c, argv)
+			if err != nil {
+				return &exitError{code: jail.ExitJailError, msg: err.Error()}
+			}
+			if code != nil {
+				spec.ReadOnly = append(spec.ReadOnly, *code)
+			}
+			return runJail(c, spec, stdin, stdout, stderr)
+		},
+	}
+}
+
+func specFromFlags(c *cli.Context, argv []string) (jail.Spec, error) {
+	s := jail.Spec{Args: argv}
+	var err error
+	if s.Timeout, err = parseDuration(c.String("timeout")); err != nil {
+		return s, fmt.Errorf("--timeout: %w", err)
+	}
+	if s.TmpfsSize, err = parseSize(c.String("tmpfs-size")); err != nil {
+		return s, fmt.Errorf("--tmpfs-size: %w", err)
+	}
+	if s.OutputLimit, err = parseSize(c.String("output-limit")); err != nil {
+		return s, fmt.Errorf("--output-limit: %w", err)
+	}
+	n, err := parseSize(c.String("open-files"))
+	if err != nil {
+		return s, fmt.Errorf("--open-files: %w", err)
+	}
+	s.Rlimits.OpenFiles = uint64(n)
+	if n, err = parseSize(c.String("file-size")); err != nil {
+		return s, fmt.Errorf("--file-size: %w", err)
+	}
+	s.Rlimits.FileSize = uint64(n)
+	s.Env = c.StringSlice("env")
+	s.Rootfs = c.String("rootfs")
+	s.Workdir = c.String("workdir")
+	if c.Bool("no-workdir") {
+		s.WorkdirMode = jail.WorkdirNone
+	}
+	s.ExecWorkdir = c.Bool("exec-workdir")
+	for _, r := range c.StringSlice("ro") {
+		b, err := jail.ParseBind(r)
+		if err != nil {
+			return s, err
+		}
+		s.ReadOnly = append(s.ReadOnly, b)
+	}
+	s.Seccomp = c.String("seccomp")
+	full := s.WithDefaults()
+	return s, full.Validate()
+}
+
+func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.Writer) error {
+	asJSON := c.Bool("json")
+	streams := jail.Streams{Stdin: stdin}
+	if !asJSON {
+		streams.Stdout, streams.Stderr = stdout, stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	res, err := jail.Run(ctx, spec, streams)
+	res.StockadeVersion = version
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		if encErr := enc.Encode(res); encErr != nil {
+			return &exitError{code: jail.ExitJailError, msg: "write result: " + encErr.Error()}
+		}
+		return &exitError{code: res.ExitCode}
+	}
+	if err != nil {
+		return &exitError{code: res.ExitCode, msg: err.Error()}
+	}
+	for _, line := range explain(spec, res) {
+		fmt.Fprintln(stderr, "stockade:", line)
+	}
+	return &exitError{code: res.ExitCode}
+}
+
+// explain says, on stderr, why a run ended when it was not simply the
+// command's own exit: the caller should never have to guess.
+func explain(spec jail.Spec, r *jail.Result) []string {
+	var out []string
+	switch r.Verdict {
+	case jail.VerdictTimeout:
+		out = append(out, fmt.Sprintf("timeout: killed after %v", spec.WithDefaults().Timeout))
+	case jail.VerdictSignal:
+		out = append(out, fmt.Sprintf("killed by signal %d (%v)", *r.Signal, syscall.Signal(*r.Signal)))
+	}
+	if r.StdoutTruncated {
+		out = append(out, fmt.Sprintf("stdout cut at %d bytes (%d dropped)", len(r.Stdout), r.StdoutBytes-int64(len(r.Stdout))))
+	}
+	if r.StderrTruncated {
+		out = append(out, fmt.Sprintf("stderr cut at %d bytes (%d dropped)", len(r.Stderr), r.StderrBytes-int64(len(r.Stderr))))
+	}
+	for _, b := range r.BlockedSyscalls {
+		out = append(out, fmt.Sprintf("blocked %s x%d", b.Example, b.Count))
+	}
+	for _, d := range r.Degraded {
+		out = append(out, "degraded: "+d)
+	}
+	return out
+}

@@ -1,0 +1,260 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// initArg0 is the argv[0] of the re-executed binary; with fd 3 a socket, it
+// marks a process as a jail's init.
+const initArg0 = "stockade-init"
+
+// ctlFD is init's end of the control socket.
+const ctlFD = 3
+
+// IsChild reports whether this process is a jail's init. The binary's main
+// (and TestMain of packages that run jails) must call ChildMain first thing
+// when it is.
+func IsChild() bool {
+	if len(os.Args) != 1 || os.Args[0] != initArg0 {
+		return false
+	}
+	t, err := unix.GetsockoptInt(ctlFD, unix.SOL_SOCKET, unix.SO_TYPE)
+	return err == nil && t == unix.SOCK_SEQPACKET
+}
+
+// ChildMain is init: it builds the jail from the parent's plan, starts the
+// payload, reaps, and exits with the payload. It never returns.
+func ChildMain() {
+	// The payload is forked from this thread after this thread alone has
+	// become the jail user, so the goroutine must never move.
+	runtime.LockOSThread()
+	unix.CloseOnExec(ctlFD)
+	// Init is pid 1 of its namespace; signals from the payload with no
+	// handler are dropped by the kernel, but Go installs handlers, so turn
+	// the catchable ones off. SIGPIPE: the parent may be gone.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGTSTP)
+
+	cfg, err := readConfig()
+	if err != nil {
+		fail("read config", err, ExitJailError)
+	}
+	pid, err := contain(cfg)
+	if err != nil {
+		var se *SetupError
+		if errors.As(err, &se) {
+			send(childMsg{Kind: msgError, Step: se.Step, Message: se.Message, ExitCode: se.ExitCode})
+			os.Exit(se.ExitCode)
+		}
+		fail("", err, ExitJailError)
+	}
+	reap(pid)
+}
+
+// contain is the jail's setup, one call per step in the order the kernel
+// requires: the cgroup namespace after the parent placed us in the cgroup,
+// mounts while still privileged, pivot_root, then identity, limits and the
+// privilege drop, seccomp last, and the payload forked from this thread.
+func contain(cfg *childConfig) (int, error) {
+	steps := []struct {
+		name string
+		fn   func(*childConfig) error
+	}{
+		{"unshare cgroup namespace", func(*childConfig) error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
+		{"protect init", protectInit},
+		{"make mounts private", func(*childConfig) error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
+		{"build root", func(c *childConfig) error { return buildRoot(c.NewRoot, c.Steps) }},
+		{"pivot_root", func(c *childConfig) error { return pivotInto(c.NewRoot) }},
+		{"set hostname", func(c *childConfig) error { return unix.Sethostname([]byte(c.Hostname)) }},
+		{"bring up loopback", func(*childConfig) error { return loopbackUp() }},
+		{"chdir /work", func(*childConfig) error { return unix.Chdir("/work") }},
+		{"set rlimits", setRlimits},
+	}
+	for _, s := range steps {
+		if err := s.fn(cfg); err != nil {
+			return 0, &SetupError{Step: s.name, Message: err.Error(), ExitCode: ExitJailError}
+		}
+	}
+	argv0, err := lookPath(cfg.Args[0], cfg.Path)
+	if err != nil {
+		return 0, err
+	}
+	if err := becomeJailUser(cfg.SetGroups); err != nil {
+		return 0, &SetupError{Step: "drop privileges", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	if err := loadSeccomp(cfg.Seccomp); err != nil {
+		return 0, &SetupError{Step: "load seccomp", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	pid, err := syscall.ForkExec(argv0, cfg.Args, &syscall.ProcAttr{
+		Dir:   "/work",
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2},
+		// A new session: the payload has no controlling terminal, so a
+		// TIOCSTI on an inherited tty fd cannot type into the caller's
+		// shell (CVE-2017-5226); seccomp refuses TIOCSTI as well.
+		Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return 0, execError(cfg.Args[0], err)
+	}
+	send(childMsg{Kind: msgStarted})
+	return pid, nil
+}
+
+// protectInit makes init non-dumpable: its /proc entries become
+// inaccessible to the payload, which runs as another uid with no
+// capabilities, so it can neither read init's memory nor open /proc/1/exe
+// (the path back to the stockade binary on the host, CVE-2019-5736).
+func protectInit(*childConfig) error {
+	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+}
+
+// pivotInto makes dir the root and detaches the old one, then makes the root
+// tmpfs read-only. pivot_root(".", ".") stacks the old root on top of the
+// new one at "/", so unmounting "." removes exactly the old root without
+// needing a directory to park it in.
+func pivotInto(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", dir, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root %s: %w", dir, err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	// The root and /dev tmpfs belong to the jail user (init made them as
+	// that user); read-only, owning them gives it nothing. Non-recursive:
+	// /tmp, /work, /dev/shm and /dev/pts stay writable.
+	for _, p := range []string{"/", "/dev"} {
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}
+		if p == "/" {
+			attr.Attr_set |= unix.MOUNT_ATTR_NODEV
+		}
+		if err := unix.MountSetattr(unix.AT_FDCWD, p, 0, &attr); err != nil {
+			return fmt.Errorf("remount %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("read lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("set lo up: %w", err)
+	}
+	return nil
+}
+
+func setRlimits(c *childConfig) error {
+	for _, r := range c.Rlimits {
+		// syscall.Setrlimit, not unix: for RLIMIT_NOFILE it also stops Go
+		// from restoring its startup limit in the children it forks.
+		if err := syscall.Setrlimit(r.Resource, &syscall.Rlimit{Cur: r.Cur, Max: r.Max}); err != nil {
+			return fmt.Errorf("resource %d: %w", r.Resource, err)
+		}
+	}
+	return nil
+}
+
+// lookPath finds the command inside the jail, as execvp would.
+func lookPath(name string, dirs []string) (string, error) {
+	notFound := &SetupError{Step: "exec", Message: fmt.Sprintf("%s: command not found in the jail (PATH=%s)", name, strings.Join(dirs, ":")), ExitCode: ExitNotFound}
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, d := range dirs {
+		p := d + "/" + name
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", notFound
+}
+
+func execError(name string, err error) error {
+	code := ExitCannotRun
+	if errors.Is(err, syscall.ENOENT) {
+		code = ExitNotFound
+	}
+	return &SetupError{Step: "exec", Message: fmt.Sprintf("%s: %v", name, err), ExitCode: code}
+}
+
+// reap waits for every child init has (double-forked daemons are
+// re-parented here) until the payload itself exits, then reports and exits:
+// the kernel kills what is left in the pid namespace when its init dies.
+func reap(payload int) {
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, 0, &ru)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			fail("wait", err, ExitJailError)
+		}
+		if pid == payload {
+			send(childMsg{Kind: msgExit, Status: uint32(ws),
+				UtimeUs: ru.Utime.Sec*1e6 + ru.Utime.Usec, StimeUs: ru.Stime.Sec*1e6 + ru.Stime.Usec,
+				MaxRSS: ru.Maxrss})
+			os.Exit(0)
+		}
+	}
+}
+
+func readConfig() (*childConfig, error) {
+	buf := make([]byte, maxMsg)
+	n, _, _, _, err := unix.Recvmsg(ctlFD, buf, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	var c childConfig
+	if err := json.Unmarshal(buf[:n], &c); err != nil {
+		return nil, err
+	}
+	if len(c.Args) == 0 {
+		return nil, errors.New("no command in config")
+	}
+	return &c, nil
+}
+
+func send(m childMsg) {
+	b, _ := json.Marshal(m)
+	sendRaw(b, nil)
+}
+
+func sendRaw(b, oob []byte) {
+	// Nothing to do if the parent is gone: pdeathsig is about to kill us.
+	_ = unix.Sendmsg(ctlFD, b, oob, nil, 0)
+}
+
+func fail(step string, err error, code int) {
+	send(childMsg{Kind: msgError, Step: step, Message: err.Error(), ExitCode: code})
+	os.Exit(code)
+}

@@ -1,0 +1,265 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// rootBuilder executes a plan's steps inside init's private mount
+// namespace, below the new root, before pivot_root.
+type rootBuilder struct {
+	root   int // O_PATH fd of the new root (the tmpfs)
+	newDir string
+}
+
+// buildRoot mounts the root tmpfs on dir and executes the rest of the plan
+// below it. Every mount target is opened beneath the root without following
+// symlinks; every bind is attached read-only (unless the step says
+// otherwise) from the moment it appears, by cloning the source tree,
+// setting its attributes while still detached, and only then attaching it.
+// That also avoids the MS_REMOUNT dance, which fails in a user namespace
+// whenever the source mount has locked flags.
+func buildRoot(dir string, steps []step) error {
+	if len(steps) == 0 || steps[0].Kind != stepTmpfs || steps[0].Dest != "/" {
+		return errors.New("mount plan does not start with the root tmpfs")
+	}
+	s0 := steps[0]
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		"mode="+strconv.FormatUint(uint64(s0.Mode), 8)+",size="+strconv.FormatInt(s0.Size, 10)); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("open new root %s: %w", dir, err)
+	}
+	b := &rootBuilder{root: fd, newDir: dir}
+	defer unix.Close(fd)
+	for _, st := range steps[1:] {
+		if err := b.do(st); err != nil {
+			return fmt.Errorf("%s %s: %w", st.Kind, st.Dest, err)
+		}
+	}
+	return nil
+}
+
+func (b *rootBuilder) do(st step) error {
+	switch st.Kind {
+	case stepTmpfs:
+		flags := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
+		if st.Dest != "/dev" {
+			flags |= unix.MOUNT_ATTR_NODEV
+		}
+		return b.mountNew("tmpfs", st.Dest, flags, map[string]string{
+			"mode": strconv.FormatUint(uint64(st.Mode), 8), "size": strconv.FormatInt(st.Size, 10)})
+	case stepProc:
+		err := b.mountNew("proc", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, nil)
+		if errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("%w: the kernel refuses a new procfs in a user namespace while parts of the host's /proc are masked or over-mounted (as in most containers); run stockade where /proc is fully visible", err)
+		}
+		return err
+	case stepDevpts:
+		return b.mountNew("devpts", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC,
+			map[string]string{"newinstance": "", "ptmxmode": "0666", "mode": "0620"})
+	case stepBind:
+		return b.bind(st)
+	case stepSymlink:
+		parent, base := splitDest(st.Dest)
+		pfd, err := mkdirAllBeneath(b.root, parent, 0o755)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+		return unix.Symlinkat(st.Link, pfd, base)
+	case stepDir:
+		fd, err := mkdirAllBeneath(b.root, st.Dest, st.Mode)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	case stepFile:
+		return b.file(st)
+	}
+	return fmt.Errorf("unknown step kind %q", st.Kind)
+}
+
+// mountNew creates a fresh filesystem with the new mount API and attaches it
+// at dest with its attributes already set.
+func (b *rootBuilder) mountNew(fstype, dest string, attrs int, opts map[string]string) error {
+	target, err := mkdirAllBeneath(b.root, dest, 0o755)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	fsfd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen %s: %w", fstype, err)
+	}
+	defer unix.Close(fsfd)
+	for k, v := range opts {
+		if v == "" {
+			err = unix.FsconfigSetFlag(fsfd, k)
+		} else {
+			err = unix.FsconfigSetString(fsfd, k, v)
+		}
+		if err != nil {
+			return fmt.Errorf("%s option %s=%s: %w", fstype, k, v, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("create %s: %w", fstype, err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return fmt.Errorf("fsmount %s: %w", fstype, err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach %s: %w", fstype, err)
+	}
+	return nil
+}
+
+func (b *rootBuilder) bind(st step) error {
+	var src int
+	var err error
+	if st.User {
+		src, err = openNoSymlinks(st.Source)
+	} else {
+		src, err = unix.Open(st.Source, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", st.Source, err)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(src)
+	var fi unix.Stat_t
+	if err := unix.Fstat(src, &fi); err != nil {
+		return fmt.Errorf("stat %s: %w", st.Source, err)
+	}
+	isDir := fi.Mode&unix.S_IFMT == unix.S_IFDIR
+	if st.Dir && !isDir {
+		return fmt.Errorf("%s is not a directory", st.Source)
+	}
+	if st.Device && fi.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("%s is not a character device", st.Source)
+	}
+	if !st.Device && !isDir && fi.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s is neither a directory nor a regular file", st.Source)
+	}
+	target, err := b.mountpoint(st.Dest, isDir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+
+	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("clone mount of %s: %w", st.Source, err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+	if !st.Writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if !st.Device {
+		attr.Attr_set |= unix.MOUNT_ATTR_NODEV
+	}
+	if !st.Exec {
+		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("set attributes of %s: %w", st.Source, err)
+	}
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach %s: %w", st.Source, err)
+	}
+	return nil
+}
+
+// mountpoint makes (or finds) dest below the root: a directory, or an empty
+// file for a file bind, and returns an O_PATH fd of it.
+func (b *rootBuilder) mountpoint(dest string, dir bool) (int, error) {
+	if dir {
+		return mkdirAllBeneath(b.root, dest, 0o755)
+	}
+	parent, base := splitDest(dest)
+	pfd, err := mkdirAllBeneath(b.root, parent, 0o755)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	fd, err := openBeneath(pfd, base, unix.O_PATH)
+	if errors.Is(err, unix.ENOENT) {
+		if err := b.createFile(pfd, base, 0o644, nil); err != nil {
+			return -1, err
+		}
+		fd, err = openBeneath(pfd, base, unix.O_PATH)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open mount point %s: %w", dest, err)
+	}
+	return fd, nil
+}
+
+// createFile creates name in the directory behind the O_PATH fd pfd. An
+// O_PATH fd only resolves names, so the directory is first reopened for
+// real through ".", which names exactly that directory.
+func (b *rootBuilder) createFile(pfd int, name string, mode uint32, data []byte) error {
+	dfd, err := unix.Openat(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open directory for %s: %w", name, err)
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// file writes a generated file. A prepared root brings its own read-only
+// /etc; there the content goes into a staging file on the root tmpfs and is
+// bound over the root's copy, and an Optional step is skipped when the root
+// has no such file.
+func (b *rootBuilder) file(st step) error {
+	parent, base := splitDest(st.Dest)
+	pfd, err := mkdirAllBeneath(b.root, parent, 0o755)
+	if err == nil {
+		err = b.createFile(pfd, base, st.Mode, []byte(st.Data))
+		unix.Close(pfd)
+		if err == nil || !st.Optional {
+			return err
+		}
+	} else if !st.Optional {
+		return err
+	}
+	// Over a prepared root's file.
+	existing, err := openBeneath(b.root, st.Dest, unix.O_PATH)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", st.Dest, err)
+	}
+	unix.Close(existing)
+	stage, err := mkdirAllBeneath(b.root, ".stockade", 0o755)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(stage)
+	if err := b.createFile(stage, base, st.Mode, []byte(st.Data)); err != nil {
+		return err
+	}
+	return b.bind(step{Kind: stepBind, Dest: st.Dest, Source: b.newDir + "/.stockade/" + base})
+}

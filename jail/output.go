@@ -1,0 +1,48 @@
+package jail
+
+import (
+	"bytes"
+	"io"
+)
+
+// capture drains one output stream of the jail to the end, keeping at most
+// limit bytes (and passing them on to stream, if any, as they come). Past
+// the limit it keeps reading and drops: a jail writing into a full pipe
+// would block instead of ending, and its time would be charged to it.
+type capture struct {
+	limit  int64
+	stream io.Writer
+	buf    bytes.Buffer
+	total  int64
+}
+
+func (c *capture) drain(r io.Reader) {
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			c.add(chunk[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *capture) add(p []byte) {
+	c.total += int64(len(p))
+	room := c.limit - int64(c.buf.Len())
+	if room <= 0 {
+		return
+	}
+	if int64(len(p)) > room {
+		p = p[:room]
+	}
+	c.buf.Write(p)
+	if c.stream != nil {
+		// A caller that stopped reading must not stop the drain.
+		_, _ = c.stream.Write(p)
+	}
+}
+
+func (c *capture) truncated() bool { return c.total > int64(c.buf.Len()) }

@@ -1,0 +1,75 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// openNoSymlinks opens an absolute host path as O_PATH without following a
+// symlink in any component. Mount sources a user names may sit in a
+// directory the jailed code wrote to on an earlier run (--workdir); a
+// planted link must not turn "--ro /data/in" into a bind of /etc/shadow.
+func openNoSymlinks(path string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return -1, fmt.Errorf("%s: the path contains a symlink (mount sources are not resolved through symlinks; name the real path)", path)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// openBeneath opens rel below the directory dirfd, refusing symlinks and
+// "..": used for every mount target inside the new root.
+func openBeneath(dirfd int, rel string, flags uint64) (int, error) {
+	return unix.Openat2(dirfd, rel, &unix.OpenHow{
+		Flags:   flags | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+// mkdirAllBeneath creates the directories of rel below root, one component
+// at a time, never following a symlink, and returns an O_PATH fd of the last.
+func mkdirAllBeneath(root int, rel string, mode uint32) (int, error) {
+	fd, err := unix.Dup(root)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range strings.Split(strings.Trim(rel, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		if c == ".." {
+			unix.Close(fd)
+			return -1, fmt.Errorf("%s: '..' in a mount target", rel)
+		}
+		if err := unix.Mkdirat(fd, c, mode); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(fd)
+			return -1, fmt.Errorf("mkdir %s: %w", c, err)
+		}
+		next, err := openBeneath(fd, c, unix.O_PATH|unix.O_DIRECTORY)
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", c, err)
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// splitDest splits a jail path into its parent and last component.
+func splitDest(dest string) (parent, base string) {
+	d := strings.Trim(dest, "/")
+	i := strings.LastIndexByte(d, '/')
+	if i < 0 {
+		return "", d
+	}
+	return d[:i], d[i+1:]
+}

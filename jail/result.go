@@ -1,0 +1,66 @@
+package jail
+
+// Verdict says why a run ended. The order of the constants is the order of
+// precedence when more than one applies: a fork bomb that also ran out of
+// time is reported as "pids", because that is what the user has to fix.
+type Verdict string
+
+const (
+	VerdictError   Verdict = "error"   // the jail could not be set up
+	VerdictMemory  Verdict = "memory"  // the kernel OOM-killed something in the jail
+	VerdictPids    Verdict = "pids"    // fork or clone failed at the pids limit
+	VerdictCPU     Verdict = "cpu"     // the CPU-time limit ended the run
+	VerdictTimeout Verdict = "timeout" // the wall-clock limit ended the run
+	VerdictSeccomp Verdict = "seccomp" // a blocked system call killed the payload
+	VerdictSignal  Verdict = "signal"  // the payload died of a signal
+	VerdictOutput  Verdict = "output"  // output went past the limit and was cut
+	VerdictExit    Verdict = "exit"    // the payload exited non-zero
+	VerdictOK      Verdict = "ok"      // exit 0, nothing cut
+)
+
+// Exit statuses stockade uses for itself, after timeout(1) and env(1).
+const (
+	ExitTimeout      = 124
+	ExitJailError    = 125
+	ExitCannotRun    = 126
+	ExitNotFound     = 127
+	ExitSignalOffset = 128
+)
+
+// Result is what a run produced. Its JSON form is the documented,
+// stable `--json` output: new fields may be added, none renamed.
+type Result struct {
+	Verdict  Verdict `json:"verdict"`
+	ExitCode int     `json:"exit_code"`
+	Signal   *int    `json:"signal"`
+
+	WallMs float64 `json:"wall_ms"`
+	UserMs float64 `json:"user_ms"`
+	SysMs  float64 `json:"sys_ms"`
+	CPUMs  float64 `json:"cpu_ms"`
+
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+	PidsPeak        uint64 `json:"pids_peak,omitempty"`
+
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+
+	Cgroup          string           `json:"cgroup"`
+	Seccomp         string           `json:"seccomp"`
+	BlockedSyscalls []BlockedSyscall `json:"blocked_syscalls"`
+	Degraded        []string         `json:"degraded"`
+
+	Error           *string `json:"error"`
+	StockadeVersion string  `json:"stockade_version"`
+}
+
+// BlockedSyscall is one distinct system call the filter refused.
+type BlockedSyscall struct {
+	Name    string `json:"name"`
+	Count   int    `json:"count"`
+	Example string `json:"example"`
+}

@@ -1,0 +1,265 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/stockade/stockade/rootfs"
+	"golang.org/x/sys/unix"
+)
+
+// Streams connects a run to its caller.
+type Streams struct {
+	Stdin  *os.File  // passed to the payload as is; nil means /dev/null
+	Stdout io.Writer // receives stdout as it comes, up to the limit; nil: capture only
+	Stderr io.Writer
+}
+
+// jailPath is the payload's PATH and where Args[0] is looked up.
+var jailPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// Run runs spec in a fresh jail and waits for it to end. Every host
+// resource it creates (run directory, cgroup, pipes, processes) is gone
+// when it returns. A limit that ended the run is a Verdict in the Result;
+// the error is non-nil only when the jail could not be set up, and then the
+// Result says so too (verdict "error").
+func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
+	spec = spec.WithDefaults()
+	res := &Result{Verdict: VerdictError, Cgroup: "none", Seccomp: spec.Seccomp,
+		BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}}
+	if spec.Seccomp == "off" {
+		res.Degraded = append(res.Degraded, "seccomp: off")
+	}
+	err := run(ctx, spec, st, res)
+	if err != nil {
+		msg := err.Error()
+		res.Verdict, res.Error, res.ExitCode = VerdictError, &msg, ExitJailError
+		var se *SetupError
+		if errors.As(err, &se) {
+			res.ExitCode = se.ExitCode
+		}
+	}
+	return res, err
+}
+
+func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
+	if err := spec.Validate(); err != nil {
+		return &SetupError{Step: "spec", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	id, err := chooseIdentity(spec)
+	if err != nil {
+		return &SetupError{Step: "workdir", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	var root []rootfs.Entry
+	if spec.Rootfs == "" || spec.Rootfs == "host" {
+		root, err = rootfs.Host()
+	} else {
+		root, err = rootfs.Dir(spec.Rootfs)
+	}
+	if err != nil {
+		return &SetupError{Step: "rootfs", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	workUID := -1
+	if spec.Workdir == "" && spec.WorkdirMode == WorkdirFresh {
+		workUID = id.hostUID
+	}
+	dir, err := newRunDir(workUID, id.hostGID)
+	if err != nil {
+		return &SetupError{Step: "run directory", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	defer dir.remove()
+	workdir := dir.work
+	if spec.Workdir != "" {
+		workdir = spec.Workdir
+	}
+	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: workdir,
+		custom: spec.Rootfs != "" && spec.Rootfs != "host"})
+	if err != nil {
+		return &SetupError{Step: "mount plan", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	cfg := &childConfig{
+		NewRoot: dir.root, Steps: steps, Hostname: spec.Hostname,
+		Args: spec.Args, Env: jailEnv(spec), Path: jailPath,
+		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp,
+	}
+	return start(ctx, spec, st, id, cfg, res)
+}
+
+// identity is who the jail user is on the host.
+type identity struct {
+	hostUID, hostGID int
+	setGroups        bool
+}
+
+// chooseIdentity maps the jail user. As root: to HostID, an unprivileged
+// id, or with --workdir to the directory's owner, so the jail can write
+// there without stockade chowning anyone's files. As a normal user: to that
+// user (the only mapping an unprivileged user namespace allows).
+func chooseIdentity(spec Spec) (identity, error) {
+	id := identity{hostUID: os.Getuid(), hostGID: os.Getgid()}
+	if spec.Workdir != "" {
+		fi, err := checkWorkdir(spec.Workdir)
+		if err != nil {
+			return id, err
+		}
+		if os.Geteuid() == 0 {
+			if fi.Uid == 0 {
+				return id, fmt.Errorf("--workdir %s is owned by root, and the jail never runs as host root; chown it to an unprivileged user (the jail acts as the directory's owner)", spec.Workdir)
+			}
+			id.hostUID, id.hostGID = int(fi.Uid), int(fi.Gid)
+		}
+	} else if os.Geteuid() == 0 {
+		id.hostUID, id.hostGID = HostID, HostID
+	}
+	id.setGroups = os.Geteuid() == 0
+	return id, nil
+}
+
+func jailEnv(spec Spec) []string {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/work", "LANG=C.UTF-8", "USER=" + JailUser, "LOGNAME=" + JailUser,
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
+	}
+	if c := spec.Cgroup.CPUs; c > 0 && !spec.Cgroup.Disabled {
+		// BLAS and OpenMP start one thread per host core; under a pids
+		// limit and a CPU quota that kills `import numpy` or thrashes.
+		n := fmt.Sprint(int(c + 0.999))
+		env = append(env, "OPENBLAS_NUM_THREADS="+n, "OMP_NUM_THREADS="+n, "MKL_NUM_THREADS="+n)
+	}
+	return append(env, spec.Env...)
+}
+
+func rlimitsFor(spec Spec) []rlimit {
+	r := []rlimit{
+		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
+		{Resource: unix.RLIMIT_NOFILE, Cur: spec.Rlimits.OpenFiles, Max: spec.Rlimits.OpenFiles},
+		{Resource: unix.RLIMIT_FSIZE, Cur: spec.Rlimits.FileSize, Max: spec.Rlimits.FileSize},
+	}
+	if s := spec.Rlimits.CPUTime; s > 0 {
+		// Soft limit sends SIGXCPU, hard one second later SIGKILL.
+		r = append(r, rlimit{Resource: unix.RLIMIT_CPU, Cur: s, Max: s + 1})
+	}
+	return r
+}
+
+// start runs init and supervises it to the end.
+func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childConfig, res *Result) error {
+	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	parentSock := socks[0]
+	childSock := os.NewFile(uintptr(socks[1]), "control")
+	defer unix.Close(parentSock)
+	defer childSock.Close()
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer outR.Close()
+	defer outW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer errR.Close()
+	defer errW.Close()
+
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{initArg0},
+		Env:        []string{},
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: []*os.File{childSock},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: JailUID, HostID: id.hostUID, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: JailGID, HostID: id.hostGID, Size: 1}},
+			GidMappingsEnableSetgroups: id.setGroups,
+			// Init runs as the jail user from the start: files it creates
+			// on its tmpfs need an owner mapped in the namespace (host root
+			// is not), and it keeps what it needs as ambient capabilities,
+			// which exist only inside the jail's user namespace.
+			Credential:  &syscall.Credential{Uid: JailUID, Gid: JailGID, Groups: []uint32{}, NoSetGroups: !id.setGroups},
+			AmbientCaps: initCaps,
+			Setsid:      true,
+			// The jail dies with stockade: init gets SIGKILL when the
+			// thread that started it exits, and takes the namespace along.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if st.Stdin != nil {
+		cmd.Stdin = st.Stdin
+	}
+	stdout := &capture{limit: spec.OutputLimit, stream: st.Stdout}
+	stderr := &capture{limit: spec.OutputLimit, stream: st.Stderr}
+
+	// Pdeathsig fires when the starting *thread* exits; keep this
+	// goroutine on its thread until init has been reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	begin := time.Now()
+	if err := cmd.Start(); err != nil {
+		return &SetupError{Step: "start jail", Message: explainStart(err), ExitCode: ExitJailError}
+	}
+	outW.Close()
+	errW.Close()
+	childSock.Close()
+	drained := make(chan struct{}, 2)
+	go func() { stdout.drain(outR); drained <- struct{}{} }()
+	go func() { stderr.drain(errR); drained <- struct{}{} }()
+
+	sv := &supervision{cmd: cmd, sock: parentSock, begin: begin}
+	sv.run(ctx, spec, cfg)
+	<-drained
+	<-drained
+
+	res.Stdout, res.Stderr = stdout.buf.String(), stderr.buf.String()
+	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
+	res.StdoutTruncated, res.StderrTruncated = stdout.truncated(), stderr.truncated()
+	return sv.result(res)
+}
+
+// explainStart turns a failed clone into the reason a user can act on.
+func explainStart(err error) string {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOSPC) {
+		hint := readSysctl("/proc/sys/user/max_user_namespaces")
+		if hint == "0" {
+			return fmt.Sprintf("%v: user namespaces are disabled (user.max_user_namespaces = 0)", err)
+		}
+		if readSysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" && os.Geteuid() != 0 {
+			return fmt.Sprintf("%v: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1, as on Ubuntu 24.04); allow it with an AppArmor profile for stockade granting `userns`, or run as root", err)
+		}
+		if readSysctl("/proc/sys/kernel/unprivileged_userns_clone") == "0" && os.Geteuid() != 0 {
+			return fmt.Sprintf("%v: unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)", err)
+		}
+		return fmt.Sprintf("%v: the kernel refused new namespaces (inside a container, its seccomp profile or missing CAP_SYS_ADMIN usually forbids them); see `stockade doctor`", err)
+	}
+	return err.Error()
+}
+
+func readSysctl(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return string(trimSpace(b))
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,194 @@
+package jail
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// supervision follows one init from start to reaping.
+type supervision struct {
+	cmd   *exec.Cmd
+	sock  int
+	begin time.Time
+
+	mu       sync.Mutex
+	started  time.Time
+	exit     *childMsg
+	setupErr *childMsg
+	badMsg   error
+
+	timedOut, canceled bool
+	state              *os.ProcessState
+	end                time.Time
+}
+
+// run sends the plan, then waits for init to exit, killing it on timeout or
+// cancellation. Killing init is enough to kill the whole jail: when a pid
+// namespace's init dies the kernel SIGKILLs every other process in it, and
+// init is only reaped after they are all gone.
+func (sv *supervision) run(ctx context.Context, spec Spec, cfg *childConfig) {
+	readerDone := make(chan struct{})
+	go func() { sv.readMessages(); close(readerDone) }()
+	exited := make(chan struct{})
+	go func() {
+		_ = sv.cmd.Wait()
+		sv.state = sv.cmd.ProcessState
+		sv.end = time.Now()
+		close(exited)
+	}()
+
+	b, err := json.Marshal(cfg)
+	if err == nil {
+		err = unix.Sendmsg(sv.sock, b, nil, nil, 0)
+	}
+	if err != nil {
+		sv.noteBad(fmt.Errorf("send plan to init: %w", err))
+		sv.kill()
+	}
+	// time.Timer runs on the monotonic clock: a wall-clock jump does not
+	// shorten or stretch the limit.
+	timer := time.NewTimer(spec.Timeout)
+	defer timer.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-exited:
+			waiting = false
+		case <-timer.C:
+			sv.mu.Lock()
+			sv.timedOut = sv.exit == nil
+			sv.mu.Unlock()
+			sv.kill()
+		case <-ctx.Done():
+			sv.canceled = true
+			sv.kill()
+			ctx = context.Background() // fire once
+		}
+	}
+	<-readerDone
+}
+
+func (sv *supervision) kill() {
+	// os.Process signals through a pidfd where the kernel has them, so the
+	// signal cannot hit a recycled pid.
+	_ = sv.cmd.Process.Kill()
+}
+
+func (sv *supervision) noteBad(err error) {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.badMsg == nil {
+		sv.badMsg = err
+	}
+}
+
+// readMessages reads init's reports until init is gone (EOF).
+func (sv *supervision) readMessages() {
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(sv.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return
+		}
+		m, err := decodeMsg(buf[:n])
+		if err != nil {
+			sv.noteBad(err)
+			sv.kill()
+			continue
+		}
+		fds := parseFDs(oob[:oobn])
+		sv.mu.Lock()
+		switch m.Kind {
+		case msgStarted:
+			sv.started = time.Now()
+		case msgExit:
+			mm := m
+			sv.exit = &mm
+		case msgError:
+			mm := m
+			sv.setupErr = &mm
+		case msgSeccomp:
+			// handled below, outside the lock
+		default:
+			sv.mu.Unlock()
+			sv.noteBad(fmt.Errorf("unknown message %q from init", m.Kind))
+			sv.kill()
+			sv.mu.Lock()
+		}
+		sv.mu.Unlock()
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+}
+
+func parseFDs(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+// result fills in how the run ended. Called after init is reaped and the
+// reader has finished, so no lock is needed.
+func (sv *supervision) result(res *Result) error {
+	if sv.setupErr != nil {
+		return &SetupError{Step: sv.setupErr.Step, Message: sv.setupErr.Message, ExitCode: sv.setupErr.ExitCode}
+	}
+	if sv.badMsg != nil && sv.exit == nil {
+		return &SetupError{Step: "supervise", Message: sv.badMsg.Error(), ExitCode: ExitJailError}
+	}
+	from := sv.begin
+	if !sv.started.IsZero() {
+		from = sv.started
+	}
+	res.WallMs = ms(sv.end.Sub(from))
+	switch {
+	case sv.timedOut:
+		res.Verdict, res.ExitCode = VerdictTimeout, ExitTimeout
+	case sv.exit != nil:
+		ws := unix.WaitStatus(sv.exit.Status)
+		res.UserMs = float64(sv.exit.UtimeUs) / 1e3
+		res.SysMs = float64(sv.exit.StimeUs) / 1e3
+		res.PeakMemoryBytes = uint64(sv.exit.MaxRSS) * 1024
+		if ws.Signaled() {
+			sig := int(ws.Signal())
+			res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
+		} else if ws.ExitStatus() != 0 {
+			res.Verdict, res.ExitCode = VerdictExit, ws.ExitStatus()
+		} else {
+			res.Verdict, res.ExitCode = VerdictOK, 0
+		}
+	case sv.canceled:
+		sig := int(unix.SIGKILL)
+		res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
+	default:
+		return &SetupError{Step: "supervise", Message: fmt.Sprintf("jail init ended without a report (%v)", sv.state), ExitCode: ExitJailError}
+	}
+	if (res.StdoutTruncated || res.StderrTruncated) && (res.Verdict == VerdictOK || res.Verdict == VerdictExit) {
+		res.Verdict = VerdictOutput
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
