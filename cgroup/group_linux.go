@@ -1,0 +1,234 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// groupPrefix names every group stockade creates, and only those: a stale
+// sweep never touches a cgroup without it.
+const groupPrefix = "stockade-"
+
+// killTimeout bounds how long Kill and Delete wait for a group to empty.
+// SIGKILLed tasks exit in microseconds unless stuck in the kernel.
+const killTimeout = 2 * time.Second
+
+// Group is one run's cgroup, in every hierarchy the mode needs.
+type Group struct {
+	mode Mode
+	name string
+	// dirs holds one directory per hierarchy, the locked one first; they are
+	// removed in reverse so the lock outlives the rest.
+	dirs []string
+	// Where each controller's files are. On v2 all are the one directory;
+	// "" means the controller is not usable and its stats read as zero.
+	memDir, cpuDir, cpuacctDir, pidsDir, freezerDir string
+	lockFD                                          int // flock(2)ed directory fd that marks the group as live
+	pathFD                                          int // v2: O_PATH directory fd for CLONE_INTO_CGROUP
+	deleted                                         bool
+}
+
+// Create makes a fresh group "stockade-<id>" and writes the limits before
+// returning. It fails closed: if a requested limit cannot be set, everything
+// created is removed and the error names the limit and the file.
+func (m *Manager) Create(id string, l Limits) (*Group, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	if err := m.Check(l); err != nil {
+		return nil, fmt.Errorf("create cgroup %s%s: %w", groupPrefix, id, err)
+	}
+	g := &Group{mode: m.mode, name: groupPrefix + id, lockFD: -1, pathFD: -1}
+	var err error
+	if m.mode == V1 {
+		err = m.createV1(g, l)
+	} else {
+		err = m.createV2(g, l)
+	}
+	if err != nil {
+		if derr := g.Delete(); derr != nil {
+			err = fmt.Errorf("%w (cleaning up: %v)", err, derr)
+		}
+		return nil, fmt.Errorf("create cgroup %s: %w", g.name, err)
+	}
+	return g, nil
+}
+
+func validID(id string) error {
+	if id == "" || strings.ContainsAny(id, "/\x00\n") || id == "." || id == ".." || len(id) > 200 {
+		return fmt.Errorf("cgroup id %q: must be a non-empty single path element", id)
+	}
+	return nil
+}
+
+func (g *Group) setDir(controller, dir string) {
+	switch controller {
+	case "memory":
+		g.memDir = dir
+	case "cpu":
+		g.cpuDir = dir
+	case "cpuacct":
+		g.cpuacctDir = dir
+	case "pids":
+		g.pidsDir = dir
+	case "freezer":
+		g.freezerDir = dir
+	}
+}
+
+// mkdirLocked creates dir and takes its ownership lock. A concurrent sweep
+// in another stockade sees an unlocked empty stockade-* group as stale, so
+// it may remove ours between mkdir and flock; then we simply make it again.
+func mkdirLocked(dir string) (int, error) {
+	for range 3 {
+		if err := unix.Mkdir(dir, 0o755); err != nil {
+			if err == unix.EEXIST {
+				return -1, fmt.Errorf("mkdir %s: already exists (group ids must be unique)", dir)
+			}
+			return -1, fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+		fd, err := lockDir(dir, true)
+		if err == nil && stillAt(fd, dir) {
+			return fd, nil
+		}
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return -1, err
+		}
+	}
+	return -1, fmt.Errorf("mkdir %s: removed by a concurrent stale-group sweep three times", dir)
+}
+
+// CgroupFD returns the group's directory fd for clone3's CLONE_INTO_CGROUP
+// (syscall.SysProcAttr UseCgroupFD/CgroupFD), which places the child in the
+// group atomically, before it runs a single instruction. ok is false on v1,
+// where AddProc is the only way. The Group owns the fd; Delete closes it.
+func (g *Group) CgroupFD() (fd int, ok bool) {
+	if g.mode != V2 || g.pathFD < 0 {
+		return -1, false
+	}
+	return g.pathFD, true
+}
+
+// AddProc moves pid (all its threads) into the group in every hierarchy.
+func (g *Group) AddProc(pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("cgroup %s: add pid %d: not a process id", g.name, pid)
+	}
+	s := strconv.Itoa(pid)
+	for _, dir := range g.dirs {
+		var err error
+		for range 5 {
+			// EINVAL means the task is still being set up by fork; runc
+			// and containerd retry the same way.
+			if err = writeFile(dir+"/cgroup.procs", s); !errors.Is(err, unix.EINVAL) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("cgroup %s: add pid %d: %w", g.name, pid, err)
+		}
+	}
+	return nil
+}
+
+// Kill SIGKILLs every process in the group and waits (bounded) until the
+// group is empty. On v2 that is cgroup.kill, which the kernel applies to the
+// whole subtree at once, forks included. On v1 the group is frozen first so
+// that nothing can fork while it is listed and signalled, then thawed so the
+// signals take effect, and this repeats until the group is empty.
+func (g *Group) Kill() error {
+	if g.deleted {
+		return nil
+	}
+	if g.mode == V1 {
+		return g.killV1()
+	}
+	return g.killV2()
+}
+
+// Delete kills anything left, removes the group in every hierarchy and
+// closes its fds. A finished run leaves an empty group, so the common case
+// is one rmdir per hierarchy. It is idempotent; after an error it may be
+// called again.
+func (g *Group) Delete() error {
+	if g.deleted {
+		return nil
+	}
+	err := g.removeDirs()
+	if err != nil {
+		if kerr := g.Kill(); kerr != nil {
+			err = kerr
+		} else {
+			err = g.removeDirsRetry()
+		}
+	}
+	// The fds go even on failure: the lock must not outlive our interest,
+	// so the next stockade's sweep can finish the job.
+	for _, fd := range []*int{&g.pathFD, &g.lockFD} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("delete cgroup %s: %w", g.name, err)
+	}
+	g.deleted = true
+	return nil
+}
+
+func (g *Group) removeDirs() error {
+	for i := len(g.dirs) - 1; i >= 0; i-- {
+		if err := removeTree(g.dirs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeDirsRetry retries rmdir for a while: after the last task exits the
+// kernel may still be finishing its exit and answer EBUSY for a moment.
+func (g *Group) removeDirsRetry() error {
+	deadline := time.Now().Add(killTimeout)
+	var b backoff
+	for {
+		err := g.removeDirs()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		b.sleep()
+	}
+}
+
+// procsLeft lists the tasks still in the group, in any hierarchy.
+func (g *Group) procsLeft() ([]int, error) {
+	var all []int
+	for _, dir := range g.dirs {
+		pids, err := treePids(dir)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return nil, err
+		}
+		all = append(all, pids...)
+	}
+	return all, nil
+}
+
+// signalAll SIGKILLs the listed tasks. The pids come from cgroup.procs, and
+// with the group frozen none of them can exit and be reused under us.
+func signalAll(pids []int) {
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL) // ESRCH: already gone
+	}
+}

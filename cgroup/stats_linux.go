@@ -1,0 +1,150 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// userHZ is the unit of v1 cpuacct.stat: USER_HZ, which the kernel fixes at
+// 100 on every architecture Go supports for Linux.
+const userHZ = 100
+
+// CPUUsage is the CPU time used by every task that ever ran in the group
+// (user and system, exited tasks included). It is one small file read, so
+// the jail can poll it to enforce a CPU-time limit.
+func (g *Group) CPUUsage() (time.Duration, error) {
+	if g.cpuacctDir == "" {
+		return 0, fmt.Errorf("cgroup %s: cpu usage: no cpuacct hierarchy", g.name)
+	}
+	if g.mode == V1 {
+		data, err := readFile(filepath.Join(g.cpuacctDir, "cpuacct.usage"))
+		if err != nil {
+			return 0, fmt.Errorf("cgroup %s: cpu usage: %w", g.name, err)
+		}
+		ns, err := parseValue(data)
+		if err != nil {
+			return 0, fmt.Errorf("cgroup %s: cpu usage: %w", g.name, err)
+		}
+		return time.Duration(ns), nil
+	}
+	data, err := readFile(filepath.Join(g.cpuacctDir, "cpu.stat"))
+	if err != nil {
+		return 0, fmt.Errorf("cgroup %s: cpu usage: %w", g.name, err)
+	}
+	us, ok := keyedValue(data, "usage_usec")
+	if !ok {
+		return 0, fmt.Errorf("cgroup %s: cpu usage: no usage_usec in cpu.stat", g.name)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
+// Stats reads what the group used. A counter the kernel does not have (an
+// older kernel, a controller that is not usable here) reads as zero.
+func (g *Group) Stats() (Stats, error) {
+	r := statReader{}
+	var s Stats
+	if g.mode == V1 {
+		s = g.statsV1(&r)
+	} else {
+		s = g.statsV2(&r)
+	}
+	if r.err != nil {
+		return Stats{}, fmt.Errorf("cgroup %s: stats: %w", g.name, r.err)
+	}
+	return s, nil
+}
+
+func (g *Group) statsV1(r *statReader) Stats {
+	var s Stats
+	if g.memDir != "" {
+		s.MemoryPeak = r.value(g.memDir, "memory.max_usage_in_bytes")
+		// oom_kill appeared in memory.oom_control in Linux 4.13.
+		s.OOMKills = r.key(g.memDir, "memory.oom_control", "oom_kill")
+		s.MemoryLimitHit = r.value(g.memDir, "memory.failcnt") > 0
+	}
+	if g.cpuacctDir != "" {
+		s.CPUUsage = time.Duration(r.value(g.cpuacctDir, "cpuacct.usage"))
+		st := r.file(g.cpuacctDir, "cpuacct.stat")
+		u, _ := keyedValue(st, "user")
+		k, _ := keyedValue(st, "system")
+		s.UserCPU = time.Duration(u) * time.Second / userHZ
+		s.SystemCPU = time.Duration(k) * time.Second / userHZ
+	}
+	if g.pidsDir != "" {
+		s.PidsPeak = r.value(g.pidsDir, "pids.peak")
+		s.PidsLimitHit = r.key(g.pidsDir, "pids.events", "max") > 0
+	}
+	return s
+}
+
+func (g *Group) statsV2(r *statReader) Stats {
+	var s Stats
+	if g.memDir != "" {
+		// memory.peak is Linux 5.19+; before it, memory.current is the best
+		// we have, and it understates the peak once the run has exited.
+		s.MemoryPeak = r.value(g.memDir, "memory.peak")
+		if r.missing {
+			s.MemoryPeak = r.value(g.memDir, "memory.current")
+		}
+		ev := r.file(g.memDir, "memory.events")
+		s.OOMKills, _ = keyedValue(ev, "oom_kill")
+		hits, _ := keyedValue(ev, "max")
+		s.MemoryLimitHit = hits > 0
+	}
+	st := r.file(g.cpuacctDir, "cpu.stat")
+	usage, _ := keyedValue(st, "usage_usec")
+	user, _ := keyedValue(st, "user_usec")
+	sys, _ := keyedValue(st, "system_usec")
+	s.CPUUsage = time.Duration(usage) * time.Microsecond
+	s.UserCPU = time.Duration(user) * time.Microsecond
+	s.SystemCPU = time.Duration(sys) * time.Microsecond
+	if g.pidsDir != "" {
+		s.PidsPeak = r.value(g.pidsDir, "pids.peak") // Linux 6.1+
+		s.PidsLimitHit = r.key(g.pidsDir, "pids.events", "max") > 0
+	}
+	return s
+}
+
+// statReader reads stat files, remembering the first real error and
+// treating a missing file as zero (missing says whether the last one was).
+type statReader struct {
+	err     error
+	missing bool
+}
+
+func (r *statReader) file(dir, name string) []byte {
+	r.missing = false
+	if r.err != nil {
+		return nil
+	}
+	data, err := readFile(filepath.Join(dir, name))
+	if errors.Is(err, unix.ENOENT) {
+		r.missing = true
+		return nil
+	}
+	if err != nil {
+		r.err = err
+	}
+	return data
+}
+
+func (r *statReader) value(dir, name string) uint64 {
+	data := r.file(dir, name)
+	if data == nil {
+		return 0
+	}
+	v, err := parseValue(data)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("%s/%s: %w", dir, name, err)
+	}
+	return v
+}
+
+func (r *statReader) key(dir, name, key string) uint64 {
+	v, _ := keyedValue(r.file(dir, name), key)
+	return v
+}
