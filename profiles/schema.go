@@ -1,0 +1,356 @@
+package profiles
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Field names a profile field by its dotted TOML key. The names are part of
+// stockade's interface: keep them stable.
+type Field string
+
+// The profile fields, in the order `stockade profile show` prints them.
+const (
+	FieldExtends     Field = "extends"
+	FieldDescription Field = "description"
+
+	FieldTimeout   Field = "limits.timeout"
+	FieldCPUTime   Field = "limits.cpu_time"
+	FieldMemory    Field = "limits.memory"
+	FieldSwap      Field = "limits.swap"
+	FieldCPUs      Field = "limits.cpus"
+	FieldPids      Field = "limits.pids"
+	FieldOpenFiles Field = "limits.open_files"
+	FieldFileSize  Field = "limits.file_size"
+	FieldOutput    Field = "limits.output"
+
+	FieldRootfs    Field = "filesystem.rootfs"
+	FieldTmpfsSize Field = "filesystem.tmpfs_size"
+	FieldWorkdir   Field = "filesystem.workdir"
+	FieldNoexec    Field = "filesystem.noexec"
+	FieldRO        Field = "filesystem.ro"
+
+	FieldEnvVars Field = "environment.vars"
+
+	FieldSeccompPolicy Field = "seccomp.policy"
+	FieldNetworkMode   Field = "network.mode"
+)
+
+// tables are the TOML tables a profile may have, in output order.
+var tables = []string{"limits", "filesystem", "environment", "seccomp", "network"}
+
+type kind int
+
+const (
+	kindString kind = iota
+	kindSize
+	kindDuration
+	kindInt
+	kindFloat
+	kindBool
+	kindBinds
+	kindVars
+)
+
+// fieldSpec ties a Field to its kind and to where its value lives in a
+// Profile; ptr returns a pointer of the Go type the kind implies.
+type fieldSpec struct {
+	field Field
+	kind  kind
+	ptr   func(p *Profile) any
+}
+
+// schema is every field, in output order. It is never modified.
+var schema = []fieldSpec{
+	{FieldExtends, kindString, func(p *Profile) any { return &p.Extends }},
+	{FieldDescription, kindString, func(p *Profile) any { return &p.Description }},
+	{FieldTimeout, kindDuration, func(p *Profile) any { return &p.Limits.Timeout }},
+	{FieldCPUTime, kindDuration, func(p *Profile) any { return &p.Limits.CPUTime }},
+	{FieldMemory, kindSize, func(p *Profile) any { return &p.Limits.Memory }},
+	{FieldSwap, kindSize, func(p *Profile) any { return &p.Limits.Swap }},
+	{FieldCPUs, kindFloat, func(p *Profile) any { return &p.Limits.CPUs }},
+	{FieldPids, kindInt, func(p *Profile) any { return &p.Limits.Pids }},
+	{FieldOpenFiles, kindInt, func(p *Profile) any { return &p.Limits.OpenFiles }},
+	{FieldFileSize, kindSize, func(p *Profile) any { return &p.Limits.FileSize }},
+	{FieldOutput, kindSize, func(p *Profile) any { return &p.Limits.Output }},
+	{FieldRootfs, kindString, func(p *Profile) any { return &p.Filesystem.Rootfs }},
+	{FieldTmpfsSize, kindSize, func(p *Profile) any { return &p.Filesystem.TmpfsSize }},
+	{FieldWorkdir, kindString, func(p *Profile) any { return &p.Filesystem.Workdir }},
+	{FieldNoexec, kindBool, func(p *Profile) any { return &p.Filesystem.Noexec }},
+	{FieldRO, kindBinds, func(p *Profile) any { return &p.Filesystem.RO }},
+	{FieldEnvVars, kindVars, func(p *Profile) any { return &p.Environment.Vars }},
+	{FieldSeccompPolicy, kindString, func(p *Profile) any { return &p.Seccomp.Policy }},
+	{FieldNetworkMode, kindString, func(p *Profile) any { return &p.Network.Mode }},
+}
+
+// Fields returns every profile field in schema order.
+func Fields() []Field {
+	fs := make([]Field, len(schema))
+	for i, s := range schema {
+		fs[i] = s.field
+	}
+	return fs
+}
+
+func lookupSpec(f Field) (fieldSpec, bool) {
+	for _, s := range schema {
+		if s.field == f {
+			return s, true
+		}
+	}
+	return fieldSpec{}, false
+}
+
+// merge copies spec's field from over into m, per element for collections.
+func (s fieldSpec) merge(m, over *Profile) {
+	switch d := s.ptr(m).(type) {
+	case *string:
+		*d = *s.ptr(over).(*string)
+	case *int64:
+		*d = *s.ptr(over).(*int64)
+	case *time.Duration:
+		*d = *s.ptr(over).(*time.Duration)
+	case *float64:
+		*d = *s.ptr(over).(*float64)
+	case *bool:
+		*d = *s.ptr(over).(*bool)
+	case *[]Bind:
+		*d = mergeBinds(*d, *s.ptr(over).(*[]Bind))
+	case *map[string]string:
+		merged := maps.Clone(*d)
+		if merged == nil {
+			merged = make(map[string]string)
+		}
+		maps.Copy(merged, *s.ptr(over).(*map[string]string))
+		*d = merged
+	}
+}
+
+// decode stores the TOML value v (as toml.PrimitiveDecode gives it into an
+// any) into p's field. A bind list is appended to and a vars table merged
+// into, so that decode also serves Set. The error is the message alone; the
+// caller adds origin and field.
+func (s fieldSpec) decode(p *Profile, v any) error {
+	switch s.kind {
+	case kindString:
+		str, ok := v.(string)
+		if !ok {
+			return mustBe("a string", v)
+		}
+		*s.ptr(p).(*string) = str
+	case kindSize:
+		n, err := sizeValue(v)
+		if err != nil {
+			return err
+		}
+		*s.ptr(p).(*int64) = n
+	case kindDuration:
+		d, err := durationValue(v)
+		if err != nil {
+			return err
+		}
+		*s.ptr(p).(*time.Duration) = d
+	case kindInt:
+		n, ok := v.(int64)
+		if !ok {
+			return mustBe("an integer", v)
+		}
+		*s.ptr(p).(*int64) = n
+	case kindFloat:
+		switch n := v.(type) {
+		case int64:
+			*s.ptr(p).(*float64) = float64(n)
+		case float64:
+			// TOML has nan and inf; no limit is either.
+			if math.IsNaN(n) || math.IsInf(n, 0) {
+				return fmt.Errorf("must be a finite number, not %v", n)
+			}
+			*s.ptr(p).(*float64) = n
+		default:
+			return mustBe("a number", v)
+		}
+	case kindBool:
+		b, ok := v.(bool)
+		if !ok {
+			return mustBe("true or false", v)
+		}
+		*s.ptr(p).(*bool) = b
+	case kindBinds:
+		return fmt.Errorf("internal: binds are decoded per element")
+	case kindVars:
+		return fmt.Errorf("internal: vars are decoded per variable")
+	}
+	return nil
+}
+
+// Set sets field f from its text as a command-line flag gives it, recording
+// origin o (say, Origin{File: "--memory"}): a size, duration, number, true or
+// false, or string as the field's kind is. filesystem.ro takes one
+// "SRC[:DST]" and appends it (replacing a bind to the same destination);
+// environment.vars takes one "NAME=VALUE" and adds it. Values are checked as
+// Parse checks them; ranges are left to Validate.
+func (p *Profile) Set(f Field, value string, o Origin) error {
+	spec, ok := lookupSpec(f)
+	if !ok {
+		return &Error{Origin: o, Field: string(f), Msg: "unknown field"}
+	}
+	fail := func(err error) error {
+		return &Error{Origin: o, Field: string(f), Msg: err.Error()}
+	}
+	var v any = value
+	switch spec.kind {
+	case kindInt:
+		n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+		if err != nil {
+			return fail(fmt.Errorf("%q is not an integer", value))
+		}
+		v = n
+	case kindFloat:
+		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return fail(fmt.Errorf("%q is not a number", value))
+		}
+		v = n
+	case kindBool:
+		b, err := strconv.ParseBool(strings.TrimSpace(value))
+		if err != nil {
+			return fail(fmt.Errorf("%q is not true or false", value))
+		}
+		v = b
+	case kindBinds:
+		b, err := ParseBind(value)
+		if err != nil {
+			return fail(err)
+		}
+		p.Filesystem.RO = mergeBinds(p.Filesystem.RO, []Bind{b})
+		p.Mark(f, o)
+		return nil
+	case kindVars:
+		name, val, ok := strings.Cut(value, "=")
+		if !ok {
+			return fail(fmt.Errorf("%q is not NAME=VALUE", value))
+		}
+		if err := decodeVar(p, name, val); err != nil {
+			return fail(err)
+		}
+		p.Mark(f, o)
+		return nil
+	}
+	if err := spec.decode(p, v); err != nil {
+		return fail(err)
+	}
+	p.Mark(f, o)
+	return nil
+}
+
+// decodeBind parses one filesystem.ro element and appends it to p.
+func decodeBind(p *Profile, v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return mustBe("a string \"SRC[:DST]\"", v)
+	}
+	b, err := ParseBind(str)
+	if err != nil {
+		return err
+	}
+	p.Filesystem.RO = append(p.Filesystem.RO, b)
+	return nil
+}
+
+// decodeVar stores one environment variable. Integers and booleans are
+// accepted and written as TOML would, since OMP_NUM_THREADS = 1 is natural.
+func decodeVar(p *Profile, name string, v any) error {
+	var val string
+	switch x := v.(type) {
+	case string:
+		val = x
+	case int64:
+		val = strconv.FormatInt(x, 10)
+	case bool:
+		val = strconv.FormatBool(x)
+	default:
+		return mustBe("a string", v)
+	}
+	if p.Environment.Vars == nil {
+		p.Environment.Vars = make(map[string]string)
+	}
+	p.Environment.Vars[name] = val
+	return nil
+}
+
+// ParseBind parses a read-only bind "SRC[:DST]"; DST defaults to SRC. Paths
+// containing ':' cannot be expressed. Whether the paths are acceptable is
+// Validate's business, so that flags and files are judged alike.
+func ParseBind(s string) (Bind, error) {
+	src, dst, ok := strings.Cut(s, ":")
+	if !ok {
+		dst = src
+	}
+	if src == "" || dst == "" {
+		return Bind{}, fmt.Errorf("%q is not SRC[:DST]", s)
+	}
+	return Bind{Source: src, Dest: dst}, nil
+}
+
+func sizeValue(v any) (int64, error) {
+	switch x := v.(type) {
+	case string:
+		return ParseSize(x)
+	case int64:
+		if x < 0 {
+			return 0, fmt.Errorf("%d is a negative size", x)
+		}
+		return x, nil
+	}
+	return 0, mustBe("a size (\"512M\" or a number of bytes)", v)
+}
+
+func durationValue(v any) (time.Duration, error) {
+	switch x := v.(type) {
+	case string:
+		return ParseDuration(x)
+	case int64:
+		if x < 0 {
+			return 0, fmt.Errorf("%d is a negative duration", x)
+		}
+		if x > math.MaxInt64/int64(time.Second) {
+			return 0, fmt.Errorf("%d is too long a duration", x)
+		}
+		return time.Duration(x) * time.Second, nil
+	case float64:
+		if math.IsNaN(x) || x < 0 {
+			return 0, fmt.Errorf("%v is not a duration", x)
+		}
+		if x*float64(time.Second) >= math.MaxInt64 {
+			return 0, fmt.Errorf("%v is too long a duration", x)
+		}
+		return time.Duration(x * float64(time.Second)), nil
+	}
+	return 0, mustBe("a duration (\"10s\" or a number of seconds)", v)
+}
+
+func mustBe(want string, got any) error {
+	return fmt.Errorf("must be %s, not %s", want, tomlTypeName(got))
+}
+
+func tomlTypeName(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", x)
+	case int64:
+		return fmt.Sprintf("the integer %d", x)
+	case float64:
+		return fmt.Sprintf("the float %v", x)
+	case bool:
+		return fmt.Sprintf("%v", x)
+	case map[string]any:
+		return "a table"
+	case []any, []map[string]any:
+		return "an array"
+	}
+	return "a date or time"
+}

@@ -1,0 +1,135 @@
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Bounds Validate enforces. The lower bounds catch a forgotten unit
+// ("memory = 512" is 512 bytes) as much as nonsense; the upper ones are the
+// kernel's own (pid_max, nr_open).
+const (
+	MinMemory    = 4 << 20
+	MaxCPUs      = 1024
+	MaxPids      = 4194304
+	MinOpenFiles = 3 // stdin, stdout, stderr
+	MaxOpenFiles = 1 << 20
+)
+
+// Validate checks every field's value, whether set or not (an unset field
+// is zero, and a zero timeout is as dangerous unset as set), and returns all
+// the problems joined, each an *Error naming where the bad value came from.
+// Load validates what it returns; call Validate again after merging flags.
+func (p *Profile) Validate() error {
+	v := validator{p: p}
+	l := p.Limits
+	v.check(FieldTimeout, l.Timeout > 0, "must be more than 0")
+	v.check(FieldMemory, l.Memory >= MinMemory, "%s is below the minimum of %s (a missing unit?)", FormatSize(l.Memory), FormatSize(MinMemory))
+	v.check(FieldCPUs, l.CPUs > 0 && l.CPUs <= MaxCPUs && !math.IsNaN(l.CPUs), "%v is not in (0, %d]", l.CPUs, MaxCPUs)
+	v.check(FieldPids, l.Pids >= 1 && l.Pids <= MaxPids, "%d is not in [1, %d]", l.Pids, MaxPids)
+	v.check(FieldOpenFiles, l.OpenFiles >= MinOpenFiles && l.OpenFiles <= MaxOpenFiles, "%d is not in [%d, %d]", l.OpenFiles, MinOpenFiles, MaxOpenFiles)
+	v.check(FieldOutput, l.Output > 0, "must be more than 0")
+	// Negative sizes and durations cannot be parsed, but Go code can set them.
+	v.check(FieldCPUTime, l.CPUTime >= 0, "must not be negative")
+	v.check(FieldSwap, l.Swap >= 0, "must not be negative")
+	v.check(FieldFileSize, l.FileSize >= 0, "must not be negative")
+
+	fs := p.Filesystem
+	v.check(FieldRootfs, fs.Rootfs == RootfsHost || isAbsClean(fs.Rootfs), "%q must be %q or an absolute, clean path", fs.Rootfs, RootfsHost)
+	v.check(FieldTmpfsSize, fs.TmpfsSize > 0, "must be more than 0")
+	v.check(FieldWorkdir, fs.Workdir == WorkdirFresh || fs.Workdir == WorkdirNone || (isAbsClean(fs.Workdir) && fs.Workdir != "/"),
+		"%q must be %q, %q or an absolute, clean path other than /", fs.Workdir, WorkdirFresh, WorkdirNone)
+	v.binds(fs.RO)
+	v.vars(p.Environment.Vars)
+
+	v.check(FieldSeccompPolicy, slices.Contains(SeccompPolicies(), p.Seccomp.Policy),
+		"%q must be one of %s", p.Seccomp.Policy, quoteList(SeccompPolicies()))
+	v.check(FieldNetworkMode, p.Network.Mode == NetworkNone, "%q must be %q (the only mode for now)", p.Network.Mode, NetworkNone)
+	return errors.Join(v.errs...)
+}
+
+type validator struct {
+	p    *Profile
+	errs []error
+}
+
+func (v *validator) check(f Field, ok bool, format string, args ...any) {
+	if !ok {
+		v.fail(string(f), f, fmt.Sprintf(format, args...))
+	}
+}
+
+func (v *validator) fail(name string, f Field, msg string) {
+	o, _ := v.p.Origin(f)
+	v.errs = append(v.errs, &Error{Origin: o, Field: name, Msg: msg})
+}
+
+// reservedDests are jail paths a bind may not cover: the kernel interfaces
+// the jail mounts itself, and the root.
+var reservedDests = []string{"/proc", "/dev", "/sys"}
+
+func (v *validator) binds(binds []Bind) {
+	seen := make(map[string]bool)
+	for i, b := range binds {
+		name := fmt.Sprintf("%s[%d]", FieldRO, i)
+		switch {
+		case !isAbsClean(b.Source):
+			v.fail(name, FieldRO, fmt.Sprintf("source %q must be an absolute, clean path", b.Source))
+		case !isAbsClean(b.Dest):
+			v.fail(name, FieldRO, fmt.Sprintf("destination %q must be an absolute, clean path", b.Dest))
+		case b.Dest == "/":
+			v.fail(name, FieldRO, "destination / would hide the root filesystem")
+		case slices.ContainsFunc(reservedDests, func(r string) bool { return b.Dest == r || strings.HasPrefix(b.Dest, r+"/") }):
+			v.fail(name, FieldRO, fmt.Sprintf("destination %q is inside %s, which the jail mounts itself", b.Dest, path.Join("/", strings.Split(b.Dest, "/")[1])))
+		case seen[b.Dest]:
+			v.fail(name, FieldRO, fmt.Sprintf("destination %q is bound twice", b.Dest))
+		}
+		seen[b.Dest] = true
+	}
+}
+
+func (v *validator) vars(vars map[string]string) {
+	names := make([]string, 0, len(vars))
+	for n := range vars {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		name := fmt.Sprintf("%s.%s", FieldEnvVars, n)
+		switch {
+		case !isEnvName(n):
+			v.fail(name, FieldEnvVars, fmt.Sprintf("%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", n))
+		case strings.IndexByte(vars[n], 0) >= 0:
+			v.fail(name, FieldEnvVars, "value contains a NUL byte")
+		}
+	}
+}
+
+func isAbsClean(p string) bool {
+	return strings.HasPrefix(p, "/") && path.Clean(p) == p && strings.IndexByte(p, 0) < 0
+}
+
+func isEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func quoteList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = fmt.Sprintf("%q", x)
+	}
+	return strings.Join(q, ", ")
+}
