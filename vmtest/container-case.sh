@@ -26,9 +26,9 @@ outside() {
 	holder=$!
 	echo "$holder" >"$CONTAINER/cgroup.procs" || exit 1
 	# Enter the container's cgroup first: unshare(CLONE_NEWCGROUP) roots the
-	# new namespace at the caller's current cgroup. util-linux unshare, since
-	# busybox's has no --cgroup.
-	sh -c 'echo $$ >"$1/cgroup.procs" && exec unshare --cgroup --mount --propagation private sh "$2" --inside' \
+	# new namespace at the caller's current cgroup. util-linux unshare by
+	# path: busybox's has no --cgroup, and its sh prefers its own applets.
+	sh -c 'echo $$ >"$1/cgroup.procs" && exec /usr/bin/unshare --cgroup --mount --propagation private sh "$2" --inside' \
 		sh "$CONTAINER" "$0"
 	rc=$?
 	kill "$holder"
@@ -59,13 +59,21 @@ except Exception as e:
 }
 
 inside() {
-	# A fresh cgroup2 mount in this mount namespace shows the namespace root.
-	mount -t cgroup2 cgroup2 "$CGROOT" || exit 1
+	# A fresh cgroup2 mount in this mount namespace shows the namespace root,
+	# as Docker's does. The VM's own mount must go first: the kernel refuses
+	# the same superblock twice on one mount point.
+	umount "$CGROOT" && mount -t cgroup2 cgroup2 "$CGROOT" || exit 1
 	say "/proc/self/cgroup: $(cat /proc/self/cgroup)"
 	say "root cgroup.procs: $(tr '\n' ' ' <"$CGROOT/cgroup.procs")"
 	say "root cgroup.controllers: $(cat "$CGROOT/cgroup.controllers"); subtree_control: '$(cat "$CGROOT/cgroup.subtree_control")'"
 	check "we are at the namespace root" [ "$(cat /proc/self/cgroup)" = "0::/" ]
 	check "the root already holds another process" [ "$(wc -l <"$CGROOT/cgroup.procs")" -ge 2 ]
+
+	# 0. A plain run works here at all, so a failure below is about cgroups.
+	out=$(timeout 120 "$STOCKADE_BIN" run -- python3 -c 'print("jailed", 6 * 7)')
+	rc=$?
+	say "plain run: exit $rc, output '$out'"
+	check "a plain run works inside the container" [ "$rc.$out" = "0.jailed 42" ]
 
 	# 1. stockade leaves the root for a leaf: watch its own cgroup while a
 	# short run is in flight.
