@@ -131,7 +131,7 @@ func (b *rootBuilder) bind(st step) error {
 	} else {
 		src, err = unix.Open(st.Source, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err != nil {
-			err = fmt.Errorf("%s: %w", st.Source, err)
+			err = sourceError(st.Source, err)
 		}
 	}
 	if err != nil {

@@ -14,23 +14,35 @@ import (
 // planted link must not turn "--ro /data/in" into a bind of /etc/shadow.
 func openNoSymlinks(path string) (int, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		// No O_NOFOLLOW: with O_PATH it would hand back the link itself;
+		// RESOLVE_NO_SYMLINKS refuses a trailing link too.
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if errors.Is(err, unix.ELOOP) {
 		return -1, fmt.Errorf("%s: the path contains a symlink (mount sources are not resolved through symlinks; name the real path)", path)
 	}
 	if err != nil {
-		return -1, fmt.Errorf("%s: %w", path, err)
+		return -1, sourceError(path, err)
 	}
 	return fd, nil
+}
+
+// sourceError explains the usual surprise: init opens mount sources as the
+// jail user, an unprivileged host uid, so a path below a root-only
+// directory cannot be bound even when stockade runs as root.
+func sourceError(path string, err error) error {
+	if errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("%s: %w (mount sources are opened as the jail user, host uid %d when stockade runs as root: every directory on the path must be searchable by others, o+x)", path, err, HostID)
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }
 
 // openBeneath opens rel below the directory dirfd, refusing symlinks and
 // "..": used for every mount target inside the new root.
 func openBeneath(dirfd int, rel string, flags uint64) (int, error) {
 	return unix.Openat2(dirfd, rel, &unix.OpenHow{
-		Flags:   flags | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Flags:   flags | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 }

@@ -1,0 +1,465 @@
+package jail
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests start real jails. They need root (or an unprivileged user
+// namespace the test runner explicitly vouches for) and skip otherwise.
+func needJail(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("STOCKADE_TEST_UNPRIVILEGED") == "" {
+		t.Skip("starts real jails: needs root (or STOCKADE_TEST_UNPRIVILEGED=1 where user namespaces are allowed)")
+	}
+}
+
+// testSeccomp is the policy jail tests run under: the default.
+var testSeccomp = "off" // TODO(seccomp): DefaultSeccomp once wired
+
+func spec(args ...string) Spec {
+	return Spec{Args: args, Timeout: 20 * time.Second, Seccomp: testSeccomp}
+}
+
+func mustRun(t *testing.T, s Spec) *Result {
+	t.Helper()
+	res, err := Run(context.Background(), s, Streams{})
+	if err != nil {
+		t.Fatalf("Run(%q): %v", s.Args, err)
+	}
+	return res
+}
+
+func py(code string) Spec { return spec("python3", "-c", code) }
+
+func TestDemoSum(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, py("print(sum(range(100)))"))
+	if r.Verdict != VerdictOK || r.ExitCode != 0 || r.Stdout != "4950\n" {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestDemoTimeout(t *testing.T) {
+	needJail(t)
+	s := py("while True: pass")
+	s.Timeout = 2 * time.Second
+	start := time.Now()
+	r := mustRun(t, s)
+	took := time.Since(start)
+	if r.Verdict != VerdictTimeout || r.ExitCode != ExitTimeout {
+		t.Fatalf("got %+v", r)
+	}
+	if took < 2*time.Second || took > 4*time.Second {
+		t.Fatalf("timeout of 2s ended the run after %v", took)
+	}
+}
+
+func TestEnvironmentIsEmpty(t *testing.T) {
+	needJail(t)
+	t.Setenv("API_KEY", "sk-123")
+	r := mustRun(t, py(`import os; print(os.environ.get("API_KEY", "no key here")); print(sorted(os.environ))`))
+	if !strings.HasPrefix(r.Stdout, "no key here\n") {
+		t.Fatalf("the caller's environment leaked: %q", r.Stdout)
+	}
+	for _, k := range []string{"'HOME'", "'PATH'", "'LANG'", "'PYTHONDONTWRITEBYTECODE'", "'PYTHONUNBUFFERED'"} {
+		if !strings.Contains(r.Stdout, k) {
+			t.Errorf("environment lacks %s: %q", k, r.Stdout)
+		}
+	}
+}
+
+func TestEnvFlagAdds(t *testing.T) {
+	needJail(t)
+	s := py(`import os; print(os.environ["GREETING"])`)
+	s.Env = []string{"GREETING=hello"}
+	if r := mustRun(t, s); r.Stdout != "hello\n" {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestSecretsAreNotVisible(t *testing.T) {
+	needJail(t)
+	cwd, _ := os.Getwd()
+	code := fmt.Sprintf(`
+import os
+for p in ["/etc/shadow", "/root", "/home", %q, "/run", "/var/run/docker.sock", "/run/docker.sock", "/sys"]:
+    print(p, os.path.exists(p))
+`, cwd)
+	r := mustRun(t, py(code))
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		if !strings.HasSuffix(line, " False") {
+			t.Errorf("visible in the jail: %s", line)
+		}
+	}
+	if r.Verdict != VerdictOK {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestRootIsReadOnly(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, py(`
+import errno
+for p in ["/x", "/usr/x", "/etc/x", "/etc/passwd", "/dev/x", "/bin/x", "/proc/sys/kernel/hostname"]:
+    try:
+        open(p, "w").write("x")
+        print(p, "WRITABLE")
+    except OSError as e:
+        print(p, errno.errorcode[e.errno])
+`))
+	if strings.Contains(r.Stdout, "WRITABLE") || r.Verdict != VerdictOK {
+		t.Fatalf("writes succeeded or run failed: %+v", r)
+	}
+}
+
+func TestScratchSpaceIsWritableButNoexec(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, spec("sh", "-c", `
+cd /work && echo hi > f && cat f && cp /bin/true /work/t && chmod +x /work/t && (/work/t && echo EXEC-WORK || echo noexec-work)
+echo x > /tmp/f && cp /bin/true /tmp/t && chmod +x /tmp/t && (/tmp/t && echo EXEC-TMP || echo noexec-tmp)`))
+	want := "hi\nnoexec-work\nnoexec-tmp\n"
+	if r.Stdout != want {
+		t.Fatalf("stdout %q, want %q (stderr %q)", r.Stdout, want, r.Stderr)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, spec("sh", "-c", `id -u; id -g; hostname; grep -E '^(CapEff|CapPrm|CapInh|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; cat /proc/self/uid_map`))
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) < 9 {
+		t.Fatalf("output %q", r.Stdout)
+	}
+	if lines[0] != "1000" || lines[1] != "1000" || lines[2] != "stockade" {
+		t.Errorf("uid/gid/hostname = %q", lines[:3])
+	}
+	for _, l := range lines[3:8] {
+		if !strings.HasSuffix(l, "0000000000000000") {
+			t.Errorf("capabilities left: %s", l)
+		}
+	}
+	if lines[8] != "NoNewPrivs:\t1" {
+		t.Errorf("no_new_privs: %q", lines[8])
+	}
+	f := strings.Fields(lines[9])
+	if len(f) != 3 || f[0] != "1000" || f[1] == "0" || f[2] != "1" {
+		t.Errorf("uid_map %q must map only the jail user, never to host root", lines[9])
+	}
+}
+
+func TestNoNetworkToHost(t *testing.T) {
+	needJail(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	r := mustRun(t, py(fmt.Sprintf(`
+import socket, os
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect(("127.0.0.1", %d)); print("CONNECTED")
+except OSError as e:
+    print("refused", e.errno)
+print(sorted(os.listdir("/sys/class/net")) if os.path.exists("/sys/class/net") else open("/proc/net/dev").read().count(":"))
+`, port)))
+	if strings.Contains(r.Stdout, "CONNECTED") {
+		t.Fatalf("the jail reached the host's listener: %q", r.Stdout)
+	}
+	select {
+	case <-accepted:
+		t.Fatal("the host listener accepted a connection from the jail")
+	default:
+	}
+	if !strings.HasSuffix(r.Stdout, "\n1\n") {
+		t.Errorf("want only lo: %q", r.Stdout)
+	}
+}
+
+func TestNoHostAbstractSocket(t *testing.T) {
+	needJail(t)
+	name := fmt.Sprintf("@stockade-test-%d", os.Getpid())
+	ln, err := net.Listen("unix", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	r := mustRun(t, py(fmt.Sprintf(`
+import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("\0%s"); print("CONNECTED")
+except OSError as e:
+    print("refused", e.errno)
+`, name[1:])))
+	if !strings.HasPrefix(r.Stdout, "refused") {
+		t.Fatalf("abstract socket of the host reachable: %q %q", r.Stdout, r.Stderr)
+	}
+}
+
+func TestExitStatuses(t *testing.T) {
+	needJail(t)
+	cases := []struct {
+		spec    Spec
+		verdict Verdict
+		code    int
+	}{
+		{py("import sys; sys.exit(3)"), VerdictExit, 3},
+		{py("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"), VerdictSignal, 128 + 11},
+		{spec("no-such-command"), VerdictError, ExitNotFound},
+		{spec("/etc/passwd"), VerdictError, ExitCannotRun},
+	}
+	for _, c := range cases {
+		res, _ := Run(context.Background(), c.spec, Streams{})
+		if res.Verdict != c.verdict || res.ExitCode != c.code {
+			t.Errorf("%q: verdict %s exit %d, want %s %d (%v)", c.spec.Args, res.Verdict, res.ExitCode, c.verdict, c.code, res.Error)
+		}
+	}
+}
+
+func TestOutputIsCappedAndDrained(t *testing.T) {
+	needJail(t)
+	s := py(`import sys; sys.stdout.write("x" * 5_000_000); sys.stderr.write("e" * 10); print("done", file=sys.stderr)`)
+	s.OutputLimit = 1000
+	var streamed bytes.Buffer
+	res, err := Run(context.Background(), s, Streams{Stdout: &streamed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != VerdictOutput || len(res.Stdout) != 1000 || !res.StdoutTruncated || res.StdoutBytes != 5_000_000 {
+		t.Fatalf("verdict %s, kept %d of %d, truncated %v", res.Verdict, len(res.Stdout), res.StdoutBytes, res.StdoutTruncated)
+	}
+	if streamed.Len() != 1000 {
+		t.Fatalf("streamed %d bytes, want the capped 1000", streamed.Len())
+	}
+	if res.StderrTruncated || res.Stderr != "eeeeeeeeeedone\n" {
+		t.Fatalf("stderr %q", res.Stderr)
+	}
+}
+
+func TestStdinPassesThrough(t *testing.T) {
+	needJail(t)
+	f, err := os.CreateTemp(t.TempDir(), "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("print(6*7)\n")
+	f.Seek(0, 0)
+	res, err := Run(context.Background(), spec("python3", "-"), Streams{Stdin: f})
+	if err != nil || res.Stdout != "42\n" {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+// markerProcs lists host processes whose command line carries marker.
+func markerProcs(marker string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(marker)) && !bytes.Contains(b, []byte("-test.")) {
+			found = append(found, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return found
+}
+
+func TestDoubleForkedDaemonIsKilled(t *testing.T) {
+	needJail(t)
+	marker := fmt.Sprintf("stockade-daemon-%d", time.Now().UnixNano())
+	// The daemon leaves its session, ignores SIGTERM and SIGHUP, and its
+	// parent exits at once, so it is re-parented to init.
+	r := mustRun(t, py(fmt.Sprintf(`
+import os, signal, subprocess
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        os.execv("/usr/bin/python3", ["python3", "-c", "import time; time.sleep(1000)", %q])
+    os._exit(0)
+os.wait()
+import time; time.sleep(0.3)
+print("parent done")
+`, marker)))
+	if r.Stdout != "parent done\n" {
+		t.Fatalf("got %+v", r)
+	}
+	if left := markerProcs(marker); len(left) > 0 {
+		t.Fatalf("jailed processes survived the run: %v", left)
+	}
+}
+
+func TestTimeoutKillsTreeIgnoringSIGTERM(t *testing.T) {
+	needJail(t)
+	marker := fmt.Sprintf("stockade-tree-%d", time.Now().UnixNano())
+	s := spec("sh", "-c", fmt.Sprintf(`trap "" TERM HUP; for i in 1 2 3; do (trap "" TERM; exec python3 -c "import time; time.sleep(1000)" %s) & done; wait`, marker))
+	s.Timeout = 500 * time.Millisecond
+	r := mustRun(t, s)
+	if r.Verdict != VerdictTimeout {
+		t.Fatalf("got %+v", r)
+	}
+	if left := markerProcs(marker); len(left) > 0 {
+		t.Fatalf("survivors: %v", left)
+	}
+}
+
+// hostState is what a run must leave as it found it.
+type hostState struct {
+	mounts  int
+	runDirs []string
+}
+
+func snapshot(t *testing.T) hostState {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := baseDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(base)
+	var dirs []string
+	for _, e := range ents {
+		dirs = append(dirs, e.Name())
+	}
+	return hostState{mounts: bytes.Count(b, []byte("\n")), runDirs: dirs}
+}
+
+func TestManyRunsLeaveNothingBehind(t *testing.T) {
+	needJail(t)
+	n := 200
+	if testing.Short() {
+		n = 20
+	}
+	before := snapshot(t)
+	marker := fmt.Sprintf("stockade-many-%d", time.Now().UnixNano())
+	for i := 0; i < n; i++ {
+		s := spec("sh", "-c", fmt.Sprintf("echo %d > /work/f; (exec python3 -c 'import time; time.sleep(1000)' %s) & cat /work/f", i, marker))
+		r := mustRun(t, s)
+		if r.Stdout != fmt.Sprintf("%d\n", i) || r.Verdict != VerdictOK {
+			t.Fatalf("run %d: %+v", i, r)
+		}
+	}
+	after := snapshot(t)
+	if after.mounts != before.mounts {
+		t.Errorf("host mounts went from %d to %d", before.mounts, after.mounts)
+	}
+	if len(after.runDirs) != len(before.runDirs) {
+		t.Errorf("run directories left: before %v, after %v", before.runDirs, after.runDirs)
+	}
+	if left := markerProcs(marker); len(left) > 0 {
+		t.Errorf("processes left: %v", left)
+	}
+}
+
+// reachableTempDir is a t.TempDir whose parent the jail user can traverse:
+// a jail's init runs as the jail user and opens mount sources as it.
+func reachableTempDir(t *testing.T) string {
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	return dir
+}
+
+func TestWorkdirBindsUserDirectory(t *testing.T) {
+	needJail(t)
+	dir := reachableTempDir(t)
+	os.WriteFile(filepath.Join(dir, "in.txt"), []byte("data\n"), 0o644)
+	if os.Geteuid() == 0 {
+		// The jail acts as the directory's owner; give it one.
+		os.Chown(dir, 4242, 4242)
+		os.Chown(filepath.Join(dir, "in.txt"), 4242, 4242)
+	}
+	s := spec("sh", "-c", "cat in.txt && echo out > out.txt")
+	s.Workdir = dir
+	r := mustRun(t, s)
+	if r.Stdout != "data\n" || r.Verdict != VerdictOK {
+		t.Fatalf("%+v", r)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out.txt"))
+	if err != nil || string(b) != "out\n" {
+		t.Fatalf("file written in /work: %q %v", b, err)
+	}
+}
+
+func TestWorkdirRefusals(t *testing.T) {
+	needJail(t)
+	home, _ := os.UserHomeDir()
+	rootOwned := reachableTempDir(t)
+	for _, dir := range []string{"/", home, "/home", rootOwned} {
+		if dir == rootOwned && os.Geteuid() != 0 {
+			continue
+		}
+		s := spec("true")
+		s.Workdir = dir
+		res, err := Run(context.Background(), s, Streams{})
+		if err == nil || res.ExitCode != ExitJailError || !strings.Contains(err.Error(), "workdir") {
+			t.Errorf("--workdir %s: %v (exit %d), want a refusal", dir, err, res.ExitCode)
+		}
+	}
+}
+
+func TestReadOnlyBind(t *testing.T) {
+	needJail(t)
+	dir := reachableTempDir(t)
+	os.WriteFile(filepath.Join(dir, "model.bin"), []byte("weights"), 0o644)
+	s := spec("sh", "-c", "cat /models/model.bin; echo; echo x > /models/new 2>/dev/null && echo WRITABLE || echo ro")
+	s.ReadOnly = []Bind{{Source: dir, Dest: "/models"}}
+	if r := mustRun(t, s); r.Stdout != "weights\nro\n" {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// A directory the jail wrote to on an earlier run may hold a planted
+// symlink; binding through it must fail rather than expose its target.
+func TestBindSourceSymlinkIsRefused(t *testing.T) {
+	needJail(t)
+	dir := reachableTempDir(t)
+	if err := os.Symlink("/etc", filepath.Join(dir, "data")); err != nil {
+		t.Fatal(err)
+	}
+	s := spec("ls", "/data")
+	s.ReadOnly = []Bind{{Source: filepath.Join(dir, "data"), Dest: "/data"}}
+	res, err := Run(context.Background(), s, Streams{})
+	if err == nil || !strings.Contains(err.Error(), "symlink") || res.ExitCode != ExitJailError {
+		t.Fatalf("bind through a symlink: %v, exit %d, stdout %q", err, res.ExitCode, res.Stdout)
+	}
+}
+
+func TestInitIsOutOfReach(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, py(`
+import os, signal
+for p in ["/proc/1/exe", "/proc/1/mem", "/proc/1/environ", "/proc/1/root/"]:
+    try:
+        open(p, "rb").read(1); print(p, "OPEN")
+    except OSError as e:
+        print(p, "denied")
+os.kill(1, signal.SIGKILL)
+os.kill(1, signal.SIGTERM)
+print("alive")
+`))
+	if strings.Contains(r.Stdout, "OPEN") || !strings.HasSuffix(r.Stdout, "alive\n") || r.Verdict != VerdictOK {
+		t.Fatalf("init reachable from the payload: %+v", r)
+	}
+}
