@@ -22,7 +22,7 @@ func needJail(t *testing.T) {
 }
 
 // testSeccomp is the policy jail tests run under: the default.
-var testSeccomp = "off" // TODO(seccomp): DefaultSeccomp once wired
+var testSeccomp = DefaultSeccomp
 
 func spec(args ...string) Spec {
 	return Spec{Args: args, Timeout: 20 * time.Second, Seccomp: testSeccomp}

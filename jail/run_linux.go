@@ -53,6 +53,9 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 	if err := spec.Validate(); err != nil {
 		return &SetupError{Step: "spec", Message: err.Error(), ExitCode: ExitJailError}
 	}
+	if err := checkSeccomp(spec.Seccomp); err != nil {
+		return &SetupError{Step: "seccomp", Message: err.Error(), ExitCode: ExitJailError}
+	}
 	id, err := chooseIdentity(spec)
 	if err != nil {
 		return &SetupError{Step: "workdir", Message: err.Error(), ExitCode: ExitJailError}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,6 +24,9 @@ type supervision struct {
 	exit     *childMsg
 	setupErr *childMsg
 	badMsg   error
+
+	filter     *seccomp.Supervisor // answers refused system calls
+	filterDone chan struct{}
 
 	timedOut, canceled bool
 	state              *os.ProcessState
@@ -72,6 +76,17 @@ func (sv *supervision) run(ctx context.Context, spec Spec, cfg *childConfig) {
 		}
 	}
 	<-readerDone
+	if sv.filter != nil {
+		// Every filtered task is dead once init is reaped, so the
+		// listener hangs up and Run returns; Close is for the path where
+		// it somehow does not.
+		select {
+		case <-sv.filterDone:
+		case <-time.After(time.Second):
+		}
+		sv.filter.Close()
+		<-sv.filterDone
+	}
 }
 
 func (sv *supervision) kill() {
@@ -118,7 +133,12 @@ func (sv *supervision) readMessages() {
 			mm := m
 			sv.setupErr = &mm
 		case msgSeccomp:
-			// handled below, outside the lock
+			if len(fds) == 1 && sv.filter == nil {
+				sv.filter = seccomp.NewSupervisor(fds[0])
+				sv.filterDone = make(chan struct{})
+				go func(s *seccomp.Supervisor, done chan struct{}) { s.Run(); close(done) }(sv.filter, sv.filterDone)
+				fds = nil
+			}
 		default:
 			sv.mu.Unlock()
 			sv.noteBad(fmt.Errorf("unknown message %q from init", m.Kind))
@@ -158,6 +178,7 @@ func (sv *supervision) result(res *Result) error {
 	if sv.badMsg != nil && sv.exit == nil {
 		return &SetupError{Step: "supervise", Message: sv.badMsg.Error(), ExitCode: ExitJailError}
 	}
+	res.BlockedSyscalls = blockedOf(sv.filter)
 	from := sv.begin
 	if !sv.started.IsZero() {
 		from = sv.started

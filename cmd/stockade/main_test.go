@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+)
+
+// TestMain makes the test binary double as stockade itself: as a jail's
+// init (jail.Run re-executes /proc/self/exe), and as the CLI when a test
+// starts it with STOCKADE_TEST_MAIN=1 (to SIGKILL it from outside).
+func TestMain(m *testing.M) {
+	if jail.IsChild() {
+		jail.ChildMain()
+	}
+	if os.Getenv("STOCKADE_TEST_MAIN") == "1" {
+		os.Exit(realMain(append([]string{"stockade"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func needJail(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("STOCKADE_TEST_UNPRIVILEGED") == "" {
+		t.Skip("starts real jails: needs root")
+	}
+}
+
+// cli runs the CLI in-process and returns exit status, stdout, stderr.
+func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	in, err := os.CreateTemp(t.TempDir(), "stdin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.WriteString(stdin)
+	in.Seek(0, 0)
+	defer in.Close()
+	var out, errb bytes.Buffer
+	code := realMain(append([]string{"stockade"}, args...), in, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestBadInvocationsExit125WithAReason(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run"}, "no command given"},
+		{[]string{"run", "--timeout", "soon", "--", "true"}, `--timeout: "soon" is not a duration`},
+		{[]string{"run", "--tmpfs-size", "12 parsecs", "--", "true"}, `--tmpfs-size: "12 parsecs" is not a size`},
+		{[]string{"run", "--ro", "relative:/x", "--", "true"}, "absolute"},
+		{[]string{"run", "--ro", "/x:/proc/y", "--", "true"}, "below /proc/"},
+		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, "KEY=VALUE"},
+		{[]string{"run", "--no-such-flag", "--", "true"}, "flag provided but not defined"},
+		{[]string{"run", "--rootfs", "/nonexistent-root", "--", "true"}, "/nonexistent-root"},
+		{[]string{"run", "--workdir", "/", "--", "true"}, "--workdir /"},
+		{[]string{"python"}, "give -c CODE"},
+	}
+	for _, c := range cases {
+		code, _, stderr := invoke(t, "", c.args...)
+		if code != jail.ExitJailError || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "panic") {
+			t.Errorf("%q: exit %d, stderr %q; want 125 and %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+func TestRunStreamsAndExits(t *testing.T) {
+	needJail(t)
+	code, out, _ := invoke(t, "", "run", "--", "python3", "-c", "print(sum(range(100))); raise SystemExit(7)")
+	if code != 7 || out != "4950\n" {
+		t.Fatalf("exit %d stdout %q", code, out)
+	}
+}
+
+func TestRunTimeoutSays124AndWhy(t *testing.T) {
+	needJail(t)
+	code, _, stderr := invoke(t, "", "run", "--timeout", "1s", "--", "python3", "-c", "while True: pass")
+	if code != jail.ExitTimeout || !strings.Contains(stderr, "timeout") {
+		t.Fatalf("exit %d stderr %q", code, stderr)
+	}
+}
+
+func TestJSONResult(t *testing.T) {
+	needJail(t)
+	code, out, _ := invoke(t, "", "run", "--json", "--", "python3", "-c", "print(1)")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"verdict", "exit_code", "signal", "wall_ms", "user_ms", "sys_ms", "peak_memory_bytes",
+		"stdout", "stderr", "stdout_truncated", "stderr_truncated", "error", "stockade_version", "blocked_syscalls", "cgroup"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("result lacks %q: %s", k, out)
+		}
+	}
+	if m["verdict"] != "ok" || m["stdout"] != "1\n" {
+		t.Errorf("result %s", out)
+	}
+}
+
+func TestPythonShortcut(t *testing.T) {
+	needJail(t)
+	if code, out, _ := invoke(t, "print(6*7)\n", "python", "-"); code != 0 || out != "42\n" {
+		t.Errorf("python -: %d %q", code, out)
+	}
+	if code, out, _ := invoke(t, "", "python", "-c", "import sys; print(sys.argv[1:])", "a", "b"); code != 0 || out != "['a', 'b']\n" {
+		t.Errorf("python -c: %d %q", code, out)
+	}
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	prog := filepath.Join(dir, "task.py")
+	os.WriteFile(prog, []byte("import os\nprint(__file__, os.getcwd())\n"), 0o644)
+	if code, out, errs := invoke(t, "", "python", prog); code != 0 || out != "/run/stockade/task.py /work\n" {
+		t.Errorf("python FILE: %d %q %q", code, out, errs)
+	}
+}
+
+func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
+	needJail(t)
+	marker := fmt.Sprintf("stockade-sigkill-%d", time.Now().UnixNano())
+	cmd := exec.Command("/proc/self/exe", "run", "--timeout", "60s", "--", "python3", "-c",
+		"import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(1000)", marker)
+	cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(procsWith(marker)) < 2 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the jailed processes never appeared")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		left := procsWith(marker)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jailed processes outlived stockade: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The next run cleans up the run directory the killed one left.
+	if code, _, errs := invoke(t, "", "run", "--", "true"); code != 0 {
+		t.Fatalf("next run: %d %s", code, errs)
+	}
+	base := filepath.Join(os.TempDir(), fmt.Sprintf("stockade-%d", os.Getuid()))
+	ents, _ := os.ReadDir(base)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), fmt.Sprint(cmd.Process.Pid)+"-") {
+			t.Errorf("run directory of the killed stockade left behind: %s", e.Name())
+		}
+	}
+}
+
+func procsWith(marker string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(marker)) && !bytes.Contains(b, []byte("STOCKADE")) &&
+			bytes.HasPrefix(b, []byte("python3")) {
+			found = append(found, e.Name())
+		}
+	}
+	return found
+}
