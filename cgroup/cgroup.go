@@ -20,6 +20,9 @@ const (
 // default, so a quota of CPUs*period reads the same as the flag.
 const cfsPeriod = 100 * time.Millisecond
 
+// maxCPUs keeps CPUs*period far from overflowing a time.Duration.
+const maxCPUs = 1 << 30
+
 // minCFSQuota is the kernel's lower bound for cpu.max / cpu.cfs_quota_us.
 const minCFSQuota = time.Millisecond
 
@@ -43,6 +46,8 @@ func (l Limits) validate() error {
 		return fmt.Errorf("pids limit %d is negative", l.PidsMax)
 	case l.CPUs < 0:
 		return fmt.Errorf("cpu limit %g is negative", l.CPUs)
+	case l.CPUs > maxCPUs:
+		return fmt.Errorf("cpu limit %g is more than %d cpus", l.CPUs, maxCPUs)
 	case l.CPUs > 0 && l.cfsQuota() < minCFSQuota:
 		return fmt.Errorf("cpu limit %g is below the kernel's minimum quota of %v per %v period (%.2f cpus)",
 			l.CPUs, minCFSQuota, cfsPeriod, float64(minCFSQuota)/float64(cfsPeriod))

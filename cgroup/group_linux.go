@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -222,7 +223,9 @@ func (g *Group) procsLeft() ([]int, error) {
 		}
 		all = append(all, pids...)
 	}
-	return all, nil
+	// On v1 every task is listed once per hierarchy.
+	slices.Sort(all)
+	return slices.Compact(all), nil
 }
 
 // signalAll SIGKILLs the listed tasks. The pids come from cgroup.procs, and

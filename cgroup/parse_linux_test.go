@@ -252,6 +252,7 @@ func TestLimitsValidate(t *testing.T) {
 		{"negative swap", Limits{SwapMax: -1}, "swap"},
 		{"negative pids", Limits{PidsMax: -5}, "pids"},
 		{"negative cpus", Limits{CPUs: -1}, "cpu"},
+		{"absurd cpus", Limits{CPUs: 1e12}, "more than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

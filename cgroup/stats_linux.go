@@ -64,7 +64,16 @@ func (g *Group) statsV1(r *statReader) Stats {
 		s.MemoryPeak = r.value(g.memDir, "memory.max_usage_in_bytes")
 		// oom_kill appeared in memory.oom_control in Linux 4.13.
 		s.OOMKills = r.key(g.memDir, "memory.oom_control", "oom_kill")
+		// The kernel charges memory+swap first: with memsw equal to the
+		// memory limit (no swap), the hit is counted in memsw.failcnt alone.
 		s.MemoryLimitHit = r.value(g.memDir, "memory.failcnt") > 0
+		if memsw := r.value(g.memDir, "memory.memsw.failcnt"); memsw > 0 {
+			s.MemoryLimitHit = true
+		}
+		// Some kernels leave both failcnts at 0 even across an OOM kill
+		// (seen on 6.18), and the OOM killer runs in a group only when
+		// the group is at its limit.
+		s.MemoryLimitHit = s.MemoryLimitHit || s.OOMKills > 0
 	}
 	if g.cpuacctDir != "" {
 		s.CPUUsage = time.Duration(r.value(g.cpuacctDir, "cpuacct.usage"))
@@ -93,7 +102,7 @@ func (g *Group) statsV2(r *statReader) Stats {
 		ev := r.file(g.memDir, "memory.events")
 		s.OOMKills, _ = keyedValue(ev, "oom_kill")
 		hits, _ := keyedValue(ev, "max")
-		s.MemoryLimitHit = hits > 0
+		s.MemoryLimitHit = hits > 0 || s.OOMKills > 0
 	}
 	st := r.file(g.cpuacctDir, "cpu.stat")
 	usage, _ := keyedValue(st, "usage_usec")

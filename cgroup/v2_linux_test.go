@@ -1,0 +1,143 @@
+package cgroup
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestV1HasNoCgroupFD: on v1 the jail must fall back to AddProc.
+func TestV1HasNoCgroupFD(t *testing.T) {
+	m := isolatedManager(t, V1)
+	g := createGroup(t, m, Limits{})
+	if fd, ok := g.CgroupFD(); ok || fd != -1 {
+		t.Errorf("CgroupFD on v1 = %d, %v; want -1, false", fd, ok)
+	}
+	if g.freezerDir == "" && m.usable("freezer") {
+		t.Error("freezer hierarchy usable but the group has no freezer cgroup")
+	}
+}
+
+// TestV2CloneIntoCgroup starts a child straight into the group with
+// CLONE_INTO_CGROUP and checks it is there before it has run anything.
+func TestV2CloneIntoCgroup(t *testing.T) {
+	m := isolatedManager(t, V2)
+	g := createGroup(t, m, Limits{MemoryMax: 64 << 20, PidsMax: 8})
+	p := startInGroup(t, g, true, false, "/bin/sleep", "60")
+	// Still held at the gate: placement happened at clone time.
+	if !inGroup(t, p.cmd.Process.Pid, g) {
+		t.Fatalf("pid %d not in %s right after clone", p.cmd.Process.Pid, g.name)
+	}
+	p.release(t)
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t, 5*time.Second); !killedBySIGKILL(err) {
+		t.Errorf("child ended with %v, want SIGKILL", err)
+	}
+	data := readTrim(t, filepath.Join(g.dirs[0], "cgroup.events"))
+	if !strings.Contains(data, "populated 0") {
+		t.Errorf("cgroup.events after Kill: %q", data)
+	}
+}
+
+// TestV2NoInternalProcesses plays a container whose cgroup-namespace root
+// holds stockade: the helper process runs alone in a fresh cgroup without
+// controllers for children, so NewManager has to move it into
+// <own>/supervisor before it can enable them, and must then limit.
+func TestV2NoInternalProcesses(t *testing.T) {
+	m := isolatedManager(t, V2)
+	t.Run("stockade alone moves to a leaf", func(t *testing.T) {
+		out, err := runHelperIn(t, m, false)
+		if err != nil {
+			t.Fatalf("helper: %v\n%s", err, out)
+		}
+		for _, want := range []string{"moved stockade", "/supervisor", "memory.max=67108864", "pids.max=8", "deleted"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("helper output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("another process in the cgroup is a clear error", func(t *testing.T) {
+		out, err := runHelperIn(t, m, true)
+		if err == nil {
+			t.Fatalf("helper succeeded although its cgroup holds another process:\n%s", out)
+		}
+		if !strings.Contains(out, "processes other than stockade") {
+			t.Errorf("error is not explained:\n%s", out)
+		}
+	})
+}
+
+// runHelperIn makes a fresh cgroup below m's parent, optionally puts a
+// sleep there first, and runs the test binary's helper inside it.
+func runHelperIn(t *testing.T, m *Manager, withSibling bool) (string, error) {
+	t.Helper()
+	dir := filepath.Join(m.primary().parent, fmt.Sprintf("stockadetest-ns-%d-%v", os.Getpid(), withSibling))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The helper moved into supervisor and exited; the sibling is killed below.
+		for _, d := range []string{filepath.Join(dir, "supervisor"), dir} {
+			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+				t.Errorf("cleanup %s: %v", d, err)
+			}
+		}
+	})
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if withSibling {
+		sib := exec.Command("/bin/sleep", "60")
+		sib.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
+		if err := sib.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sib.Process.Kill(); sib.Wait() })
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), "STOCKADE_CGROUP_HELPER=leaf")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// helperLeaf is the helper's body: a stockade in a cgroup that holds it.
+func helperLeaf() {
+	fail := func(format string, a ...any) {
+		fmt.Printf("helper: "+format+"\n", a...)
+		os.Exit(1)
+	}
+	m, err := NewManager(Options{Logf: func(f string, a ...any) { fmt.Printf("notice: "+f+"\n", a...) }})
+	if err != nil {
+		fail("NewManager: %v", err)
+	}
+	self, _ := os.ReadFile("/proc/self/cgroup")
+	fmt.Printf("now in %s", self)
+	g, err := m.Create(fmt.Sprintf("leaf-%d", os.Getpid()), Limits{MemoryMax: 64 << 20, PidsMax: 8})
+	if err != nil {
+		fail("Create: %v", err)
+	}
+	for _, f := range []string{"memory.max", "pids.max"} {
+		data, err := os.ReadFile(filepath.Join(g.dirs[0], f))
+		if err != nil {
+			fail("%v", err)
+		}
+		fmt.Printf("%s=%s\n", f, strings.TrimSpace(string(data)))
+	}
+	if err := g.Delete(); err != nil {
+		fail("Delete: %v", err)
+	}
+	fmt.Println("deleted")
+	os.Exit(0)
+}
