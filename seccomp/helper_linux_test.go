@@ -1,0 +1,234 @@
+package seccomp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The real filter tests re-execute the test binary as a helper process: the
+// helper locks its main goroutine to its thread, sets no_new_privs, loads a
+// policy, hands the listener to this process over SCM_RIGHTS exactly as the
+// jail's init hands it to the host-side parent, and then runs its mode on the
+// filtered thread. This process supervises.
+
+const (
+	envHelper = "STOCKADE_SECCOMP_HELPER" // the mode; set only in the helper
+	envPolicy = "STOCKADE_SECCOMP_POLICY" // policy name, or "off" for no filter
+	envArg    = "STOCKADE_SECCOMP_ARG"    // mode-specific argument
+)
+
+// helperModes are the helper's behaviours, run on the filtered thread.
+var helperModes = map[string]func(arg string) int{
+	"probes": helperProbes,
+	"x32":    helperX32,
+	"exec":   helperExec,
+}
+
+// TestMain turns the test binary into the helper when envHelper is set.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envHelper); mode != "" {
+		os.Exit(helperMain(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func helperMain(mode string) int {
+	run, ok := helperModes[mode]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "helper: unknown mode %q\n", mode)
+		return 2
+	}
+	// Never unlocked: the thread carries the filter, and a goroutine that
+	// exits locked takes its thread with it.
+	runtime.LockOSThread()
+	if name := os.Getenv(envPolicy); name != "off" {
+		if err := loadAndHandOff(name); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 3
+		}
+	}
+	return run(os.Getenv(envArg))
+}
+
+// loadAndHandOff is the jail init's sequence: NNP, Load, send the listener
+// to the parent over fd 3, close our copy.
+func loadAndHandOff(name string) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	p, err := Lookup(name)
+	if err != nil {
+		return err
+	}
+	fd, err := Load(p)
+	if err != nil {
+		return err
+	}
+	if err := unix.Sendmsg(3, []byte("listener"), unix.UnixRights(fd), nil, 0); err != nil {
+		return fmt.Errorf("send listener: %w", err)
+	}
+	// The payload must never hold the listener: it could answer its own
+	// refused calls with CONTINUE.
+	if err := unix.Close(fd); err != nil {
+		return err
+	}
+	return unix.Close(3)
+}
+
+// helperRun is what a test sees of one helper run.
+type helperRun struct {
+	Stdout  []byte
+	Stderr  []byte
+	Err     error // from Wait: nil, or how the helper exited
+	Blocked []Blocked
+}
+
+func (r helperRun) blocked(name string) (Blocked, bool) {
+	for _, b := range r.Blocked {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return Blocked{}, false
+}
+
+// runHelper runs the helper in mode under policy and supervises it.
+func runHelper(t testing.TB, mode, policy, arg string) helperRun {
+	t.Helper()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := os.NewFile(uintptr(pair[0]), "supervisor end")
+	theirs := os.NewFile(uintptr(pair[1]), "helper end")
+	defer ours.Close()
+
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envHelper+"="+mode, envPolicy+"="+policy, envArg+"="+arg)
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// No controlling terminal, as in the jail: vhangup and TIOCSTI, were the
+	// filter to miss them, would have no terminal to act on.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+
+	var sup *Supervisor
+	supDone := make(chan struct{})
+	if policy != "off" {
+		fd, err := receiveListener(int(ours.Fd()))
+		if err != nil {
+			_ = cmd.Wait()
+			t.Fatalf("receive listener: %v; helper stderr:\n%s", err, stderr.String())
+		}
+		sup = NewSupervisor(fd)
+		go func() { sup.Run(); close(supDone) }()
+	} else {
+		close(supDone)
+	}
+	waitErr := cmd.Wait()
+	select {
+	case <-supDone:
+	case <-time.After(10 * time.Second):
+		t.Error("supervisor did not see the listener hang up after the helper exited")
+	}
+	run := helperRun{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Err: waitErr}
+	if sup != nil {
+		run.Blocked = sup.Blocked()
+		if err := sup.Err(); err != nil {
+			t.Errorf("supervisor: %v", err)
+		}
+		if err := sup.Close(); err != nil {
+			t.Errorf("close supervisor: %v", err)
+		}
+	}
+	return run
+}
+
+// receiveListener takes the listener fd out of one SCM_RIGHTS message.
+func receiveListener(sock int) (int, error) {
+	buf := make([]byte, 16)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return -1, err
+	}
+	if len(msgs) != 1 {
+		return -1, fmt.Errorf("%d control messages, want 1 (the helper failed before sending?)", len(msgs))
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		return -1, err
+	}
+	if len(fds) != 1 {
+		return -1, fmt.Errorf("%d fds, want 1", len(fds))
+	}
+	return fds[0], nil
+}
+
+func writeJSON(v any) int {
+	if err := json.NewEncoder(os.Stdout).Encode(v); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	return 0
+}
+
+// helperX32 makes getpid through the x32 ABI (the syscall number with bit
+// 30 set), which the filter must answer by killing the process.
+func helperX32(string) int {
+	const x32SyscallBit = 0x40000000
+	_, _, errno := unix.RawSyscall(x32SyscallBit|unix.SYS_GETPID, 0, 0, 0)
+	fmt.Printf("x32 getpid survived: errno %d\n", errno)
+	return 0
+}
+
+// helperExec forks and execs /usr/bin/python3 -c arg from the filtered thread,
+// with syscall.ForkExec as the jail's init does (clone with CLONE_VM|
+// CLONE_VFORK, setsid, PR_SET_PDEATHSIG, dup3, execve), and exits with its
+// status.
+func helperExec(script string) int {
+	pid, err := syscall.ForkExec(pythonPath, []string{pythonPath, "-I", "-c", script}, &syscall.ProcAttr{
+		Env:   []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"},
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper: fork/exec python:", err)
+		return 4
+	}
+	var ws syscall.WaitStatus
+	for {
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper: wait:", err)
+		return 5
+	}
+	if ws.Signaled() {
+		fmt.Fprintf(os.Stderr, "helper: python killed by %v\n", ws.Signal())
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+const pythonPath = "/usr/bin/python3"

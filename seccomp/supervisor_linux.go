@@ -1,0 +1,213 @@
+package seccomp
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// Blocked is one distinct refused system call of a run.
+type Blocked struct {
+	Name    string `json:"name"`
+	Count   int    `json:"count"`
+	Example string `json:"example"` // the first such call, e.g. socket(AF_PACKET, SOCK_RAW, 768)
+}
+
+// Supervisor answers a listener's notifications from outside the jail. Every
+// notification is answered with EPERM and never allowed to continue: the
+// refused call does not reach the kernel. If the supervisor stops or dies
+// while the jail runs, the kernel answers the jail's refused calls ENOSYS
+// instead; they stay refused.
+type Supervisor struct {
+	notifyFD int
+	wakeFD   int // eventfd that Close writes; -1 if none could be made
+
+	mu      sync.Mutex
+	calls   map[int32]*Blocked
+	err     error
+	running bool
+	closed  bool
+	done    chan struct{}
+}
+
+// pollInterval bounds how long Close waits for Run when no eventfd could be
+// made to wake it.
+const pollInterval = 100 // milliseconds
+
+// NewSupervisor takes ownership of notifyFD, a listener returned by Load
+// (here, received from the jail over SCM_RIGHTS); Close closes it.
+func NewSupervisor(notifyFD int) *Supervisor {
+	s := &Supervisor{notifyFD: notifyFD, wakeFD: -1, calls: map[int32]*Blocked{}, done: make(chan struct{})}
+	if fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err == nil {
+		s.wakeFD = fd
+	}
+	return s
+}
+
+// Run answers notifications until no process uses the filter any more (the
+// listener reports POLLHUP) or Close is called. Call it once, typically on
+// its own goroutine.
+func (s *Supervisor) Run() {
+	s.mu.Lock()
+	if s.running || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.running = true
+	s.mu.Unlock()
+	defer close(s.done)
+
+	fds := []unix.PollFd{{Fd: int32(s.notifyFD), Events: unix.POLLIN}}
+	timeout := -1
+	if s.wakeFD >= 0 {
+		fds = append(fds, unix.PollFd{Fd: int32(s.wakeFD), Events: unix.POLLIN})
+	} else {
+		timeout = pollInterval
+	}
+	for {
+		if s.isClosed() {
+			return
+		}
+		_, err := unix.Poll(fds, timeout)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			s.fail(fmt.Errorf("seccomp supervisor: poll listener: %w", err))
+			return
+		}
+		if len(fds) > 1 && fds[1].Revents != 0 {
+			return // Close
+		}
+		ev := fds[0].Revents
+		// Answer what is pending before honouring a hang-up: a call left
+		// unanswered would wait until the listener closes.
+		if ev&unix.POLLIN != 0 {
+			if err := s.serveOne(); err != nil {
+				s.fail(err)
+				return
+			}
+			continue
+		}
+		if ev&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			return
+		}
+	}
+}
+
+// serveOne reads one notification, refuses it and records it.
+func (s *Supervisor) serveOne() error {
+	var req notifReq
+	switch err := notifRecv(s.notifyFD, &req); {
+	case err == nil:
+	case errors.Is(err, unix.EINTR), errors.Is(err, unix.ENOENT):
+		// ENOENT: the caller died or was interrupted before we read it.
+		return nil
+	default:
+		return fmt.Errorf("seccomp supervisor: receive notification: %w", err)
+	}
+	resp := notifResp{ID: req.ID, Error: -int32(unix.EPERM)}
+	for {
+		err := notifSend(s.notifyFD, &resp)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		// ENOENT: the caller died (or a signal pulled it out of the call)
+		// after we read it; there is nobody left to answer.
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("seccomp supervisor: answer notification: %w", err)
+		}
+		break
+	}
+	s.record(req.Data)
+	return nil
+}
+
+func (s *Supervisor) record(d notifData) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.calls[d.Nr]; ok {
+		b.Count++
+		return
+	}
+	name := syscallName(d.Nr)
+	s.calls[d.Nr] = &Blocked{Name: name, Count: 1, Example: Describe(name, d.Args)}
+}
+
+// syscallName names a native-architecture call; the filter kills every other
+// architecture before it could notify.
+func syscallName(nr int32) string {
+	if arch, err := libseccomp.GetNativeArch(); err == nil {
+		if name, err := libseccomp.ScmpSyscall(nr).GetNameByArch(arch); err == nil {
+			return name
+		}
+	}
+	return "syscall_" + strconv.Itoa(int(nr))
+}
+
+func (s *Supervisor) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+func (s *Supervisor) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Err reports why Run stopped early, if it did.
+func (s *Supervisor) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close stops Run, waits for it, and closes the listener. Closing the
+// listener makes the kernel answer any further refused call ENOSYS.
+func (s *Supervisor) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	running := s.running
+	s.mu.Unlock()
+	if running {
+		if s.wakeFD >= 0 {
+			one := [8]byte{1}
+			_, _ = unix.Write(s.wakeFD, one[:])
+		}
+		<-s.done
+	}
+	var err error
+	if e := unix.Close(s.notifyFD); e != nil {
+		err = fmt.Errorf("seccomp supervisor: close listener: %w", e)
+	}
+	if s.wakeFD >= 0 {
+		_ = unix.Close(s.wakeFD)
+	}
+	return err
+}
+
+// Blocked lists the distinct refused calls, sorted by name, with how often
+// each was made and the first one as an example. Call it after Run returns.
+func (s *Supervisor) Blocked() []Blocked {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Blocked, 0, len(s.calls))
+	for _, b := range s.calls {
+		out = append(out, *b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
