@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -20,6 +21,9 @@ type Streams struct {
 	Stdin  *os.File  // passed to the payload as is; nil means /dev/null
 	Stdout io.Writer // receives stdout as it comes, up to the limit; nil: capture only
 	Stderr io.Writer
+	// Notices receives stockade's own remarks made while setting up (such
+	// as moving itself into a cgroup leaf); nil discards them.
+	Notices io.Writer
 }
 
 // jailPath is the payload's PATH and where Args[0] is looked up.
@@ -35,7 +39,10 @@ func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
 	res := &Result{Verdict: VerdictError, Cgroup: "none", Seccomp: spec.Seccomp,
 		BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}}
 	if spec.Seccomp == "off" {
-		res.Degraded = append(res.Degraded, "seccomp: off")
+		res.Degraded = append(res.Degraded, "seccomp: off (every system call allowed)")
+	}
+	if spec.Cgroup.Disabled {
+		res.Degraded = append(res.Degraded, "cgroup: none (no memory, CPU or pids limit; rlimits only)")
 	}
 	err := run(ctx, spec, st, res)
 	if err != nil {
@@ -78,6 +85,13 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		return &SetupError{Step: "run directory", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	defer dir.remove()
+	var cg *runCgroup
+	if !spec.Cgroup.Disabled {
+		if cg, err = newRunCgroup(spec, filepath.Base(dir.path), st.Notices); err != nil {
+			return &SetupError{Step: "cgroup", Message: err.Error(), ExitCode: ExitJailError}
+		}
+		defer cg.group.Delete() // a no-op once finish has removed it
+	}
 	workdir := dir.work
 	if spec.Workdir != "" {
 		workdir = spec.Workdir
@@ -92,7 +106,7 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		Args: spec.Args, Env: jailEnv(spec), Path: jailPath,
 		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp,
 	}
-	return start(ctx, spec, st, id, cfg, res)
+	return start(ctx, spec, st, id, cfg, cg, res)
 }
 
 // identity is who the jail user is on the host.
@@ -154,7 +168,7 @@ func rlimitsFor(spec Spec) []rlimit {
 }
 
 // start runs init and supervises it to the end.
-func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childConfig, res *Result) error {
+func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childConfig, cg *runCgroup, res *Result) error {
 	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
@@ -202,6 +216,14 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
+	placed := false
+	if cg != nil {
+		// cgroup v2: clone3 puts init straight into the run's cgroup.
+		if fd, ok := cg.group.CgroupFD(); ok {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+			placed = true
+		}
+	}
 	if st.Stdin != nil {
 		cmd.Stdin = st.Stdin
 	}
@@ -219,11 +241,20 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 	outW.Close()
 	errW.Close()
 	childSock.Close()
+	if cg != nil && !placed {
+		// cgroup v1: init is waiting for its plan and has run none of the
+		// payload's code, so placing it now is as good as at clone.
+		if err := cg.group.AddProc(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return &SetupError{Step: "cgroup", Message: fmt.Sprintf("place jail in its cgroup: %v", err), ExitCode: ExitJailError}
+		}
+	}
 	drained := make(chan struct{}, 2)
 	go func() { stdout.drain(outR); drained <- struct{}{} }()
 	go func() { stderr.drain(errR); drained <- struct{}{} }()
 
-	sv := &supervision{cmd: cmd, sock: parentSock, begin: begin}
+	sv := &supervision{cmd: cmd, sock: parentSock, begin: begin, cg: cg}
 	sv.run(ctx, spec, cfg)
 	<-drained
 	<-drained
@@ -231,7 +262,13 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 	res.Stdout, res.Stderr = stdout.buf.String(), stderr.buf.String()
 	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
 	res.StdoutTruncated, res.StderrTruncated = stdout.truncated(), stderr.truncated()
-	return sv.result(res)
+	err = sv.result(res)
+	if cg != nil {
+		if cerr := cg.finish(res, sv.cpuOver); cerr != nil && err == nil {
+			err = &SetupError{Step: "cgroup", Message: cerr.Error(), ExitCode: ExitJailError}
+		}
+	}
+	return err
 }
 
 // explainStart turns a failed clone into the reason a user can act on.

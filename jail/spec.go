@@ -66,7 +66,8 @@ type Rlimits struct {
 	CPUTime   uint64 // RLIMIT_CPU, seconds: a backstop under the cgroup poll
 }
 
-// CgroupSpec holds the limits that need a cgroup. Disabled means --no-cgroup:
+// CgroupSpec holds the limits that need a cgroup. Zero fields get the
+// defaults (512M, no swap, 1 CPU, 128 pids). Disabled means --no-cgroup:
 // the run goes ahead with rlimits only and says so in Result.Degraded.
 type CgroupSpec struct {
 	Disabled  bool
@@ -114,6 +115,22 @@ func (s Spec) WithDefaults() Spec {
 	}
 	if s.Seccomp == "" {
 		s.Seccomp = DefaultSeccomp
+	}
+	if !s.Cgroup.Disabled {
+		if s.Cgroup.MemoryMax == 0 {
+			s.Cgroup.MemoryMax = DefaultMemoryMax
+		}
+		if s.Cgroup.CPUs == 0 {
+			s.Cgroup.CPUs = DefaultCPUs
+		}
+		if s.Cgroup.PidsMax == 0 {
+			s.Cgroup.PidsMax = DefaultPidsMax
+		}
+	}
+	if c := s.Cgroup.CPUTime; c > 0 && s.Rlimits.CPUTime == 0 {
+		// The per-process backstop under the cgroup poll: a little more
+		// than the limit, so the poll normally ends the run first.
+		s.Rlimits.CPUTime = uint64(c/time.Second) + 2
 	}
 	return s
 }

@@ -28,7 +28,9 @@ type supervision struct {
 	filter     *seccomp.Supervisor // answers refused system calls
 	filterDone chan struct{}
 
-	timedOut, canceled bool
+	cg *runCgroup
+
+	timedOut, canceled, cpuOver bool
 	state              *os.ProcessState
 	end                time.Time
 }
@@ -60,6 +62,13 @@ func (sv *supervision) run(ctx context.Context, spec Spec, cfg *childConfig) {
 	// shorten or stretch the limit.
 	timer := time.NewTimer(spec.Timeout)
 	defer timer.Stop()
+	var cpuOver chan struct{}
+	stopPoll := make(chan struct{})
+	defer close(stopPoll)
+	if sv.cg != nil && spec.Cgroup.CPUTime > 0 {
+		cpuOver = make(chan struct{})
+		go sv.cg.pollCPU(spec.Cgroup.CPUTime, stopPoll, func() { close(cpuOver) })
+	}
 	for waiting := true; waiting; {
 		select {
 		case <-exited:
@@ -69,6 +78,12 @@ func (sv *supervision) run(ctx context.Context, spec Spec, cfg *childConfig) {
 			sv.timedOut = sv.exit == nil
 			sv.mu.Unlock()
 			sv.kill()
+		case <-cpuOver:
+			sv.mu.Lock()
+			sv.cpuOver = sv.exit == nil
+			sv.mu.Unlock()
+			sv.kill()
+			cpuOver = nil
 		case <-ctx.Done():
 			sv.canceled = true
 			sv.kill()
@@ -93,6 +108,11 @@ func (sv *supervision) kill() {
 	// os.Process signals through a pidfd where the kernel has them, so the
 	// signal cannot hit a recycled pid.
 	_ = sv.cmd.Process.Kill()
+	if sv.cg != nil {
+		// Belt and braces: the pid namespace already takes everything
+		// down with init; the cgroup kill does not depend on it.
+		_ = sv.cg.group.Kill()
+	}
 }
 
 func (sv *supervision) noteBad(err error) {
@@ -185,6 +205,9 @@ func (sv *supervision) result(res *Result) error {
 	}
 	res.WallMs = ms(sv.end.Sub(from))
 	switch {
+	case sv.cpuOver:
+		// A CPU-time limit is a time limit: the same status as a timeout.
+		res.Verdict, res.ExitCode = VerdictCPU, ExitTimeout
 	case sv.timedOut:
 		res.Verdict, res.ExitCode = VerdictTimeout, ExitTimeout
 	case sv.exit != nil:

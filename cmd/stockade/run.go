@@ -28,7 +28,14 @@ func jailFlags() []cli.Flag {
 		&cli.StringFlag{Name: "output-limit", Value: "1M", Usage: "bytes kept per output stream; the rest is dropped"},
 		&cli.StringFlag{Name: "open-files", Value: "256", Usage: "RLIMIT_NOFILE"},
 		&cli.StringFlag{Name: "file-size", Value: "64M", Usage: "largest file the jail may write (RLIMIT_FSIZE)"},
-		&cli.StringFlag{Name: "seccomp", Value: jail.DefaultSeccomp, Usage: `system call policy, or "off"`},
+		&cli.StringFlag{Name: "seccomp", Value: jail.DefaultSeccomp, Usage: `system call policy (python, strict), or "off"`},
+		&cli.StringFlag{Name: "memory", Value: "512M", Usage: "memory limit of the whole jail (cgroup)"},
+		&cli.StringFlag{Name: "swap", Value: "0", Usage: "swap allowed on top of --memory"},
+		&cli.Float64Flag{Name: "cpus", Value: 1, Usage: "CPU bandwidth in cores (cgroup quota)"},
+		&cli.Int64Flag{Name: "pids", Value: 128, Usage: "most tasks (processes and threads) at once"},
+		&cli.StringFlag{Name: "cpu-time", Value: "0", Usage: "CPU time of the whole tree (0: none)"},
+		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: stockade's own cgroup)"},
+		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
 	}
 }
 
@@ -128,13 +135,26 @@ func specFromFlags(c *cli.Context, argv []string) (jail.Spec, error) {
 		s.ReadOnly = append(s.ReadOnly, b)
 	}
 	s.Seccomp = c.String("seccomp")
+	if s.Cgroup.MemoryMax, err = parseSize(c.String("memory")); err != nil {
+		return s, fmt.Errorf("--memory: %w", err)
+	}
+	if s.Cgroup.SwapMax, err = parseSize(c.String("swap")); err != nil {
+		return s, fmt.Errorf("--swap: %w", err)
+	}
+	if s.Cgroup.CPUTime, err = parseDuration(c.String("cpu-time")); err != nil {
+		return s, fmt.Errorf("--cpu-time: %w", err)
+	}
+	s.Cgroup.CPUs = c.Float64("cpus")
+	s.Cgroup.PidsMax = c.Int64("pids")
+	s.Cgroup.Parent = c.String("cgroup-parent")
+	s.Cgroup.Disabled = c.Bool("no-cgroup")
 	full := s.WithDefaults()
 	return s, full.Validate()
 }
 
 func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.Writer) error {
 	asJSON := c.Bool("json")
-	streams := jail.Streams{Stdin: stdin}
+	streams := jail.Streams{Stdin: stdin, Notices: stderr}
 	if !asJSON {
 		streams.Stdout, streams.Stderr = stdout, stderr
 	}
@@ -163,9 +183,16 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 // command's own exit: the caller should never have to guess.
 func explain(spec jail.Spec, r *jail.Result) []string {
 	var out []string
+	full := spec.WithDefaults()
 	switch r.Verdict {
 	case jail.VerdictTimeout:
-		out = append(out, fmt.Sprintf("timeout: killed after %v", spec.WithDefaults().Timeout))
+		out = append(out, fmt.Sprintf("timeout: killed after %v", full.Timeout))
+	case jail.VerdictCPU:
+		out = append(out, fmt.Sprintf("cpu: killed after %v of CPU time", full.Cgroup.CPUTime))
+	case jail.VerdictMemory:
+		out = append(out, fmt.Sprintf("memory: the kernel killed a process at the %d MiB limit (peak %d MiB)", full.Cgroup.MemoryMax>>20, r.PeakMemoryBytes>>20))
+	case jail.VerdictPids:
+		out = append(out, fmt.Sprintf("pids: a fork or thread failed at the limit of %d tasks", full.Cgroup.PidsMax))
 	case jail.VerdictSignal:
 		out = append(out, fmt.Sprintf("killed by signal %d (%v)", *r.Signal, syscall.Signal(*r.Signal)))
 	}

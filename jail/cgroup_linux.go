@@ -1,0 +1,97 @@
+package jail
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/stockade/stockade/cgroup"
+)
+
+// Cgroup defaults: the limits a run gets unless the spec says otherwise.
+const (
+	DefaultMemoryMax = 512 << 20
+	DefaultCPUs      = 1.0
+	DefaultPidsMax   = 128
+)
+
+// runCgroup is the cgroup side of one run: created with its limits before
+// init starts, init placed in it before it runs anything of the payload's,
+// read and removed after.
+type runCgroup struct {
+	group *cgroup.Group
+	mode  cgroup.Mode
+}
+
+// newRunCgroup creates the run's cgroup. Failing to enforce a requested
+// limit is an error: the run does not go ahead with less isolation than
+// asked for (--no-cgroup is the explicit opt-out).
+func newRunCgroup(spec Spec, id string, notices io.Writer) (*runCgroup, error) {
+	logf := func(format string, a ...any) {
+		if notices != nil {
+			fmt.Fprintf(notices, "stockade: cgroup: "+format+"\n", a...)
+		}
+	}
+	m, err := cgroup.NewManager(cgroup.Options{Parent: spec.Cgroup.Parent, Logf: logf})
+	if err != nil {
+		return nil, fmt.Errorf("%w (use --no-cgroup to run with rlimits only)", err)
+	}
+	l := cgroup.Limits{MemoryMax: spec.Cgroup.MemoryMax, SwapMax: spec.Cgroup.SwapMax,
+		CPUs: spec.Cgroup.CPUs, PidsMax: spec.Cgroup.PidsMax}
+	if err := m.Check(l); err != nil {
+		return nil, fmt.Errorf("%w (use --no-cgroup to run with rlimits only)", err)
+	}
+	g, err := m.Create(id, l)
+	if err != nil {
+		return nil, err
+	}
+	return &runCgroup{group: g, mode: m.Mode()}, nil
+}
+
+// pollCPU ends the run when the whole tree has used more CPU time than the
+// limit. Polling the cgroup counts every process and thread, which
+// RLIMIT_CPU (per process, the backstop) cannot.
+func (c *runCgroup) pollCPU(limit time.Duration, stop <-chan struct{}, over func()) {
+	every := limit / 20
+	every = max(every, 10*time.Millisecond)
+	every = min(every, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if used, err := c.group.CPUUsage(); err == nil && used >= limit {
+				over()
+				return
+			}
+		}
+	}
+}
+
+// finish reads what the cgroup saw into res and removes the cgroup.
+func (c *runCgroup) finish(res *Result, cpuOver bool) error {
+	st, err := c.group.Stats()
+	delErr := c.group.Delete()
+	if err != nil {
+		return fmt.Errorf("cgroup stats: %w", err)
+	}
+	res.Cgroup = string(c.mode)
+	res.PeakMemoryBytes = st.MemoryPeak
+	res.CPUMs = ms(st.CPUUsage)
+	res.PidsPeak = st.PidsPeak
+	switch {
+	case res.Verdict == VerdictError:
+	case st.OOMKills > 0:
+		res.Verdict = VerdictMemory
+	case st.PidsLimitHit:
+		res.Verdict = VerdictPids
+	case cpuOver:
+		res.Verdict = VerdictCPU
+	}
+	if delErr != nil {
+		return fmt.Errorf("remove cgroup: %w", delErr)
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package jail
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stockadeCgroups lists stockade-* cgroups below this process's own cgroup
+// in every hierarchy (v1 and v2 alike: /proc/self/cgroup names them all).
+func stockadeCgroups(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var found []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var mnt string
+		switch {
+		case parts[1] == "":
+			mnt = "/sys/fs/cgroup"
+			if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err == nil {
+				mnt = "/sys/fs/cgroup/unified"
+			}
+		case strings.HasPrefix(parts[1], "name="):
+			continue
+		default:
+			mnt = "/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0]
+		}
+		// stockade may have moved itself into <own>/supervisor (v2): look
+		// one level up as well.
+		for _, dir := range []string{filepath.Join(mnt, parts[2]), filepath.Dir(filepath.Join(mnt, parts[2]))} {
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if e.IsDir() && strings.HasPrefix(e.Name(), "stockade-") {
+					found = append(found, filepath.Join(dir, e.Name()))
+				}
+			}
+		}
+	}
+	return found
+}
+
+func noLeftoverCgroups(t *testing.T) {
+	t.Helper()
+	if left := stockadeCgroups(t); len(left) > 0 {
+		t.Errorf("cgroups left behind: %v", left)
+	}
+}
+
+func TestMemoryLimitKills(t *testing.T) {
+	needJail(t)
+	s := py("b = bytearray(1 << 30); print('allocated')")
+	s.Cgroup.MemoryMax = 256 << 20
+	r := mustRun(t, s)
+	if r.Verdict != VerdictMemory || r.ExitCode != 137 || r.Stdout != "" {
+		t.Fatalf("1 GiB at a 256M limit: %+v", r)
+	}
+	if r.PeakMemoryBytes > 300<<20 || r.PeakMemoryBytes < 100<<20 {
+		t.Errorf("peak memory %d, want close to the 256M limit", r.PeakMemoryBytes)
+	}
+	if r.Cgroup != "v1" && r.Cgroup != "v2" {
+		t.Errorf("cgroup mode %q", r.Cgroup)
+	}
+	noLeftoverCgroups(t)
+}
+
+func TestCaughtMemoryErrorIsNotAKill(t *testing.T) {
+	needJail(t)
+	// With RLIMIT_AS nothing would be left to report; here Python's own
+	// allocation of a huge object fails cleanly before the cgroup is hit.
+	s := py("try:\n    b = bytearray(1 << 46)\nexcept MemoryError:\n    print('caught')")
+	s.Cgroup.MemoryMax = 256 << 20
+	r := mustRun(t, s)
+	if r.Verdict != VerdictOK || r.Stdout != "caught\n" {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestForkBombIsHeld(t *testing.T) {
+	needJail(t)
+	s := py(`
+import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(30); os._exit(0)
+        n += 1
+except OSError as e:
+    print("held after", n)
+`)
+	s.Cgroup.PidsMax = 32
+	s.Timeout = 10 * time.Second
+	start := time.Now()
+	r := mustRun(t, s)
+	if r.Verdict != VerdictPids || !strings.HasPrefix(r.Stdout, "held after") {
+		t.Fatalf("%+v", r)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(r.Stdout, "held after")))
+	if n >= 32 {
+		t.Errorf("forked %d children under a limit of 32 tasks", n)
+	}
+	if time.Since(start) > 8*time.Second {
+		t.Errorf("took %v: the bomb's children were not killed with the run", time.Since(start))
+	}
+	// The host is unharmed: the next run works at once.
+	if r := mustRun(t, py("print('next')")); r.Stdout != "next\n" {
+		t.Fatalf("next run: %+v", r)
+	}
+	noLeftoverCgroups(t)
+}
+
+func TestCPUTimeLimit(t *testing.T) {
+	needJail(t)
+	s := py("while True: pass")
+	s.Cgroup.CPUTime = time.Second
+	s.Timeout = 20 * time.Second
+	r := mustRun(t, s)
+	if r.Verdict != VerdictCPU || r.ExitCode != ExitTimeout {
+		t.Fatalf("%+v", r)
+	}
+	if r.CPUMs < 900 || r.CPUMs > 2500 {
+		t.Errorf("cpu_ms %.0f for a 1s CPU limit", r.CPUMs)
+	}
+	noLeftoverCgroups(t)
+}
+
+func TestCPUQuotaHalvesASpinner(t *testing.T) {
+	needJail(t)
+	s := py("import time\nend = time.monotonic() + 2\nwhile time.monotonic() < end: pass")
+	s.Cgroup.CPUs = 0.5
+	r := mustRun(t, s)
+	if r.Verdict != VerdictOK {
+		t.Fatalf("%+v", r)
+	}
+	share := r.CPUMs / r.WallMs
+	if share < 0.3 || share > 0.7 {
+		t.Errorf("--cpus 0.5: used %.0f ms of CPU in %.0f ms (%.2f cores)", r.CPUMs, r.WallMs, share)
+	}
+}
+
+func TestUnwritableCgroupParentFails(t *testing.T) {
+	needJail(t)
+	s := spec("true")
+	s.Cgroup.Parent = "/stockade-test-does-not-exist/deeper"
+	res, err := Run(context.Background(), s, Streams{})
+	if err == nil || res.ExitCode != ExitJailError || !strings.Contains(err.Error(), "cgroup") {
+		t.Fatalf("unusable --cgroup-parent: %v, exit %d", err, res.ExitCode)
+	}
+}
+
+func TestNoCgroupIsReported(t *testing.T) {
+	needJail(t)
+	s := spec("true")
+	s.Cgroup.Disabled = true
+	r := mustRun(t, s)
+	if r.Cgroup != "none" || len(r.Degraded) == 0 || !strings.Contains(strings.Join(r.Degraded, " "), "cgroup") {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestNumpyUnderPidsLimit(t *testing.T) {
+	needJail(t)
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/numpy"); err != nil {
+		t.Skip("python3-numpy is not installed")
+	}
+	s := py("import numpy; print(numpy.linalg.inv(numpy.eye(3)).trace())")
+	s.Cgroup.PidsMax = 16
+	if r := mustRun(t, s); r.Stdout != "3.0\n" {
+		t.Fatalf("numpy under 16 pids: %+v", r)
+	}
+}
