@@ -31,8 +31,8 @@ type supervision struct {
 	cg *runCgroup
 
 	timedOut, canceled, cpuOver bool
-	state              *os.ProcessState
-	end                time.Time
+	state                       *os.ProcessState
+	end                         time.Time
 }
 
 // run sends the plan, then waits for init to exit, killing it on timeout or
