@@ -20,6 +20,8 @@ const groupPrefix = "stockade-"
 const killTimeout = 2 * time.Second
 
 // Group is one run's cgroup, in every hierarchy the mode needs.
+// CPUUsage, Stats, Kill and AddProc may run concurrently (the jail polls CPU
+// time while it waits); Delete must not race with any of them.
 type Group struct {
 	mode Mode
 	name string

@@ -144,6 +144,9 @@ func TestAddProcStatsKillDelete(t *testing.T) {
 	if err := g.Delete(); err != nil {
 		t.Errorf("second Delete: %v", err)
 	}
+	if _, err := g.Stats(); err == nil {
+		t.Error("Stats after Delete returned no error")
+	}
 }
 
 // TestDeleteKillsWhatIsLeft deletes a group that still holds a process.

@@ -46,6 +46,24 @@ func NewManager(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	m := setup(l, opts)
+	var reasons []string
+	usable := false
+	for _, c := range limitControllers {
+		if err := m.ctlErr[c]; err != nil {
+			reasons = append(reasons, err.Error())
+		} else {
+			usable = true
+		}
+	}
+	if !usable {
+		return nil, fmt.Errorf("no cgroup controller is usable: %s", strings.Join(dedupe(reasons), "; "))
+	}
+	return m, nil
+}
+
+// setup is NewManager after detection, for any layout.
+func setup(l layout, opts Options) *Manager {
 	m := &Manager{mode: l.mode, variant: l.variant, ctlErr: map[string]error{}, logf: opts.Logf}
 	if m.logf == nil {
 		m.logf = func(string, ...any) {}
@@ -72,19 +90,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if !m.swap && m.hostSwap && m.ctlErr["memory"] == nil {
 		m.note("cgroup %s: the kernel does not account swap per cgroup (no %s); swap use is not limited (boot with swapaccount=1)", m.mode, m.swapFile())
 	}
-	var reasons []string
-	usable := false
-	for _, c := range limitControllers {
-		if err := m.ctlErr[c]; err != nil {
-			reasons = append(reasons, err.Error())
-		} else {
-			usable = true
-		}
-	}
-	if !usable {
-		return nil, fmt.Errorf("no cgroup controller is usable: %s", strings.Join(dedupe(reasons), "; "))
-	}
-	return m, nil
+	return m
 }
 
 // Mode says whether groups live in cgroup v1 or v2.

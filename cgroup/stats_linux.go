@@ -17,6 +17,9 @@ const userHZ = 100
 // (user and system, exited tasks included). It is one small file read, so
 // the jail can poll it to enforce a CPU-time limit.
 func (g *Group) CPUUsage() (time.Duration, error) {
+	if g.deleted {
+		return 0, fmt.Errorf("cgroup %s: cpu usage: the group is deleted", g.name)
+	}
 	if g.cpuacctDir == "" {
 		return 0, fmt.Errorf("cgroup %s: cpu usage: no cpuacct hierarchy", g.name)
 	}
@@ -45,6 +48,10 @@ func (g *Group) CPUUsage() (time.Duration, error) {
 // Stats reads what the group used. A counter the kernel does not have (an
 // older kernel, a controller that is not usable here) reads as zero.
 func (g *Group) Stats() (Stats, error) {
+	if g.deleted {
+		// Every file would be missing and read as zero; say so instead.
+		return Stats{}, fmt.Errorf("cgroup %s: stats: the group is deleted", g.name)
+	}
 	r := statReader{}
 	var s Stats
 	if g.mode == V1 {

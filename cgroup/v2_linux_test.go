@@ -141,3 +141,97 @@ func helperLeaf() {
 	fmt.Println("deleted")
 	os.Exit(0)
 }
+
+// TestV2MechanicsOnHybridUnified runs the v2 code on a hybrid host's
+// cgroup2 mount, which has none of the limit controllers: everything that
+// needs no controller is real here (CLONE_INTO_CGROUP, cgroup.kill,
+// cgroup.events, cpu.stat, the ownership lock and the stale sweep), and a
+// requested limit must fail closed because its controller is not delegated.
+func TestV2MechanicsOnHybridUnified(t *testing.T) {
+	requireRoot(t)
+	l, err := detectHost()
+	if err != nil || l.mode != V1 || l.v2 == nil || l.self.unified == "" {
+		t.Skip("needs a hybrid host (v1 controllers beside a cgroup2 mount)")
+	}
+	l.mode = V2
+	m := setup(l, Options{Logf: t.Logf, subdir: testSubdir(t)})
+	t.Cleanup(func() { removeTestParents(t, m) })
+	if m.primary() == nil {
+		t.Skipf("cgroup2 mount not usable: %v", m.hiers[0].err)
+	}
+	if m.ctlErr["memory"] != nil {
+		_, err := m.Create("nomem", Limits{MemoryMax: 64 << 20})
+		if err == nil || !strings.Contains(err.Error(), "memory limit requested") || !strings.Contains(err.Error(), "not delegated") {
+			t.Errorf("Create with an undelegated memory controller: %v", err)
+		}
+		if exists(filepath.Join(m.primary().parent, groupPrefix+"nomem")) {
+			t.Error("refused Create left its directory")
+		}
+	}
+
+	g := createGroup(t, m, Limits{})
+	spinThenFork := "import os, time\nt = time.time()\nwhile time.time() - t < 0.2: pass\nos.fork()\ntime.sleep(60)\n"
+	p := startInGroup(t, g, true, true, python, "-c", spinThenFork)
+	if !inGroup(t, p.cmd.Process.Pid, g) {
+		t.Fatalf("pid %d not in %s right after CLONE_INTO_CGROUP", p.cmd.Process.Pid, g.name)
+	}
+	p.release(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids, err := readPids(g.dirs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pids) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child never forked: %v", pids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	used, err := g.CPUUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := g.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used < 150*time.Millisecond || st.CPUUsage < used || st.UserCPU == 0 {
+		t.Errorf("after a 200ms spin: CPUUsage %v, Stats %+v", used, st)
+	}
+	if err := g.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if data := readTrim(t, filepath.Join(g.dirs[0], "cgroup.events")); !strings.Contains(data, "populated 0") {
+		t.Errorf("cgroup.events right after Kill returned: %q", data)
+	}
+	if err := p.wait(t, 5*time.Second); !killedBySIGKILL(err) {
+		t.Errorf("child ended with %v, want SIGKILL", err)
+	}
+
+	// A crashed stockade's v2 group, with a process in it.
+	stale := filepath.Join(m.primary().parent, fmt.Sprintf("%sstale-%d", groupPrefix, os.Getpid()))
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Rmdir(stale); err != nil && err != unix.ENOENT {
+			t.Errorf("cleanup %s: %v", stale, err)
+		}
+	})
+	crashed := &Group{mode: V2, name: filepath.Base(stale), dirs: []string{stale}, lockFD: -1, pathFD: -1}
+	q := startInGroup(t, crashed, false, false, "/bin/sleep", "60")
+	q.release(t)
+	setup(l, Options{Logf: t.Logf, subdir: testSubdir(t)})
+	if exists(stale) {
+		t.Errorf("stale v2 group %s not removed", stale)
+	}
+	if err := q.wait(t, 5*time.Second); !killedBySIGKILL(err) {
+		t.Errorf("process in the stale group ended with %v, want SIGKILL", err)
+	}
+	if !exists(g.dirs[0]) {
+		t.Errorf("the sweep removed the live group %s", g.dirs[0])
+	}
+}
