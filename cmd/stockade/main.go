@@ -63,6 +63,7 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			runCommand(stdin, stdout, stderr),
 			pythonCommand(stdin, stdout, stderr),
+			profileCommand(stdout, stderr),
 		},
 	}
 }

@@ -9,31 +9,36 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
 	"github.com/urfave/cli/v2"
 )
 
+// jailFlags override the profile field by field: only a flag that is given
+// changes the spec; the defaults shown are the default profile's.
 func jailFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "profile", Usage: "run profile: a built-in (python, python-strict, shell), a name in /etc/stockade/profiles or $XDG_CONFIG_HOME/stockade/profiles, or a FILE", DefaultText: "python"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON result object on stdout instead of streaming output"},
-		&cli.StringFlag{Name: "timeout", Value: "10s", Usage: "wall-clock limit (e.g. 500ms, 2s, 1m)"},
+		&cli.StringFlag{Name: "timeout", Usage: "wall-clock limit (e.g. 500ms, 2s, 1m)", DefaultText: "10s"},
 		&cli.StringSliceFlag{Name: "env", Usage: "add KEY=VALUE to the jail's environment (repeatable)"},
-		&cli.StringFlag{Name: "rootfs", Value: "host", Usage: `root filesystem: "host" (derived from the host) or a prepared directory`},
-		&cli.StringFlag{Name: "tmpfs-size", Value: "64M", Usage: "size of /tmp (and /dev/shm)"},
+		&cli.StringFlag{Name: "rootfs", Usage: `root filesystem: "host" (derived from the host) or a prepared directory`, DefaultText: "host"},
+		&cli.StringFlag{Name: "tmpfs-size", Usage: "size of /tmp (and /dev/shm)", DefaultText: "64M"},
 		&cli.StringFlag{Name: "workdir", Usage: "bind this host directory at /work instead of a fresh empty one"},
 		&cli.BoolFlag{Name: "no-workdir", Usage: "/work is an empty read-only directory"},
 		&cli.BoolFlag{Name: "exec-workdir", Usage: "allow executing files from /work (default: noexec)"},
 		&cli.StringSliceFlag{Name: "ro", Usage: "bind SRC[:DST] read-only (repeatable)"},
-		&cli.StringFlag{Name: "output-limit", Value: "1M", Usage: "bytes kept per output stream; the rest is dropped"},
-		&cli.StringFlag{Name: "open-files", Value: "256", Usage: "RLIMIT_NOFILE"},
-		&cli.StringFlag{Name: "file-size", Value: "64M", Usage: "largest file the jail may write (RLIMIT_FSIZE)"},
-		&cli.StringFlag{Name: "seccomp", Value: jail.DefaultSeccomp, Usage: `system call policy (python, strict), or "off"`},
-		&cli.StringFlag{Name: "memory", Value: "512M", Usage: "memory limit of the whole jail (cgroup)"},
-		&cli.StringFlag{Name: "swap", Value: "0", Usage: "swap allowed on top of --memory"},
-		&cli.Float64Flag{Name: "cpus", Value: 1, Usage: "CPU bandwidth in cores (cgroup quota)"},
-		&cli.Int64Flag{Name: "pids", Value: 128, Usage: "most tasks (processes and threads) at once"},
-		&cli.StringFlag{Name: "cpu-time", Value: "0", Usage: "CPU time of the whole tree (0: none)"},
+		&cli.StringFlag{Name: "output-limit", Usage: "bytes kept per output stream; the rest is dropped", DefaultText: "1M"},
+		&cli.StringFlag{Name: "open-files", Usage: "RLIMIT_NOFILE", DefaultText: "256"},
+		&cli.StringFlag{Name: "file-size", Usage: "largest file the jail may write (RLIMIT_FSIZE)", DefaultText: "64M"},
+		&cli.StringFlag{Name: "seccomp", Usage: `system call policy (python, strict), or "off"`, DefaultText: "python"},
+		&cli.StringFlag{Name: "memory", Usage: "memory limit of the whole jail (cgroup)", DefaultText: "512M"},
+		&cli.StringFlag{Name: "swap", Usage: "swap allowed on top of --memory", DefaultText: "0"},
+		&cli.Float64Flag{Name: "cpus", Usage: "CPU bandwidth in cores (cgroup quota)", DefaultText: "1"},
+		&cli.Int64Flag{Name: "pids", Usage: "most tasks (processes and threads) at once", DefaultText: "128"},
+		&cli.StringFlag{Name: "cpu-time", Usage: "CPU time of the whole tree (0: none)", DefaultText: "0"},
 		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: stockade's own cgroup)"},
 		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
 	}
@@ -100,56 +105,91 @@ func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 }
 
 func specFromFlags(c *cli.Context, argv []string) (jail.Spec, error) {
-	s := jail.Spec{Args: argv}
-	var err error
-	if s.Timeout, err = parseDuration(c.String("timeout")); err != nil {
-		return s, fmt.Errorf("--timeout: %w", err)
-	}
-	if s.TmpfsSize, err = parseSize(c.String("tmpfs-size")); err != nil {
-		return s, fmt.Errorf("--tmpfs-size: %w", err)
-	}
-	if s.OutputLimit, err = parseSize(c.String("output-limit")); err != nil {
-		return s, fmt.Errorf("--output-limit: %w", err)
-	}
-	n, err := parseSize(c.String("open-files"))
+	p, err := loadProfile(c.String("profile"))
 	if err != nil {
-		return s, fmt.Errorf("--open-files: %w", err)
+		return jail.Spec{}, err
 	}
-	s.Rlimits.OpenFiles = uint64(n)
-	if n, err = parseSize(c.String("file-size")); err != nil {
-		return s, fmt.Errorf("--file-size: %w", err)
+	s := profileSpec(p)
+	s.Args = argv
+	if err := applyFlags(c, &s); err != nil {
+		return s, err
 	}
-	s.Rlimits.FileSize = uint64(n)
-	s.Env = c.StringSlice("env")
-	s.Rootfs = c.String("rootfs")
-	s.Workdir = c.String("workdir")
+	full := s.WithDefaults()
+	return s, full.Validate()
+}
+
+// applyFlags puts every flag the user gave over the profile's value.
+func applyFlags(c *cli.Context, s *jail.Spec) error {
+	size := func(name string, dst *int64) error {
+		if !c.IsSet(name) {
+			return nil
+		}
+		v, err := profiles.ParseSize(c.String(name))
+		if err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+		*dst = v
+		return nil
+	}
+	duration := func(name string, dst *time.Duration) error {
+		if !c.IsSet(name) {
+			return nil
+		}
+		v, err := profiles.ParseDuration(c.String(name))
+		if err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+		*dst = v
+		return nil
+	}
+	var openFiles, fileSize int64 = int64(s.Rlimits.OpenFiles), int64(s.Rlimits.FileSize)
+	for _, err := range []error{
+		duration("timeout", &s.Timeout),
+		duration("cpu-time", &s.Cgroup.CPUTime),
+		size("tmpfs-size", &s.TmpfsSize),
+		size("output-limit", &s.OutputLimit),
+		size("open-files", &openFiles),
+		size("file-size", &fileSize),
+		size("memory", &s.Cgroup.MemoryMax),
+		size("swap", &s.Cgroup.SwapMax),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	s.Rlimits.OpenFiles, s.Rlimits.FileSize = uint64(openFiles), uint64(fileSize)
+	s.Env = append(s.Env, c.StringSlice("env")...)
+	if c.IsSet("rootfs") {
+		s.Rootfs = c.String("rootfs")
+	}
+	if c.IsSet("workdir") {
+		s.Workdir, s.WorkdirMode = c.String("workdir"), ""
+	}
 	if c.Bool("no-workdir") {
-		s.WorkdirMode = jail.WorkdirNone
+		s.Workdir, s.WorkdirMode = "", jail.WorkdirNone
 	}
-	s.ExecWorkdir = c.Bool("exec-workdir")
+	if c.IsSet("exec-workdir") {
+		s.ExecWorkdir = c.Bool("exec-workdir")
+	}
 	for _, r := range c.StringSlice("ro") {
 		b, err := jail.ParseBind(r)
 		if err != nil {
-			return s, err
+			return err
 		}
 		s.ReadOnly = append(s.ReadOnly, b)
 	}
-	s.Seccomp = c.String("seccomp")
-	if s.Cgroup.MemoryMax, err = parseSize(c.String("memory")); err != nil {
-		return s, fmt.Errorf("--memory: %w", err)
+	if c.IsSet("seccomp") {
+		s.Seccomp = c.String("seccomp")
 	}
-	if s.Cgroup.SwapMax, err = parseSize(c.String("swap")); err != nil {
-		return s, fmt.Errorf("--swap: %w", err)
+	if c.IsSet("cpus") {
+		s.Cgroup.CPUs = c.Float64("cpus")
 	}
-	if s.Cgroup.CPUTime, err = parseDuration(c.String("cpu-time")); err != nil {
-		return s, fmt.Errorf("--cpu-time: %w", err)
+	if c.IsSet("pids") {
+		s.Cgroup.PidsMax = c.Int64("pids")
 	}
-	s.Cgroup.CPUs = c.Float64("cpus")
-	s.Cgroup.PidsMax = c.Int64("pids")
 	s.Cgroup.Parent = c.String("cgroup-parent")
 	s.Cgroup.Disabled = c.Bool("no-cgroup")
-	full := s.WithDefaults()
-	return s, full.Validate()
+	return nil
 }
 
 func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.Writer) error {
