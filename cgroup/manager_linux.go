@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -209,7 +210,14 @@ func resolveParent(mnt mountEntry, own, parent, subdir string) (string, error) {
 func (m *Manager) resolveV2(l layout, parent, subdir string) {
 	h := &hierarchy{mount: *l.v2, controllers: slices.Clone(v2Controllers)}
 	m.hiers = []*hierarchy{h}
-	h.parent, h.err = resolveParent(*l.v2, l.self.unified, parent, subdir)
+	own := l.self.unified
+	if path.Base(own) == "supervisor" {
+		// We (or the stockade that started us) moved here earlier; the
+		// groups go beside the leaf, not below it, or every NewManager in
+		// a long-lived process would nest one level deeper.
+		own = path.Dir(own)
+	}
+	h.parent, h.err = resolveParent(*l.v2, own, parent, subdir)
 	if h.err == nil && l.v2.readOnly {
 		h.err = fmt.Errorf("%s is a read-only mount (a container without a writable cgroupfs?)", l.v2.mountPoint)
 	}

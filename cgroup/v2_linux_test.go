@@ -59,7 +59,7 @@ func TestV2NoInternalProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("helper: %v\n%s", err, out)
 		}
-		for _, want := range []string{"moved stockade", "/supervisor", "memory.max=67108864", "pids.max=8", "deleted"} {
+		for _, want := range []string{"moved stockade", "/supervisor", "memory.max=67108864", "pids.max=8", "deleted", "second manager same parent"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("helper output lacks %q:\n%s", want, out)
 			}
@@ -139,6 +139,16 @@ func helperLeaf() {
 		fail("Delete: %v", err)
 	}
 	fmt.Println("deleted")
+	// A long-lived stockade makes a manager per run; it must not nest.
+	m2, err := NewManager(Options{})
+	if err != nil {
+		fail("second NewManager: %v", err)
+	}
+	self2, _ := os.ReadFile("/proc/self/cgroup")
+	if m2.primary().parent != m.primary().parent || strings.Count(string(self2), "supervisor") != 1 {
+		fail("second NewManager: parent %s (first %s), now in %s", m2.primary().parent, m.primary().parent, self2)
+	}
+	fmt.Println("second manager same parent")
 	os.Exit(0)
 }
 
