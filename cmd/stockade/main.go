@@ -64,6 +64,7 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 			runCommand(stdin, stdout, stderr),
 			pythonCommand(stdin, stdout, stderr),
 			profileCommand(stdout, stderr),
+			selftestCommand(stdin, stdout, stderr),
 		},
 	}
 }
