@@ -65,6 +65,7 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 			pythonCommand(stdin, stdout, stderr),
 			profileCommand(stdout, stderr),
 			selftestCommand(stdin, stdout, stderr),
+			doctorCommand(stdout),
 		},
 	}
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/stockade/stockade/cgroup"
+	"github.com/stockade/stockade/jail"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+)
+
+// doctorCommand says what this host supports, and proves it by running the
+// default jail once: exit 0 only if that works with every isolation the
+// default profile asks for.
+func doctorCommand(stdout io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "show what this host supports and try the default jail",
+		Action: func(c *cli.Context) error {
+			p := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
+			var u unix.Utsname
+			_ = unix.Uname(&u)
+			p("kernel: %s %s", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]))
+			p("running as: uid %d", os.Getuid())
+			p("user namespaces: user.max_user_namespaces = %s", sysctl("user/max_user_namespaces"))
+			if v := sysctl("kernel/unprivileged_userns_clone"); v != "" {
+				p("user namespaces: kernel.unprivileged_userns_clone = %s", v)
+			}
+			if v := sysctl("kernel/apparmor_restrict_unprivileged_userns"); v != "" {
+				p("user namespaces: kernel.apparmor_restrict_unprivileged_userns = %s%s", v,
+					map[bool]string{true: " (unprivileged users need an AppArmor profile allowing userns)", false: ""}[v == "1"])
+			}
+			p("seccomp: %s", seccompSupport())
+			if m, err := cgroup.NewManager(cgroup.Options{}); err != nil {
+				p("cgroup: NOT usable: %v", err)
+			} else {
+				for _, l := range m.Describe() {
+					p("%s", l)
+				}
+			}
+			prof, err := loadProfile("")
+			if err != nil {
+				return &exitError{code: jail.ExitJailError, msg: err.Error()}
+			}
+			spec := profileSpec(prof)
+			spec.Args = []string{"/bin/true"}
+			res, err := jail.Run(context.Background(), spec, jail.Streams{})
+			if err != nil {
+				fmt.Fprintf(stdout, "default jail: FAILED: %v\n", err)
+				return &exitError{code: 1}
+			}
+			fmt.Fprintf(stdout, "default jail: ok (cgroup %s, seccomp %s, %.1f ms)\n", res.Cgroup, res.Seccomp, res.WallMs)
+			return nil
+		},
+	}
+}
+
+func sysctl(name string) string {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// seccompSupport reads the kernel's own word: the Seccomp field of
+// /proc/self/status exists only on kernels built with seccomp.
+func seccompSupport() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	if !strings.Contains(string(b), "\nSeccomp:") {
+		return "NOT supported by this kernel"
+	}
+	if v := sysctl("kernel/seccomp/actions_avail"); v != "" {
+		if !strings.Contains(v, "user_notif") {
+			return "filters supported, but no user notification (" + v + "): blocked calls cannot be reported"
+		}
+		return "filters and user notification (" + v + ")"
+	}
+	return "supported"
+}
