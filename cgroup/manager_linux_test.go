@@ -169,15 +169,18 @@ func TestReadOnlyCgroupfs(t *testing.T) {
 	m := isolatedManager(t, "")
 	var err error
 	setup := func() error {
+		before, err := os.Readlink("/proc/thread-self/ns/mnt")
+		if err != nil {
+			return err
+		}
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 			return fmt.Errorf("unshare: %w", err)
 		}
-		// Refuse to go on unless this thread is really in its own
+		// Refuse to go on unless this thread is really in a new
 		// namespace: the remounts below must never reach the host.
-		own, _ := os.Readlink("/proc/thread-self/ns/mnt")
-		host, _ := os.Readlink("/proc/self/ns/mnt")
-		if own == "" || own == host {
-			return fmt.Errorf("not in a private mount namespace (%q vs %q)", own, host)
+		after, _ := os.Readlink("/proc/thread-self/ns/mnt")
+		if after == "" || after == before {
+			return fmt.Errorf("not in a private mount namespace (%q before, %q after)", before, after)
 		}
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return fmt.Errorf("make / private: %w", err)
