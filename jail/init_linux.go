@@ -91,7 +91,7 @@ func contain(cfg *childConfig) (int, error) {
 	if err := becomeJailUser(cfg.SetGroups); err != nil {
 		return 0, &SetupError{Step: "drop privileges", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	if err := loadSeccomp(cfg.Seccomp); err != nil {
+	if err := loadSeccomp(cfg.Seccomp, cfg.SeccompBPF); err != nil {
 		return 0, &SetupError{Step: "load seccomp", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	pid, err := syscall.ForkExec(argv0, cfg.Args, &syscall.ProcAttr{

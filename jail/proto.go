@@ -21,8 +21,9 @@ type childConfig struct {
 	Rlimits  []rlimit `json:"rlimits"`
 	// SetGroups says init may (and must) clear supplementary groups: true
 	// when stockade runs as root and the gid map allows setgroups.
-	SetGroups bool   `json:"set_groups"`
-	Seccomp   string `json:"seccomp"` // policy name, or "off"
+	SetGroups  bool   `json:"set_groups"`
+	Seccomp    string `json:"seccomp"`     // policy name, or "off"
+	SeccompBPF []byte `json:"seccomp_bpf"` // the compiled program (EncodeBPF)
 }
 
 type rlimit struct {

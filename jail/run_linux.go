@@ -60,7 +60,8 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 	if err := spec.Validate(); err != nil {
 		return &SetupError{Step: "spec", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	if err := checkSeccomp(spec.Seccomp); err != nil {
+	bpf, err := compileSeccomp(spec.Seccomp)
+	if err != nil {
 		return &SetupError{Step: "seccomp", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	id, err := chooseIdentity(spec)
@@ -104,7 +105,7 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 	cfg := &childConfig{
 		NewRoot: dir.root, Steps: steps, Hostname: spec.Hostname,
 		Args: spec.Args, Env: jailEnv(spec), Path: jailPath,
-		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp,
+		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: bpf,
 	}
 	return start(ctx, spec, st, id, cfg, cg, res)
 }

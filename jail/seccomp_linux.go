@@ -7,29 +7,45 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// checkSeccomp resolves the policy in the parent, so that an unknown name
-// fails before any jail starts.
-func checkSeccomp(name string) error {
+// compileSeccomp resolves and compiles the policy on the host side, so that
+// an unknown name fails before any jail starts and init only has to load a
+// ready program. Built-in policies come precompiled (libseccomp takes over
+// 10 ms for the python policy); Compile is the fallback for an architecture
+// without them.
+func compileSeccomp(name string) ([]byte, error) {
 	if name == "off" {
-		return nil
+		return nil, nil
 	}
-	_, err := seccomp.Lookup(name)
-	return err
+	p, err := seccomp.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	prog, ok := seccomp.Precompiled(name)
+	if !ok {
+		if prog, err = seccomp.Compile(p); err != nil {
+			return nil, err
+		}
+	}
+	return seccomp.EncodeBPF(prog.BPF()), nil
 }
 
 // loadSeccomp installs the named policy on the calling (locked) thread of
 // init, the last step before the payload is forked from it, and hands the
 // listener for refused calls to the parent, which answers them from outside
 // the jail. Init keeps no copy: only the supervisor may answer.
-func loadSeccomp(name string) error {
+func loadSeccomp(name string, bpf []byte) error {
 	if name == "off" {
 		return nil
 	}
-	p, err := seccomp.Lookup(name)
+	filter, err := seccomp.DecodeBPF(bpf)
 	if err != nil {
 		return err
 	}
-	fd, err := seccomp.Load(p)
+	prog, err := seccomp.ProgramFromBPF(name, filter)
+	if err != nil {
+		return err
+	}
+	fd, err := prog.Load()
 	if err != nil {
 		return err
 	}
