@@ -33,7 +33,7 @@ type ent struct {
 	body string // file content, or link target
 }
 
-func dir(name string, mode int64) ent       { return ent{name, tar.TypeDir, mode, ""} }
+func dir(name string, mode int64) ent        { return ent{name, tar.TypeDir, mode, ""} }
 func file(name, body string, mode int64) ent { return ent{name, tar.TypeReg, mode, body} }
 func symlink(name, target string) ent        { return ent{name, tar.TypeSymlink, 0o777, target} }
 func hardlink(name, target string) ent       { return ent{name, tar.TypeLink, 0o644, target} }
