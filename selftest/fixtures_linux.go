@@ -1,0 +1,200 @@
+package selftest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// canaryEnv is the variable the suite sets in its own environment for the
+// length of a run; a jail must start without it.
+const canaryEnv = "STOCKADE_SELFTEST_CANARY"
+
+// fixtures are the host-side targets of the attacks, made once per suite.
+type fixtures struct {
+	dir      string // host temp dir, world-readable: only the mount namespace keeps it out
+	canary   string // a file in dir holding secret
+	secret   string
+	tcp      *listener // on the host's 127.0.0.1
+	abstract *listener // @stockade-selftest-...
+	pathSock *listener // dir/sock, mode 0777
+	gateway  string    // the host's default gateway, "" if none
+	cwd      string
+	before   hostState
+
+	oldEnv    string
+	hadOldEnv bool
+}
+
+// listener accepts and counts connections; any count above zero is an
+// escape, whatever the jailed program printed.
+type listener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func listen(network, addr string) (*listener, error) {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s %s: %w", network, addr, err)
+	}
+	l := &listener{Listener: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return l, nil
+}
+
+func newFixtures() (fx *fixtures, err error) {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, err
+	}
+	tag := hex.EncodeToString(rnd[:])
+	fx = &fixtures{secret: "stockade-canary-" + tag}
+	defer func() {
+		if err != nil {
+			fx.close()
+		}
+	}()
+	fx.before = snapshotHost()
+	if fx.dir, err = os.MkdirTemp("", "selftest-"); err != nil {
+		return fx, err
+	}
+	if err = os.Chmod(fx.dir, 0o755); err != nil {
+		return fx, err
+	}
+	fx.canary = filepath.Join(fx.dir, "canary")
+	if err = os.WriteFile(fx.canary, []byte(fx.secret+"\n"), 0o644); err != nil {
+		return fx, err
+	}
+	if fx.tcp, err = listen("tcp", "127.0.0.1:0"); err != nil {
+		return fx, err
+	}
+	if fx.abstract, err = listen("unix", "@stockade-selftest-"+tag); err != nil {
+		return fx, err
+	}
+	sock := filepath.Join(fx.dir, "sock")
+	if fx.pathSock, err = listen("unix", sock); err != nil {
+		return fx, err
+	}
+	if err = os.Chmod(sock, 0o777); err != nil {
+		return fx, err
+	}
+	fx.gateway = defaultGateway()
+	if fx.cwd, err = os.Getwd(); err != nil {
+		return fx, err
+	}
+	fx.oldEnv, fx.hadOldEnv = os.LookupEnv(canaryEnv)
+	if err = os.Setenv(canaryEnv, fx.secret); err != nil {
+		return fx, err
+	}
+	return fx, nil
+}
+
+func (fx *fixtures) close() {
+	for _, l := range []*listener{fx.tcp, fx.abstract, fx.pathSock} {
+		if l != nil {
+			l.Close()
+		}
+	}
+	if fx.hadOldEnv {
+		os.Setenv(canaryEnv, fx.oldEnv)
+	} else {
+		os.Unsetenv(canaryEnv)
+	}
+	if fx.dir != "" {
+		os.RemoveAll(fx.dir)
+	}
+}
+
+func (fx *fixtures) tcpPort() string {
+	return strconv.Itoa(fx.tcp.Addr().(*net.TCPAddr).Port)
+}
+
+// defaultGateway reads the host's default IPv4 route from /proc/net/route
+// (the jail has its own, empty, routing table).
+func defaultGateway() string {
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[1] != "00000000" {
+			continue
+		}
+		v, err := strconv.ParseUint(f[2], 16, 32)
+		if err != nil || v == 0 {
+			continue
+		}
+		// Little-endian hex of the address in network order.
+		return net.IPv4(byte(v), byte(v>>8), byte(v>>16), byte(v>>24)).String()
+	}
+	return ""
+}
+
+// pty is a pseudo-terminal pair: the slave is the jail's stdin, as a
+// terminal is when stockade is run from a shell.
+type pty struct {
+	master, slave *os.File
+}
+
+func openPty() (*pty, error) {
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/ptmx: %w", err)
+	}
+	fd := int(master.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		master.Close()
+		return nil, fmt.Errorf("unlock pty: %w", err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		master.Close()
+		return nil, fmt.Errorf("pty number: %w", err)
+	}
+	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		master.Close()
+		return nil, fmt.Errorf("open pty slave: %w", err)
+	}
+	return &pty{master: master, slave: slave}, nil
+}
+
+// pending is what reached the terminal from the jail's side: bytes waiting
+// in the slave's input queue (what the caller's shell would read next) and
+// bytes the line discipline echoed to the master.
+func (p *pty) pending() (queued, echoed int, err error) {
+	queued, err = unix.IoctlGetInt(int(p.slave.Fd()), unix.TIOCINQ)
+	if err != nil {
+		return 0, 0, fmt.Errorf("TIOCINQ: %w", err)
+	}
+	echoed, err = unix.IoctlGetInt(int(p.master.Fd()), unix.TIOCINQ)
+	if err != nil && !errors.Is(err, unix.EINVAL) {
+		return queued, 0, fmt.Errorf("master TIOCINQ: %w", err)
+	}
+	return queued, echoed, nil
+}
+
+func (p *pty) close() {
+	p.slave.Close()
+	p.master.Close()
+}

@@ -1,0 +1,232 @@
+package selftest
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+)
+
+//go:embed attacks/*.py
+var programs embed.FS
+
+// Attack is one way out of the jail that the suite tries.
+type Attack struct {
+	Door   string // network, files, identity, kernel, resources, terminal
+	Name   string // what it tries, e.g. "TCP to the host's 127.0.0.1 listener"
+	Expect string // what a shut door looks like
+
+	program string                                   // file in attacks/
+	args    func(fx *fixtures, s jail.Spec) []string // its arguments, given the spec it runs under
+	skip    func(jail.Spec, *fixtures) string        // why it does not apply, or ""
+	// adjust sets the limits or binds the attack needs and says which, for
+	// the table.
+	adjust func(s *jail.Spec)
+	judge  func(o *outcome) (happened string, held bool)
+	pty    bool // run with a pseudo-terminal as stdin
+}
+
+// Options narrow a suite run.
+type Options struct {
+	// Doors limits the run to attacks on these doors; empty means all.
+	Doors []string
+	// Progress, if set, gets a line per attack as it finishes.
+	Progress io.Writer
+}
+
+// outcome is what the judge of an attack sees.
+type outcome struct {
+	spec   jail.Spec // as run, after adjust
+	res    *jail.Result
+	err    error
+	last   string // the program's last line of stdout
+	fx     *fixtures
+	wall   time.Duration
+	queued int // pty: bytes in the slave's input queue after the run
+	echoed int // pty: bytes echoed to the master
+}
+
+// Run tries every attack, each in its own jail made from base plus what the
+// attack needs, one after the other (the host-side checks compare the host
+// before and after, which concurrent runs of ours would blur). It sets the
+// canary environment variable in this process for the length of the run.
+func Run(ctx context.Context, base jail.Spec, opts Options) Report {
+	def := base.WithDefaults()
+	rep := Report{Seccomp: def.Seccomp, Cgroup: "on", Rows: []Row{}}
+	if def.Cgroup.Disabled {
+		rep.Cgroup = "off"
+	}
+	fx, err := newFixtures()
+	if err != nil {
+		rep.Error = "host fixtures: " + err.Error()
+		return rep
+	}
+	defer fx.close()
+	for _, a := range Attacks() {
+		if len(opts.Doors) > 0 && !slices.Contains(opts.Doors, a.Door) {
+			continue
+		}
+		if ctx.Err() != nil {
+			rep.Error = "interrupted: " + ctx.Err().Error()
+			break
+		}
+		row := runAttack(ctx, base, a, fx)
+		rep.add(row)
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, "%s %s / %s: %s\n", row.Status, row.Door, row.Attack, oneLine(row.Happened, 100))
+		}
+	}
+	return rep
+}
+
+func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row {
+	row := Row{Door: a.Door, Attack: a.Name, Expected: a.Expect}
+	spec := base
+	spec.ReadOnly = slices.Clone(base.ReadOnly)
+	spec.Env = slices.Clone(base.Env)
+	if a.skip != nil {
+		if why := a.skip(spec.WithDefaults(), fx); why != "" {
+			row.Status, row.Happened = Skip, why
+			return row
+		}
+	}
+	if a.adjust != nil {
+		a.adjust(&spec)
+		row.Expected += " [" + limitsNote(spec.WithDefaults()) + "]"
+	}
+	src, err := programs.ReadFile("attacks/" + a.program)
+	if err != nil {
+		row.Status, row.Happened = Fail, "program missing: "+err.Error()
+		return row
+	}
+	var args []string
+	if a.args != nil {
+		args = a.args(fx, spec)
+	}
+	spec.Args = append([]string{"python3", "-c", string(src)}, args...)
+	o := &outcome{spec: spec, fx: fx}
+	st := jail.Streams{}
+	var term *pty
+	if a.pty {
+		if term, err = openPty(); err != nil {
+			row.Status, row.Happened = Fail, "no pty to test with: "+err.Error()
+			return row
+		}
+		defer term.close()
+		st.Stdin = term.slave
+	}
+	begin := time.Now()
+	o.res, o.err = jail.Run(ctx, spec, st)
+	o.wall = time.Since(begin)
+	row.WallMs = float64(o.wall.Microseconds()) / 1000
+	o.last = lastLine(o.res.Stdout)
+	if term != nil {
+		if o.queued, o.echoed, err = term.pending(); err != nil {
+			o.err = err
+		}
+	}
+	var held bool
+	if o.err != nil {
+		row.Happened = "the jail did not run: " + o.err.Error()
+	} else {
+		row.Happened, held = a.judge(o)
+	}
+	row.Status = Pass
+	if !held {
+		row.Status = Fail
+		row.Output = tail(o.res.Stdout, 1500) + tail(o.res.Stderr, 1500)
+	}
+	return row
+}
+
+// limitsNote names the limits a resource attack ran under.
+func limitsNote(s jail.Spec) string {
+	if s.Cgroup.Disabled {
+		return fmt.Sprintf("NO cgroup, timeout %v", s.Timeout)
+	}
+	return fmt.Sprintf("pids %d, mem %dM, tmpfs %dM, out %dK, %v",
+		s.Cgroup.PidsMax, s.Cgroup.MemoryMax>>20, s.TmpfsSize>>20, s.OutputLimit>>10, s.Timeout)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		s = "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// heldLine is the judge of most attacks: the program said HELD and the run
+// ended normally.
+func heldLine(o *outcome) (string, bool) {
+	if rest, ok := strings.CutPrefix(o.last, "HELD "); ok && o.res.Verdict == jail.VerdictOK {
+		return rest, true
+	}
+	return describe(o), false
+}
+
+// describe is a run that did not end as a held door should.
+func describe(o *outcome) string {
+	msg := fmt.Sprintf("verdict %s, exit %d", o.res.Verdict, o.res.ExitCode)
+	if o.last != "" {
+		msg = o.last + " (" + msg + ")"
+	} else if e := lastLine(o.res.Stderr); e != "" {
+		msg += ": " + e
+	}
+	return msg
+}
+
+// andHost adds a host-side check to a judge: check returns what the host
+// saw that makes the door open, or "".
+func andHost(judge func(*outcome) (string, bool), check func(*outcome) string) func(*outcome) (string, bool) {
+	return func(o *outcome) (string, bool) {
+		happened, held := judge(o)
+		if bad := check(o); bad != "" {
+			return bad + "; the program said: " + happened, false
+		}
+		return happened, held
+	}
+}
+
+// noSecret fails a run whose output carries the canary secret.
+func noSecret(o *outcome) string {
+	if strings.Contains(o.res.Stdout+o.res.Stderr, o.fx.secret) {
+		return "the host's canary secret appeared in the jail's output"
+	}
+	return ""
+}
+
+func noAccept(l func(*fixtures) *listener) func(*outcome) string {
+	return func(o *outcome) string {
+		if n := l(o.fx).accepted.Load(); n > 0 {
+			return fmt.Sprintf("the host listener accepted %d connection(s)", n)
+		}
+		return ""
+	}
+}
+
+// verdictIs judges a resource attack by the run's verdict alone.
+func verdictIs(want ...jail.Verdict) func(*outcome) (string, bool) {
+	return func(o *outcome) (string, bool) {
+		happened := fmt.Sprintf("verdict %s in %.1fs", o.res.Verdict, o.wall.Seconds())
+		if o.res.PidsPeak > 0 {
+			happened += fmt.Sprintf(", pids peak %d", o.res.PidsPeak)
+		}
+		if o.res.PeakMemoryBytes > 0 {
+			happened += fmt.Sprintf(", memory peak %dM", o.res.PeakMemoryBytes>>20)
+		}
+		if o.last != "" {
+			happened += ": " + o.last
+		}
+		return happened, slices.Contains(want, o.res.Verdict) && !strings.HasPrefix(o.last, "OPEN")
+	}
+}
