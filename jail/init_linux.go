@@ -69,7 +69,6 @@ func contain(cfg *childConfig) (int, error) {
 		name string
 		fn   func(*childConfig) error
 	}{
-		{"unshare cgroup namespace", func(*childConfig) error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
 		{"protect init", protectInit},
 		{"make mounts private", func(*childConfig) error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
 		{"build root", func(c *childConfig) error { return buildRoot(c.NewRoot, c.Steps) }},
@@ -78,6 +77,10 @@ func contain(cfg *childConfig) (int, error) {
 		{"bring up loopback", func(*childConfig) error { return loopbackUp() }},
 		{"chdir /work", func(*childConfig) error { return unix.Chdir("/work") }},
 		{"set rlimits", setRlimits},
+		{"wait for cgroup placement", waitPlacement},
+		// After placement: a cgroup namespace is rooted where its creator
+		// stands when it is made, so the jail sees its own cgroup as /.
+		{"unshare cgroup namespace", func(*childConfig) error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
 	}
 	for _, s := range steps {
 		if err := s.fn(cfg); err != nil {
@@ -226,6 +229,21 @@ func reap(payload int) {
 			os.Exit(0)
 		}
 	}
+}
+
+func waitPlacement(c *childConfig) error {
+	if !c.WaitPlacement {
+		return nil
+	}
+	buf := make([]byte, 64)
+	n, _, _, _, err := unix.Recvmsg(ctlFD, buf, nil, 0)
+	if err != nil {
+		return err
+	}
+	if string(buf[:n]) != goMessage {
+		return fmt.Errorf("unexpected message %q", buf[:n])
+	}
+	return nil
 }
 
 func readConfig() (*childConfig, error) {

@@ -24,6 +24,9 @@ type childConfig struct {
 	SetGroups  bool   `json:"set_groups"`
 	Seccomp    string `json:"seccomp"`     // policy name, or "off"
 	SeccompBPF []byte `json:"seccomp_bpf"` // the compiled program (EncodeBPF)
+	// WaitPlacement: the parent still has to move init into the run's
+	// cgroup (v1) and says "go" when it has.
+	WaitPlacement bool `json:"wait_placement"`
 }
 
 type rlimit struct {
@@ -56,6 +59,9 @@ type childMsg struct {
 }
 
 const maxMsg = 1 << 20
+
+// goMessage releases an init that waits for its cgroup placement.
+const goMessage = `{"t":"go"}`
 
 func decodeMsg(b []byte) (childMsg, error) {
 	var m childMsg

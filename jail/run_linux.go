@@ -225,6 +225,8 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 			placed = true
 		}
 	}
+	// cgroup v1: init is placed after it starts and waits for that.
+	cfg.WaitPlacement = cg != nil && !placed
 	if st.Stdin != nil {
 		cmd.Stdin = st.Stdin
 	}
@@ -242,21 +244,17 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 	outW.Close()
 	errW.Close()
 	childSock.Close()
-	if cg != nil && !placed {
-		// cgroup v1: init is waiting for its plan and has run none of the
-		// payload's code, so placing it now is as good as at clone.
-		if err := cg.group.AddProc(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return &SetupError{Step: "cgroup", Message: fmt.Sprintf("place jail in its cgroup: %v", err), ExitCode: ExitJailError}
-		}
-	}
 	drained := make(chan struct{}, 2)
 	go func() { stdout.drain(outR); drained <- struct{}{} }()
 	go func() { stderr.drain(errR); drained <- struct{}{} }()
 
 	sv := &supervision{cmd: cmd, sock: parentSock, begin: begin, cg: cg}
-	sv.run(ctx, spec, cfg)
+	var place func() error
+	if cfg.WaitPlacement {
+		place = func() error { return cg.group.AddProc(cmd.Process.Pid) }
+	}
+	sv.sendPlan(cfg, place)
+	sv.run(ctx, spec)
 	<-drained
 	<-drained
 

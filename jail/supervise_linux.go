@@ -39,7 +39,7 @@ type supervision struct {
 // cancellation. Killing init is enough to kill the whole jail: when a pid
 // namespace's init dies the kernel SIGKILLs every other process in it, and
 // init is only reaped after they are all gone.
-func (sv *supervision) run(ctx context.Context, spec Spec, cfg *childConfig) {
+func (sv *supervision) run(ctx context.Context, spec Spec) {
 	readerDone := make(chan struct{})
 	go func() { sv.readMessages(); close(readerDone) }()
 	exited := make(chan struct{})
@@ -50,14 +50,6 @@ func (sv *supervision) run(ctx context.Context, spec Spec, cfg *childConfig) {
 		close(exited)
 	}()
 
-	b, err := json.Marshal(cfg)
-	if err == nil {
-		err = unix.Sendmsg(sv.sock, b, nil, nil, 0)
-	}
-	if err != nil {
-		sv.noteBad(fmt.Errorf("send plan to init: %w", err))
-		sv.kill()
-	}
 	// time.Timer runs on the monotonic clock: a wall-clock jump does not
 	// shorten or stretch the limit.
 	timer := time.NewTimer(spec.Timeout)
@@ -120,6 +112,36 @@ func (sv *supervision) noteBad(err error) {
 	defer sv.mu.Unlock()
 	if sv.badMsg == nil {
 		sv.badMsg = err
+	}
+}
+
+// sendPlan gives init its plan, then, on cgroup v1, places init in the
+// run's cgroup while init builds the root, and tells it to go on. Moving a
+// task between v1 cgroups waits for an RCU grace period (milliseconds, far
+// more under load); doing it beside init's mount work hides most of that.
+// Init waits for "go" before it unshares its cgroup namespace and before
+// anything of the payload runs.
+func (sv *supervision) sendPlan(cfg *childConfig, place func() error) {
+	b, err := json.Marshal(cfg)
+	if err == nil {
+		err = unix.Sendmsg(sv.sock, b, nil, nil, 0)
+	}
+	if err != nil {
+		sv.noteBad(fmt.Errorf("send plan to init: %w", err))
+		sv.kill()
+		return
+	}
+	if place == nil {
+		return
+	}
+	if err := place(); err != nil {
+		sv.noteBad(fmt.Errorf("place jail in its cgroup: %w", err))
+		sv.kill()
+		return
+	}
+	if err := unix.Sendmsg(sv.sock, []byte(goMessage), nil, nil, 0); err != nil {
+		sv.noteBad(fmt.Errorf("release init: %w", err))
+		sv.kill()
 	}
 }
 
