@@ -1,0 +1,204 @@
+package selftest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/seccomp"
+)
+
+// TestMain lets the test binary serve as a jail's init.
+func TestMain(m *testing.M) {
+	if jail.IsChild() {
+		jail.ChildMain()
+	}
+	os.Exit(m.Run())
+}
+
+func needJail(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("STOCKADE_TEST_UNPRIVILEGED") == "" {
+		t.Skip("starts real jails: needs root (or STOCKADE_TEST_UNPRIVILEGED=1 where user namespaces are allowed)")
+	}
+}
+
+func run(t *testing.T, base jail.Spec, doors ...string) Report {
+	t.Helper()
+	var progress bytes.Buffer
+	rep := Run(context.Background(), base, Options{Doors: doors, Progress: &progress})
+	if rep.Error != "" {
+		t.Fatalf("suite did not run: %s", rep.Error)
+	}
+	t.Logf("%s", progress.String())
+	return rep
+}
+
+func TestEveryDoorHoldsUnderTheDefaultSpec(t *testing.T) {
+	needJail(t)
+	rep := run(t, jail.Spec{})
+	for _, r := range rep.Rows {
+		if r.Status == Fail {
+			t.Errorf("%s / %s: %s\n%s", r.Door, r.Attack, r.Happened, r.Output)
+		}
+	}
+	if !rep.OK() || rep.Passed < len(Attacks())-2 {
+		t.Fatalf("report not OK: %d passed, %d failed, %d skipped", rep.Passed, rep.Failed, rep.Skipped)
+	}
+}
+
+// wantFail checks that each named door opened, i.e. the suite noticed.
+func wantFail(t *testing.T, rep Report, attacks ...string) {
+	t.Helper()
+	if rep.OK() {
+		t.Errorf("report is OK with a door deliberately opened")
+	}
+	for _, name := range attacks {
+		r := rep.Row(name)
+		if r == nil {
+			t.Errorf("no row %q", name)
+			continue
+		}
+		if r.Status != Fail {
+			t.Errorf("%s / %s: %s with the door open (%s)", r.Door, r.Attack, r.Status, r.Happened)
+		}
+	}
+}
+
+func TestSeccompOffFailsTheKernelSurface(t *testing.T) {
+	needJail(t)
+	rep := run(t, jail.Spec{Seccomp: "off"}, "kernel", "identity", "terminal")
+	var kernel []string
+	for _, a := range Attacks() {
+		if a.Door == "kernel" {
+			kernel = append(kernel, a.Name)
+		}
+	}
+	if len(kernel) == 0 {
+		t.Fatal("no kernel attacks")
+	}
+	wantFail(t, rep, append(kernel, "seccomp mode")...)
+	// With the filter off, TIOCSTI into a terminal the jail made its own
+	// works (dev.tty.legacy_tiocsti=1): seccomp is the only thing in the way.
+	if b, _ := os.ReadFile("/proc/sys/dev/tty/legacy_tiocsti"); strings.TrimSpace(string(b)) == "1" {
+		wantFail(t, rep, "TIOCSTI on fds 0-2 from a pty (after setsid+TIOCSCTTY)")
+	}
+}
+
+func TestNoCgroupFailsTheBombs(t *testing.T) {
+	needJail(t)
+	rep := run(t, jail.Spec{Cgroup: jail.CgroupSpec{Disabled: true}}, "resources")
+	wantFail(t, rep, "fork bomb (bounded at 400)", "thread bomb (bounded at 400)", "memory bomb (bounded at 1024M)")
+}
+
+func TestBoundShadowFailsTheFilesDoor(t *testing.T) {
+	needJail(t)
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	shadow := filepath.Join(dir, "shadow")
+	if err := os.WriteFile(shadow, []byte("root:$6$canary:19000:0:99999:7:::\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := run(t, jail.Spec{ReadOnly: []jail.Bind{{Source: shadow, Dest: "/etc/shadow"}}}, "files")
+	wantFail(t, rep, "read /etc/shadow")
+	if r := rep.Row("write to /, /usr and /etc"); r == nil || r.Status != Pass {
+		t.Errorf("binding one file opened another door: %+v", r)
+	}
+}
+
+func TestAttacksAreWellFormed(t *testing.T) {
+	names := map[string]bool{}
+	for _, a := range Attacks() {
+		if a.Door == "" || a.Name == "" || a.Expect == "" || a.judge == nil {
+			t.Errorf("incomplete attack %+v", a)
+		}
+		if names[a.Name] {
+			t.Errorf("two attacks named %q", a.Name)
+		}
+		names[a.Name] = true
+		src, err := programs.ReadFile("attacks/" + a.program)
+		if err != nil {
+			t.Errorf("%s: %v", a.Name, err)
+			continue
+		}
+		if !bytes.HasPrefix(src, []byte("# Attack: ")) {
+			t.Errorf("%s: %s does not start by naming what it tries", a.Name, a.program)
+		}
+	}
+	for _, d := range []string{"network", "files", "identity", "kernel", "resources", "terminal"} {
+		found := false
+		for _, a := range Attacks() {
+			found = found || a.Door == d
+		}
+		if !found {
+			t.Errorf("no attack on door %q", d)
+		}
+	}
+}
+
+// Every call the policy refuses that exists on this architecture is tried.
+func TestKernelAttacksCoverEveryRefusedCall(t *testing.T) {
+	p, err := seccomp.Lookup(seccomp.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := map[string]bool{}
+	for _, a := range Attacks() {
+		if a.Door != "kernel" {
+			continue
+		}
+		for _, arg := range a.args(nil, jail.Spec{}) {
+			name, _, _ := strings.Cut(arg, "=")
+			tried[name] = true
+		}
+	}
+	for _, g := range p.Refuse {
+		for _, c := range g.Calls {
+			if nr, err := libseccomp.GetSyscallFromName(c); err == nil && nr >= 0 && !tried[c] {
+				t.Errorf("refused call %s is not attacked", c)
+			}
+		}
+	}
+	if len(tried) < 50 {
+		t.Errorf("only %d calls tried", len(tried))
+	}
+}
+
+func TestReportPrintsAndFails(t *testing.T) {
+	var rep Report
+	if rep.OK() {
+		t.Error("an empty report must not be OK: nothing was shown to hold")
+	}
+	rep.add(Row{Door: "files", Attack: "read /etc/shadow", Expected: "absent", Happened: "absent", Status: Pass})
+	if !rep.OK() {
+		t.Error("one passing row: want OK")
+	}
+	rep.add(Row{Door: "network", Attack: "UDP", Expected: "fails", Happened: "OPEN sent", Status: Fail, Output: "OPEN sent\n"})
+	if rep.OK() || rep.Passed != 1 || rep.Failed != 1 {
+		t.Errorf("after a failed row: OK %v, %d passed, %d failed", rep.OK(), rep.Passed, rep.Failed)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DOOR", "read /etc/shadow", "PASS", "FAIL", "--- FAIL network / UDP", "DOORS OPEN"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Rows) != 2 || back.Rows[1].Status != Fail {
+		t.Errorf("JSON round trip: %v %+v", err, back)
+	}
+}
