@@ -50,7 +50,9 @@ func Check(dir string) []Problem {
 
 func checkTree(dir string) []Problem {
 	var probs []Problem
-	add := func(rel, msg string) { probs = append(probs, Problem{Path: path.Join("/", filepath.ToSlash(rel)), Message: msg}) }
+	add := func(rel, msg string) {
+		probs = append(probs, Problem{Path: path.Join("/", filepath.ToSlash(rel)), Message: msg})
+	}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		rel, _ := filepath.Rel(dir, p)
 		if err != nil {
