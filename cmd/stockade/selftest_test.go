@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stockade/stockade/jail"
+)
+
+func TestSelftestHoldsUnderTheDefaultProfile(t *testing.T) {
+	needJail(t)
+	code, out, errs := invoke(t, "", "selftest", "--json")
+	var rep struct {
+		Rows []struct {
+			Door, Attack, Status, Happened string
+		}
+		Passed, Failed int
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
+	}
+	for _, r := range rep.Rows {
+		if r.Status == "FAIL" {
+			t.Errorf("%s / %s: %s", r.Door, r.Attack, r.Happened)
+		}
+	}
+	if code != 0 || rep.Failed != 0 || rep.Passed < 40 {
+		t.Fatalf("exit %d, %d passed, %d failed", code, rep.Passed, rep.Failed)
+	}
+}
+
+func TestSelftestExits1WhenADoorIsOpen(t *testing.T) {
+	needJail(t)
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "open.toml")
+	os.WriteFile(prof, []byte("extends = \"python\"\n[seccomp]\npolicy = \"off\"\n"), 0o644)
+	code, out, _ := invoke(t, "", "selftest", "--profile", prof)
+	if code != 1 || !strings.Contains(out, "FAIL") || !strings.Contains(out, "DOORS OPEN") {
+		t.Fatalf("seccomp off: exit %d\n%s", code, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "kernel ") && !strings.HasSuffix(strings.TrimSpace(line), "FAIL") {
+			t.Errorf("kernel row held with seccomp off: %s", line)
+		}
+	}
+}
+
+func TestSelftestBadProfileExits125(t *testing.T) {
+	code, _, errs := invoke(t, "", "selftest", "--profile", "/nonexistent/profile.toml")
+	if code != jail.ExitJailError || !strings.Contains(errs, "profile") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
