@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -407,4 +408,102 @@ func TestEntryPath(t *testing.T) {
 			t.Errorf("entryPath(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestImportBuiltRoot packs the root TestBuildReal built into a one-layer
+// image, imports it, and checks the result as a jail root: a real-sized
+// image with real symlink farms, hardlinks and modes goes through intact.
+func TestImportBuiltRoot(t *testing.T) {
+	cache := os.Getenv("STOCKADE_ROOTFS_CACHE")
+	if cache == "" || os.Geteuid() != 0 {
+		t.Skip("needs root and STOCKADE_ROOTFS_CACHE (see TestBuildReal)")
+	}
+	if !filepath.IsAbs(cache) {
+		cache = filepath.Join(moduleRoot(t), cache)
+	}
+	src := filepath.Join(cache, DefaultSuite)
+	if _, _, err := readStamp(src); err != nil {
+		t.Skip("no built root yet; TestBuildReal makes it")
+	}
+	layerPath := filepath.Join(t.TempDir(), "layer.tar")
+	must(t, tarTree(src, layerPath))
+	l, err := tarball.LayerFromFile(layerPath)
+	must(t, err)
+	dst := filepath.Join(t.TempDir(), "root")
+	if err := Import(context.Background(), writeDockerSave(t, image(t, l)), dst); err != nil {
+		t.Fatal(err)
+	}
+	if ps := Check(dst); len(ps) != 0 {
+		t.Errorf("Check of the imported root:\n%s", strings.Join(problemStrings(ps), "\n"))
+	}
+	out, err := exec.Command("chroot", dst, "/usr/bin/python3", "-c", "import json; print(json.dumps([2]))").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "[2]" {
+		t.Errorf("python3 in the imported root: %q %v", out, err)
+	}
+}
+
+// tarTree writes dir as a layer tarball, as `docker export` would.
+func tarTree(dir, out string) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	seen := map[uint64]string{}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = rel
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().IsRegular() && st.Nlink > 1 {
+			if first, ok := seen[st.Ino]; ok {
+				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+			} else {
+				seen[st.Ino] = rel
+			}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			data, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer data.Close()
+			_, err = io.Copy(tw, data)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return f.Close()
 }
