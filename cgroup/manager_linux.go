@@ -254,6 +254,19 @@ func (m *Manager) resolveV2(l layout, parent, subdir string) {
 		} else {
 			err = enableControllers(h.parent, missing)
 		}
+		if errors.Is(err, unix.EBUSY) && own == "/" {
+			// The root of our cgroup namespace: a container's own cgroup,
+			// holding its init and shells beside stockade. The container
+			// is the delegated unit, and the way every nested runtime
+			// (docker-in-docker, systemd in a container) makes it usable
+			// is to move its processes into the leaf too. Never outside a
+			// namespace root: there the others are not ours.
+			if merr := m.moveOthersToLeaf(h.parent); merr != nil {
+				err = fmt.Errorf("%w; moving the container's processes into the leaf failed too: %v", err, merr)
+			} else {
+				err = enableControllers(h.parent, missing)
+			}
+		}
 	}
 	if err != nil {
 		err = explainEnable(h.parent, err)
@@ -312,6 +325,27 @@ func (m *Manager) moveSelfToLeaf(dir string) error {
 		return err
 	}
 	m.note("cgroup v2: moved stockade (pid %d) into %s so that %s may enable controllers for its children", os.Getpid(), leaf, dir)
+	return nil
+}
+
+// moveOthersToLeaf moves every process left in dir into dir/supervisor,
+// where stockade already is. Only called at the root of stockade's cgroup
+// namespace (see resolveV2).
+func (m *Manager) moveOthersToLeaf(dir string) error {
+	leaf := filepath.Join(dir, "supervisor")
+	pids, err := readPids(dir)
+	if err != nil {
+		return err
+	}
+	moved := 0
+	for _, pid := range pids {
+		err := writeFile(filepath.Join(leaf, "cgroup.procs"), strconv.Itoa(pid))
+		if err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("move pid %d into %s: %w", pid, leaf, err)
+		}
+		moved++
+	}
+	m.note("cgroup v2: %s is the root of this cgroup namespace (a container); moved its %d other processes into %s as nested runtimes do", dir, moved, leaf)
 	return nil
 }
 
