@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/urfave/cli/v2"
@@ -40,15 +41,24 @@ func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.msg != "" {
-			fmt.Fprintln(stderr, "stockade:", ee.msg)
-		}
+		printError(stderr, ee.msg)
 		return ee.code
 	}
 	// Flag and usage errors from the CLI library: the jail was never set
 	// up, which is what 125 says.
-	fmt.Fprintln(stderr, "stockade:", err)
+	printError(stderr, err.Error())
 	return jail.ExitJailError
+}
+
+// printError prefixes every line of msg, so that a profile's several
+// errors each read as stockade's.
+func printError(w io.Writer, msg string) {
+	if msg == "" {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
+		fmt.Fprintln(w, "stockade:", line)
+	}
 }
 
 func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
@@ -66,6 +76,7 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 			profileCommand(stdout, stderr),
 			selftestCommand(stdin, stdout, stderr),
 			doctorCommand(stdout),
+			rootfsCommand(stdout, stderr),
 		},
 	}
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/rootfs"
+	"github.com/urfave/cli/v2"
+)
+
+// rootfsCommand makes and checks prepared root directories for --rootfs.
+func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
+	fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
+	return &cli.Command{
+		Name:  "rootfs",
+		Usage: "build, import and check root filesystems for --rootfs",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "build",
+				Usage:     "debootstrap a minimal Debian with python3 into DIR",
+				ArgsUsage: "DIR",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "suite", Value: rootfs.DefaultSuite, Usage: "Debian suite"},
+					&cli.StringFlag{Name: "packages", Usage: "comma-separated packages to add (python3-numpy,...)"},
+					&cli.StringFlag{Name: "mirror", Usage: "Debian mirror (default: the one apt uses on this host)"},
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return fail(fmt.Errorf("rootfs build: give one DIR"))
+					}
+					var pkgs []string
+					for _, p := range strings.Split(c.String("packages"), ",") {
+						if p = strings.TrimSpace(p); p != "" {
+							pkgs = append(pkgs, p)
+						}
+					}
+					err := rootfs.Build(c.Context, c.Args().First(), rootfs.BuildOptions{
+						Suite: c.String("suite"), Packages: pkgs, Mirror: c.String("mirror"), Progress: stderr})
+					if err != nil {
+						return fail(err)
+					}
+					fmt.Fprintf(stdout, "built %s; run with: stockade run --rootfs %s -- python3\n", c.Args().First(), c.Args().First())
+					return nil
+				},
+			},
+			{
+				Name:      "import",
+				Usage:     "unpack an OCI image layout or a `docker save` archive into DIR, without Docker",
+				ArgsUsage: "IMAGE DIR",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						return fail(fmt.Errorf("rootfs import: give IMAGE and DIR"))
+					}
+					err := rootfs.ImportWith(c.Context, c.Args().Get(0), c.Args().Get(1), rootfs.ImportOptions{Progress: stderr})
+					if err != nil {
+						return fail(err)
+					}
+					fmt.Fprintf(stdout, "imported %s into %s\n", c.Args().Get(0), c.Args().Get(1))
+					return nil
+				},
+			},
+			{
+				Name:      "check",
+				Usage:     "say whether DIR can serve as a jail root; exit 0 or list the problems",
+				ArgsUsage: "DIR",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return fail(fmt.Errorf("rootfs check: give one DIR"))
+					}
+					problems := rootfs.Check(c.Args().First())
+					for _, p := range problems {
+						fmt.Fprintln(stdout, p.String())
+					}
+					if len(problems) > 0 {
+						return &exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", c.Args().First(), len(problems))}
+					}
+					fmt.Fprintf(stdout, "%s: ok\n", c.Args().First())
+					return nil
+				},
+			},
+		},
+	}
+}
