@@ -101,6 +101,9 @@ func (r helperRun) blocked(name string) (Blocked, bool) {
 	return Blocked{}, false
 }
 
+// helperTimeout bounds one helper run; the CPython suite runs get longer.
+var helperTimeout = 120 * time.Second
+
 // runHelper runs the helper in mode under policy and supervises it.
 func runHelper(t testing.TB, mode, policy, arg string) helperRun {
 	t.Helper()
@@ -120,10 +123,15 @@ func runHelper(t testing.TB, mode, policy, arg string) helperRun {
 	// No controlling terminal, as in the jail: vhangup and TIOCSTI, were the
 	// filter to miss them, would have no terminal to act on.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	// A hung helper is killed, and Wait stops waiting for output that its
+	// descendants still hold open.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	theirs.Close()
+	killer := time.AfterFunc(helperTimeout, func() { _ = cmd.Process.Kill() })
+	defer killer.Stop()
 
 	var sup *Supervisor
 	supDone := make(chan struct{})
@@ -199,12 +207,18 @@ func helperX32(string) int {
 	return 0
 }
 
-// helperExec forks and execs /usr/bin/python3 -c arg from the filtered thread,
+// helperExec forks and execs /usr/bin/python3 with the arguments in the JSON
+// list arg from the filtered thread,
 // with syscall.ForkExec as the jail's init does (clone with CLONE_VM|
 // CLONE_VFORK, setsid, PR_SET_PDEATHSIG, dup3, execve), and exits with its
 // status.
-func helperExec(script string) int {
-	pid, err := syscall.ForkExec(pythonPath, []string{pythonPath, "-I", "-c", script}, &syscall.ProcAttr{
+func helperExec(arg string) int {
+	var pyArgs []string
+	if err := json.Unmarshal([]byte(arg), &pyArgs); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	pid, err := syscall.ForkExec(pythonPath, append([]string{pythonPath}, pyArgs...), &syscall.ProcAttr{
 		Env:   []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"},
 		Files: []uintptr{0, 1, 2},
 		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
