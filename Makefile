@@ -36,7 +36,7 @@ lint: build
 # Host tests: real jails, as root; tests that need root or the VM skip
 # cleanly elsewhere.
 test: build
-	STOCKADE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./...
+	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_ROOTFS_CACHE=$(CURDIR)/build/rootfs-cache $(GO) test -count=1 -timeout 20m ./...
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSize$$' -fuzztime=$(FUZZTIME) ./profiles/

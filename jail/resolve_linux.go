@@ -41,6 +41,11 @@ func sourceError(path string, err error) error {
 // openBeneath opens rel below the directory dirfd, refusing symlinks and
 // "..": used for every mount target inside the new root.
 func openBeneath(dirfd int, rel string, flags uint64) (int, error) {
+	// A leading "/" would be an escape to RESOLVE_BENEATH (EXDEV).
+	rel = strings.TrimLeft(rel, "/")
+	if rel == "" {
+		rel = "."
+	}
 	return unix.Openat2(dirfd, rel, &unix.OpenHow{
 		Flags:   flags | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,

@@ -1,0 +1,45 @@
+package jail
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/rootfs"
+)
+
+// TestRunInBuiltRootfs runs Python in a root that `stockade rootfs build`
+// made (debootstrap, cached across runs in $STOCKADE_ROOTFS_CACHE, which
+// `make check` sets to build/rootfs-cache).
+func TestRunInBuiltRootfs(t *testing.T) {
+	needJail(t)
+	cache := os.Getenv("STOCKADE_ROOTFS_CACHE")
+	if cache == "" {
+		t.Skip("set STOCKADE_ROOTFS_CACHE=DIR to debootstrap a root into DIR/bookworm (about a minute, once)")
+	}
+	if !filepath.IsAbs(cache) {
+		wd, _ := os.Getwd()
+		cache = filepath.Join(filepath.Dir(wd), cache) // go test runs in jail/
+	}
+	dir := filepath.Join(cache, rootfs.DefaultSuite)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if _, err := rootfs.EnsureBuilt(ctx, dir, rootfs.BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := py("import json, sys, os; print(json.dumps([sys.prefix, os.getuid(), open('/etc/os-release').read().count('bookworm') > 0]))")
+	s.Rootfs = dir
+	r := mustRun(t, s)
+	if r.Verdict != VerdictOK || strings.TrimSpace(r.Stdout) != `["/usr", 1000, true]` {
+		t.Fatalf("python in the built root: %+v", r)
+	}
+	// The root is read-only and the jail's own mounts are on top of it.
+	s = spec("sh", "-c", "touch /usr/x 2>/dev/null && echo WRITABLE; touch /tmp/x /work/x && grep -c sandbox /etc/passwd")
+	s.Rootfs = dir
+	if r := mustRun(t, s); r.Stdout != "1\n" {
+		t.Fatalf("built root: %+v", r)
+	}
+}
