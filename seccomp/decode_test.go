@@ -20,7 +20,7 @@ func TestDescribe(t *testing.T) {
 		{"ioctl", [6]uint64{0, 0xdeadbeef00005412, 0x7ffd0000}, "ioctl(0, TIOCSTI (0xdeadbeef00005412), 0x7ffd0000)"},
 		{"ioctl", [6]uint64{3, tioclinux, 0}, "ioctl(3, TIOCLINUX, 0x0)"},
 		{"ioctl", [6]uint64{3, 0x1234, 0}, "ioctl(3, 0x1234, 0x0)"},
-		{"ioctl", [6]uint64{allOnes, tiocsti, 0}, "ioctl(-1, TIOCSTI, 0x0)"},
+		{"ioctl", [6]uint64{^uint64(0), tiocsti, 0}, "ioctl(-1, TIOCSTI, 0x0)"},
 		{"prctl", [6]uint64{prSetSeccomp, 2, 0x10}, "prctl(PR_SET_SECCOMP, 0x2, 0x10, 0x0, 0x0)"},
 		{"prctl", [6]uint64{1234}, "prctl(1234, 0x0, 0x0, 0x0, 0x0)"},
 		{"personality", [6]uint64{0x0400000}, "personality(PER_LINUX|READ_IMPLIES_EXEC)"},

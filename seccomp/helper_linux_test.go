@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ var helperModes = map[string]func(arg string) int{
 	"probes": helperProbes,
 	"x32":    helperX32,
 	"exec":   helperExec,
+	"late":   helperLate,
 }
 
 // TestMain turns the test binary into the helper when envHelper is set.
@@ -104,8 +106,18 @@ func (r helperRun) blocked(name string) (Blocked, bool) {
 // helperTimeout bounds one helper run; the CPython suite runs get longer.
 var helperTimeout = 120 * time.Second
 
-// runHelper runs the helper in mode under policy and supervises it.
-func runHelper(t testing.TB, mode, policy, arg string) helperRun {
+// helperProc is a started helper whose listener, unless the policy is
+// "off", has arrived over SCM_RIGHTS.
+type helperProc struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	listener       int
+	killer         *time.Timer
+}
+
+// startHelper starts the helper in mode under policy and receives its
+// listener.
+func startHelper(t testing.TB, mode, policy, arg string) *helperProc {
 	t.Helper()
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -115,11 +127,11 @@ func runHelper(t testing.TB, mode, policy, arg string) helperRun {
 	theirs := os.NewFile(uintptr(pair[1]), "helper end")
 	defer ours.Close()
 
-	var stdout, stderr bytes.Buffer
+	h := &helperProc{listener: -1}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envHelper+"="+mode, envPolicy+"="+policy, envArg+"="+arg)
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr = &h.stdout, &h.stderr
 	// No controlling terminal, as in the jail: vhangup and TIOCSTI, were the
 	// filter to miss them, would have no terminal to act on.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
@@ -130,29 +142,43 @@ func runHelper(t testing.TB, mode, policy, arg string) helperRun {
 		t.Fatal(err)
 	}
 	theirs.Close()
-	killer := time.AfterFunc(helperTimeout, func() { _ = cmd.Process.Kill() })
-	defer killer.Stop()
-
-	var sup *Supervisor
-	supDone := make(chan struct{})
+	h.cmd = cmd
+	h.killer = time.AfterFunc(helperTimeout, func() { _ = cmd.Process.Kill() })
 	if policy != "off" {
 		fd, err := receiveListener(int(ours.Fd()))
 		if err != nil {
-			_ = cmd.Wait()
-			t.Fatalf("receive listener: %v; helper stderr:\n%s", err, stderr.String())
+			_ = h.wait()
+			t.Fatalf("receive listener: %v; helper stderr:\n%s", err, h.stderr.String())
 		}
-		sup = NewSupervisor(fd)
+		h.listener = fd
+	}
+	return h
+}
+
+func (h *helperProc) wait() error {
+	defer h.killer.Stop()
+	return h.cmd.Wait()
+}
+
+// runHelper runs the helper in mode under policy and supervises it.
+func runHelper(t testing.TB, mode, policy, arg string) helperRun {
+	t.Helper()
+	h := startHelper(t, mode, policy, arg)
+	var sup *Supervisor
+	supDone := make(chan struct{})
+	if h.listener >= 0 {
+		sup = NewSupervisor(h.listener)
 		go func() { sup.Run(); close(supDone) }()
 	} else {
 		close(supDone)
 	}
-	waitErr := cmd.Wait()
+	waitErr := h.wait()
 	select {
 	case <-supDone:
 	case <-time.After(10 * time.Second):
 		t.Error("supervisor did not see the listener hang up after the helper exited")
 	}
-	run := helperRun{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Err: waitErr}
+	run := helperRun{Stdout: h.stdout.Bytes(), Stderr: h.stderr.Bytes(), Err: waitErr}
 	if sup != nil {
 		run.Blocked = sup.Blocked()
 		if err := sup.Err(); err != nil {
@@ -246,3 +272,13 @@ func helperExec(arg string) int {
 }
 
 const pythonPath = "/usr/bin/python3"
+
+// helperLate makes a refused call (unshare(0)) after arg milliseconds and
+// prints its errno.
+func helperLate(arg string) int {
+	ms, _ := strconv.Atoi(arg)
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	_, _, errno := unix.Syscall(unix.SYS_UNSHARE, 0, 0, 0)
+	fmt.Println(int(errno))
+	return 0
+}

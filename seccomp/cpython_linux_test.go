@@ -1,0 +1,95 @@
+package seccomp
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestCPythonSuite runs modules of CPython's own regression suite (Debian's
+// libpython3.11-testsuite) under the python policy, one helper run per
+// module, and fails on a failing module or any refused call. It takes
+// minutes, so it runs only when STOCKADE_CPYTHON_TESTS is set: to "list" for
+// the modules chosen in cpython_tests.txt, or to module names.
+func TestCPythonSuite(t *testing.T) {
+	sel := os.Getenv("STOCKADE_CPYTHON_TESTS")
+	if sel == "" {
+		t.Skip("set STOCKADE_CPYTHON_TESTS=list (or module names) to run CPython's regression tests under the filter")
+	}
+	requirePython(t)
+	if _, err := os.Stat("/usr/lib/python3.11/test/regrtest.py"); err != nil {
+		t.Skipf("CPython's test suite is not installed: %v", err)
+	}
+	modules := strings.Fields(sel)
+	if sel == "list" {
+		var err error
+		if modules, err = readTestList("cpython_tests.txt"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func(d time.Duration) { helperTimeout = d }(helperTimeout)
+	helperTimeout = 20 * time.Minute
+
+	var mu sync.Mutex
+	results := map[string]string{}
+	sem := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for _, m := range modules {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			args, _ := json.Marshal([]string{"-m", "test", "-j1", "--timeout=900", m})
+			start := time.Now()
+			run := runHelper(t, "exec", "python", string(args))
+			verdict := "pass"
+			if run.Err != nil {
+				verdict = "FAIL (" + run.Err.Error() + ")"
+				t.Errorf("%s: %v\n%s", m, run.Err, tail(run.Stdout, 3000))
+			}
+			if len(run.Blocked) > 0 {
+				verdict += "; refused: " + blockedSummary(run.Blocked)
+				t.Errorf("%s made refused calls: %s", m, blockedSummary(run.Blocked))
+			}
+			mu.Lock()
+			results[m] = verdict + " in " + time.Since(start).Round(time.Second).String()
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, m := range modules {
+		t.Logf("%-32s %s", m, results[m])
+	}
+}
+
+// readTestList returns the module names of cpython_tests.txt: the first word
+// of each line that is not blank, a comment, or an "exclude" line.
+func readTestList(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var mods []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") || fields[0] == "exclude" {
+			continue
+		}
+		mods = append(mods, fields[0])
+	}
+	return mods, sc.Err()
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

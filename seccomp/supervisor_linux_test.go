@@ -1,0 +1,72 @@
+package seccomp
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestSupervisorSurvivesADeadCaller: the caller of a refused call is killed
+// while its notification waits; a supervisor started afterwards must neither
+// fail nor hang (RECV answers ENOENT, or the listener only hangs up).
+func TestSupervisorSurvivesADeadCaller(t *testing.T) {
+	h := startHelper(t, "late", "python", "0")
+	fds := []unix.PollFd{{Fd: int32(h.listener), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 10000); err != nil || n != 1 || fds[0].Revents&unix.POLLIN == 0 {
+		t.Fatalf("no pending notification: n=%d err=%v revents=%#x", n, err, fds[0].Revents)
+	}
+	_ = h.cmd.Process.Kill()
+	_ = h.wait()
+
+	sup := NewSupervisor(h.listener)
+	done := make(chan struct{})
+	go func() { sup.Run(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the only caller died")
+	}
+	if err := sup.Err(); err != nil {
+		t.Errorf("supervisor: %v", err)
+	}
+	if err := sup.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSupervisorCloseStopsRunAndCallsStayRefused: Close returns promptly
+// while the jail lives, and a refused call made after it fails with ENOSYS
+// (the kernel's answer without a listener): stopping the supervisor never
+// lets a call through.
+func TestSupervisorCloseStopsRunAndCallsStayRefused(t *testing.T) {
+	h := startHelper(t, "late", "python", "500")
+	sup := NewSupervisor(h.listener)
+	done := make(chan struct{})
+	go func() { sup.Run(); close(done) }()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	if err := sup.Close(); err != nil {
+		t.Error(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after Close")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatalf("helper: %v\n%s", err, h.stderr.String())
+	}
+	if got := strings.TrimSpace(h.stdout.String()); got != strconv.Itoa(int(unix.ENOSYS)) {
+		t.Errorf("unshare after Close: errno %s, want ENOSYS (%d)", got, unix.ENOSYS)
+	}
+	if err := sup.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	sup.Run() // after Close: returns at once
+}
