@@ -180,7 +180,9 @@ func TestV2MechanicsOnHybridUnified(t *testing.T) {
 	}
 
 	g := createGroup(t, m, Limits{})
-	spinThenFork := "import os, time\nt = time.time()\nwhile time.time() - t < 0.2: pass\nos.fork()\ntime.sleep(60)\n"
+	// Spin on CPU time, not wall time: on a loaded machine a wall-clock
+	// spin gets only a share of a core.
+	spinThenFork := "import os, time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\nos.fork()\ntime.sleep(60)\n"
 	p := startInGroup(t, g, true, true, python, "-c", spinThenFork)
 	if !inGroup(t, p.cmd.Process.Pid, g) {
 		t.Fatalf("pid %d not in %s right after CLONE_INTO_CGROUP", p.cmd.Process.Pid, g.name)

@@ -11,8 +11,10 @@ import (
 	"time"
 )
 
-// stockadeCgroups lists stockade-* cgroups below this process's own cgroup
-// in every hierarchy (v1 and v2 alike: /proc/self/cgroup names them all).
+// stockadeCgroups lists the cgroups this process's runs made (named
+// stockade-<pid>-*) below its own cgroup in every hierarchy (v1 and v2
+// alike: /proc/self/cgroup names them all). Other stockades' live groups,
+// such as those of test binaries running beside this one, are theirs.
 func stockadeCgroups(t *testing.T) []string {
 	t.Helper()
 	f, err := os.Open("/proc/self/cgroup")
@@ -44,7 +46,7 @@ func stockadeCgroups(t *testing.T) []string {
 		for _, dir := range []string{filepath.Join(mnt, parts[2]), filepath.Dir(filepath.Join(mnt, parts[2]))} {
 			ents, _ := os.ReadDir(dir)
 			for _, e := range ents {
-				if e.IsDir() && strings.HasPrefix(e.Name(), "stockade-") {
+				if e.IsDir() && strings.HasPrefix(e.Name(), "stockade-"+strconv.Itoa(os.Getpid())+"-") {
 					found = append(found, filepath.Join(dir, e.Name()))
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -340,7 +341,10 @@ func snapshot(t *testing.T) hostState {
 	ents, _ := os.ReadDir(base)
 	var dirs []string
 	for _, e := range ents {
-		dirs = append(dirs, e.Name())
+		// Only this process's runs: other stockades may run beside it.
+		if strings.HasPrefix(e.Name(), strconv.Itoa(os.Getpid())+"-") {
+			dirs = append(dirs, e.Name())
+		}
 	}
 	return hostState{mounts: bytes.Count(b, []byte("\n")), runDirs: dirs}
 }

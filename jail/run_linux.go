@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -293,12 +294,5 @@ func readSysctl(p string) string {
 	if err != nil {
 		return ""
 	}
-	return string(trimSpace(b))
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
+	return strings.TrimSpace(string(b))
 }
