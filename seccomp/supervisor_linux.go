@@ -94,7 +94,11 @@ func (s *Supervisor) Run() {
 			}
 			continue
 		}
-		if ev&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+		if ev&unix.POLLNVAL != 0 {
+			s.fail(fmt.Errorf("seccomp supervisor: fd %d is not open", s.notifyFD))
+			return
+		}
+		if ev&(unix.POLLHUP|unix.POLLERR) != 0 {
 			return
 		}
 	}

@@ -70,3 +70,21 @@ func TestSupervisorCloseStopsRunAndCallsStayRefused(t *testing.T) {
 	}
 	sup.Run() // after Close: returns at once
 }
+
+// TestSupervisorReportsABadListener: a descriptor that is not open ends Run
+// with an error instead of a silent, empty report.
+func TestSupervisorReportsABadListener(t *testing.T) {
+	// Far above any descriptor this process opens (a freshly closed number
+	// would be reused at once, by the supervisor's own eventfd).
+	sup := NewSupervisor(1 << 19)
+	done := make(chan struct{})
+	go func() { sup.Run(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run on a closed fd did not return")
+	}
+	if sup.Err() == nil {
+		t.Error("Run on a closed fd reported no error")
+	}
+}
