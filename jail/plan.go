@@ -8,37 +8,6 @@ import (
 	"github.com/stockade/stockade/rootfs"
 )
 
-// stepKind is one kind of thing init does to build the new root.
-type stepKind string
-
-const (
-	stepTmpfs   stepKind = "tmpfs"   // a fresh tmpfs at Dest
-	stepBind    stepKind = "bind"    // Source bound at Dest (read-only unless Writable)
-	stepSymlink stepKind = "symlink" // Dest -> Link
-	stepFile    stepKind = "file"    // a generated file with Data
-	stepDir     stepKind = "dir"     // an empty directory
-	stepProc    stepKind = "proc"    // procfs of the jail's pid namespace
-	stepDevpts  stepKind = "devpts"  // a private devpts instance
-)
-
-// step is plain data sent to init. Dest is a path inside the jail; init
-// prefixes the new root. Source is a host path.
-type step struct {
-	Kind     stepKind `json:"k"`
-	Dest     string   `json:"d"`
-	Source   string   `json:"s,omitempty"`
-	Link     string   `json:"l,omitempty"`
-	Data     string   `json:"data,omitempty"`
-	Mode     uint32   `json:"m,omitempty"`
-	Size     int64    `json:"z,omitempty"`
-	Dir      bool     `json:"dir,omitempty"` // bind of a directory (else a file)
-	Writable bool     `json:"w,omitempty"`   // bind stays writable
-	Exec     bool     `json:"x,omitempty"`   // exec allowed (binds of the root's programs)
-	Device   bool     `json:"dev,omitempty"` // bind of a device node: keep nodev off
-	User     bool     `json:"u,omitempty"`   // source came from the user: resolve without symlinks
-	Optional bool     `json:"opt,omitempty"` // skip quietly if the source is gone
-}
-
 // devices are the only device nodes a jail gets, bound from the host's /dev
 // because an unprivileged user namespace cannot mknod.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}

@@ -1,5 +1,7 @@
 package jail
 
+import "github.com/stockade/stockade/jail/internal/initproc"
+
 // Verdict says why a run ended. The order of the constants is the order of
 // precedence when more than one applies: a fork bomb that also ran out of
 // time is reported as "pids", because that is what the user has to fix.
@@ -21,9 +23,9 @@ const (
 // Exit statuses stockade uses for itself, after timeout(1) and env(1).
 const (
 	ExitTimeout      = 124
-	ExitJailError    = 125
-	ExitCannotRun    = 126
-	ExitNotFound     = 127
+	ExitJailError    = initproc.ExitJailError
+	ExitCannotRun    = initproc.ExitCannotRun
+	ExitNotFound     = initproc.ExitNotFound
 	ExitSignalOffset = 128
 )
 

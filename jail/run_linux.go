@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stockade/stockade/jail/internal/initproc"
 	"io"
 	"os"
 	"os/exec"
@@ -195,7 +196,7 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
-		Args:       []string{initArg0},
+		Args:       []string{initproc.Arg0},
 		Env:        []string{},
 		Stdout:     outW,
 		Stderr:     errW,
@@ -211,7 +212,7 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 			// is not), and it keeps what it needs as ambient capabilities,
 			// which exist only inside the jail's user namespace.
 			Credential:  &syscall.Credential{Uid: JailUID, Gid: JailGID, Groups: []uint32{}, NoSetGroups: !id.setGroups},
-			AmbientCaps: initCaps,
+			AmbientCaps: initproc.InitCaps,
 			Setsid:      true,
 			// The jail dies with stockade: init gets SIGKILL when the
 			// thread that started it exits, and takes the namespace along.

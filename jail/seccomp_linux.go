@@ -1,10 +1,7 @@
 package jail
 
 import (
-	"fmt"
-
 	"github.com/stockade/stockade/seccomp"
-	"golang.org/x/sys/unix"
 )
 
 // compileSeccomp resolves and compiles the policy on the host side, so that
@@ -27,35 +24,6 @@ func compileSeccomp(name string) ([]byte, error) {
 		}
 	}
 	return seccomp.EncodeBPF(prog.BPF()), nil
-}
-
-// loadSeccomp installs the named policy on the calling (locked) thread of
-// init, the last step before the payload is forked from it, and hands the
-// listener for refused calls to the parent, which answers them from outside
-// the jail. Init keeps no copy: only the supervisor may answer.
-func loadSeccomp(name string, bpf []byte) error {
-	if name == "off" {
-		return nil
-	}
-	filter, err := seccomp.DecodeBPF(bpf)
-	if err != nil {
-		return err
-	}
-	prog, err := seccomp.ProgramFromBPF(name, filter)
-	if err != nil {
-		return err
-	}
-	fd, err := prog.Load()
-	if err != nil {
-		return err
-	}
-	b := []byte(`{"t":"` + string(msgSeccomp) + `"}`)
-	err = unix.Sendmsg(ctlFD, b, unix.UnixRights(fd), nil, 0)
-	unix.Close(fd)
-	if err != nil {
-		return fmt.Errorf("hand the listener to the supervisor: %w", err)
-	}
-	return nil
 }
 
 // blockedOf converts the supervisor's record for the result.

@@ -3,6 +3,7 @@ package jail
 import (
 	"errors"
 	"fmt"
+	"github.com/stockade/stockade/jail/internal/initproc"
 	"path"
 	"strings"
 	"time"
@@ -12,13 +13,13 @@ import (
 // to HostID on the host (never to host root); run as a normal user, to that
 // user.
 const (
-	JailUID  = 1000
-	JailGID  = 1000
+	JailUID  = initproc.JailUID
+	JailGID  = initproc.JailGID
 	JailUser = "sandbox"
 	// HostID is the host uid and gid the jail user becomes when stockade runs
 	// as root: far above any range useradd, systemd's dynamic users or
 	// subuid(5) hand out, so it owns nothing on the host but the run's /work.
-	HostID = 1 << 30
+	HostID = initproc.HostID
 )
 
 // Workdir modes for Spec.WorkdirMode.

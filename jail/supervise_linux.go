@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/stockade/stockade/jail/internal/initproc"
 	"os"
 	"os/exec"
 	"sync"
@@ -139,7 +140,7 @@ func (sv *supervision) sendPlan(cfg *childConfig, place func() error) {
 		sv.kill()
 		return
 	}
-	if err := unix.Sendmsg(sv.sock, []byte(goMessage), nil, nil, 0); err != nil {
+	if err := unix.Sendmsg(sv.sock, []byte(initproc.GoMessage), nil, nil, 0); err != nil {
 		sv.noteBad(fmt.Errorf("release init: %w", err))
 		sv.kill()
 	}
@@ -157,8 +158,9 @@ func (sv *supervision) readMessages() {
 		if err != nil || n == 0 {
 			return
 		}
-		m, err := decodeMsg(buf[:n])
+		m, err := initproc.DecodeMsg(buf[:n])
 		if err != nil {
+			err = fmt.Errorf("bad message from init: %w", err)
 			sv.noteBad(err)
 			sv.kill()
 			continue

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"fmt"
+	"github.com/stockade/stockade/jail/internal/initproc"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -41,7 +42,7 @@ func checkWorkdir(dir string) (unix.Stat_t, error) {
 			}
 		}
 	}
-	fd, err := openNoSymlinks(clean)
+	fd, err := initproc.OpenNoSymlinks(clean)
 	if err != nil {
 		return st, fmt.Errorf("--workdir %w", err)
 	}

@@ -1,4 +1,4 @@
-package jail
+package initproc
 
 import (
 	"errors"
@@ -8,11 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openNoSymlinks opens an absolute host path as O_PATH without following a
+// OpenNoSymlinks opens an absolute host path as O_PATH without following a
 // symlink in any component. Mount sources a user names may sit in a
 // directory the jailed code wrote to on an earlier run (--workdir); a
 // planted link must not turn "--ro /data/in" into a bind of /etc/shadow.
-func openNoSymlinks(path string) (int, error) {
+func OpenNoSymlinks(path string) (int, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
 		// No O_NOFOLLOW: with O_PATH it would hand back the link itself;
 		// RESOLVE_NO_SYMLINKS refuses a trailing link too.

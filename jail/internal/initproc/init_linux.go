@@ -1,4 +1,4 @@
-package jail
+package initproc
 
 import (
 	"encoding/json"
@@ -13,27 +13,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// initArg0 is the argv[0] of the re-executed binary; with fd 3 a socket, it
+// Arg0 is the argv[0] of a jail's init; with fd 3 a socket, it
 // marks a process as a jail's init.
-const initArg0 = "stockade-init"
+const Arg0 = "stockade-init"
 
 // ctlFD is init's end of the control socket.
 const ctlFD = 3
 
-// IsChild reports whether this process is a jail's init. The binary's main
-// (and TestMain of packages that run jails) must call ChildMain first thing
-// when it is.
-func IsChild() bool {
-	if len(os.Args) != 1 || os.Args[0] != initArg0 {
+// IsInit reports whether this process is a jail's init: started with
+// argv[0] Arg0 and a SOCK_SEQPACKET socket at fd 3.
+func IsInit() bool {
+	if len(os.Args) != 1 || os.Args[0] != Arg0 {
 		return false
 	}
 	t, err := unix.GetsockoptInt(ctlFD, unix.SOL_SOCKET, unix.SO_TYPE)
 	return err == nil && t == unix.SOCK_SEQPACKET
 }
 
-// ChildMain is init: it builds the jail from the parent's plan, starts the
+// Main is init: it builds the jail from the parent's plan, starts the
 // payload, reaps, and exits with the payload. It never returns.
-func ChildMain() {
+func Main() {
 	// The payload is forked from this thread after this thread alone has
 	// become the jail user, so the goroutine must never move.
 	runtime.LockOSThread()
@@ -52,7 +51,7 @@ func ChildMain() {
 	if err != nil {
 		var se *SetupError
 		if errors.As(err, &se) {
-			send(childMsg{Kind: msgError, Step: se.Step, Message: se.Message, ExitCode: se.ExitCode})
+			send(Msg{Kind: MsgError, Step: se.Step, Message: se.Message, ExitCode: se.ExitCode})
 			os.Exit(se.ExitCode)
 		}
 		fail("", err, ExitJailError)
@@ -64,23 +63,23 @@ func ChildMain() {
 // requires: the cgroup namespace after the parent placed us in the cgroup,
 // mounts while still privileged, pivot_root, then identity, limits and the
 // privilege drop, seccomp last, and the payload forked from this thread.
-func contain(cfg *childConfig) (int, error) {
+func contain(cfg *Config) (int, error) {
 	steps := []struct {
 		name string
-		fn   func(*childConfig) error
+		fn   func(*Config) error
 	}{
 		{"protect init", protectInit},
-		{"make mounts private", func(*childConfig) error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
-		{"build root", func(c *childConfig) error { return buildRoot(c.NewRoot, c.Steps) }},
-		{"pivot_root", func(c *childConfig) error { return pivotInto(c.NewRoot) }},
-		{"set hostname", func(c *childConfig) error { return unix.Sethostname([]byte(c.Hostname)) }},
-		{"bring up loopback", func(*childConfig) error { return loopbackUp() }},
-		{"chdir /work", func(*childConfig) error { return unix.Chdir("/work") }},
+		{"make mounts private", func(*Config) error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
+		{"build root", func(c *Config) error { return buildRoot(c.NewRoot, c.Steps) }},
+		{"pivot_root", func(c *Config) error { return pivotInto(c.NewRoot) }},
+		{"set hostname", func(c *Config) error { return unix.Sethostname([]byte(c.Hostname)) }},
+		{"bring up loopback", func(*Config) error { return loopbackUp() }},
+		{"chdir /work", func(*Config) error { return unix.Chdir("/work") }},
 		{"set rlimits", setRlimits},
 		{"wait for cgroup placement", waitPlacement},
 		// After placement: a cgroup namespace is rooted where its creator
 		// stands when it is made, so the jail sees its own cgroup as /.
-		{"unshare cgroup namespace", func(*childConfig) error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
+		{"unshare cgroup namespace", func(*Config) error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
 	}
 	for _, s := range steps {
 		if err := s.fn(cfg); err != nil {
@@ -109,7 +108,7 @@ func contain(cfg *childConfig) (int, error) {
 	if err != nil {
 		return 0, execError(cfg.Args[0], err)
 	}
-	send(childMsg{Kind: msgStarted})
+	send(Msg{Kind: MsgStarted})
 	return pid, nil
 }
 
@@ -117,7 +116,7 @@ func contain(cfg *childConfig) (int, error) {
 // inaccessible to the payload, which runs as another uid with no
 // capabilities, so it can neither read init's memory nor open /proc/1/exe
 // (the path back to the stockade binary on the host, CVE-2019-5736).
-func protectInit(*childConfig) error {
+func protectInit(*Config) error {
 	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 }
 
@@ -173,7 +172,7 @@ func loopbackUp() error {
 	return nil
 }
 
-func setRlimits(c *childConfig) error {
+func setRlimits(c *Config) error {
 	for _, r := range c.Rlimits {
 		// syscall.Setrlimit, not unix: for RLIMIT_NOFILE it also stops Go
 		// from restoring its startup limit in the children it forks.
@@ -223,7 +222,7 @@ func reap(payload int) {
 			fail("wait", err, ExitJailError)
 		}
 		if pid == payload {
-			send(childMsg{Kind: msgExit, Status: uint32(ws),
+			send(Msg{Kind: MsgExit, Status: uint32(ws),
 				UtimeUs: ru.Utime.Sec*1e6 + ru.Utime.Usec, StimeUs: ru.Stime.Sec*1e6 + ru.Stime.Usec,
 				MaxRSS: ru.Maxrss})
 			os.Exit(0)
@@ -231,7 +230,7 @@ func reap(payload int) {
 	}
 }
 
-func waitPlacement(c *childConfig) error {
+func waitPlacement(c *Config) error {
 	if !c.WaitPlacement {
 		return nil
 	}
@@ -240,19 +239,19 @@ func waitPlacement(c *childConfig) error {
 	if err != nil {
 		return err
 	}
-	if string(buf[:n]) != goMessage {
+	if string(buf[:n]) != GoMessage {
 		return fmt.Errorf("unexpected message %q", buf[:n])
 	}
 	return nil
 }
 
-func readConfig() (*childConfig, error) {
-	buf := make([]byte, maxMsg)
+func readConfig() (*Config, error) {
+	buf := make([]byte, MaxMsg)
 	n, _, _, _, err := unix.Recvmsg(ctlFD, buf, nil, 0)
 	if err != nil {
 		return nil, err
 	}
-	var c childConfig
+	var c Config
 	if err := json.Unmarshal(buf[:n], &c); err != nil {
 		return nil, err
 	}
@@ -262,7 +261,7 @@ func readConfig() (*childConfig, error) {
 	return &c, nil
 }
 
-func send(m childMsg) {
+func send(m Msg) {
 	b, _ := json.Marshal(m)
 	sendRaw(b, nil)
 }
@@ -273,6 +272,6 @@ func sendRaw(b, oob []byte) {
 }
 
 func fail(step string, err error, code int) {
-	send(childMsg{Kind: msgError, Step: step, Message: err.Error(), ExitCode: code})
+	send(Msg{Kind: MsgError, Step: step, Message: err.Error(), ExitCode: code})
 	os.Exit(code)
 }

@@ -1,4 +1,4 @@
-package jail
+package initproc
 
 import (
 	"errors"
@@ -23,8 +23,8 @@ type rootBuilder struct {
 // setting its attributes while still detached, and only then attaching it.
 // That also avoids the MS_REMOUNT dance, which fails in a user namespace
 // whenever the source mount has locked flags.
-func buildRoot(dir string, steps []step) error {
-	if len(steps) == 0 || steps[0].Kind != stepTmpfs || steps[0].Dest != "/" {
+func buildRoot(dir string, steps []Step) error {
+	if len(steps) == 0 || steps[0].Kind != StepTmpfs || steps[0].Dest != "/" {
 		return errors.New("mount plan does not start with the root tmpfs")
 	}
 	s0 := steps[0]
@@ -46,27 +46,27 @@ func buildRoot(dir string, steps []step) error {
 	return nil
 }
 
-func (b *rootBuilder) do(st step) error {
+func (b *rootBuilder) do(st Step) error {
 	switch st.Kind {
-	case stepTmpfs:
+	case StepTmpfs:
 		flags := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
 		if st.Dest != "/dev" {
 			flags |= unix.MOUNT_ATTR_NODEV
 		}
 		return b.mountNew("tmpfs", st.Dest, flags, map[string]string{
 			"mode": strconv.FormatUint(uint64(st.Mode), 8), "size": strconv.FormatInt(st.Size, 10)})
-	case stepProc:
+	case StepProc:
 		err := b.mountNew("proc", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, nil)
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("%w: the kernel refuses a new procfs in a user namespace while parts of the host's /proc are masked or over-mounted (as in most containers); run stockade where /proc is fully visible", err)
 		}
 		return err
-	case stepDevpts:
+	case StepDevpts:
 		return b.mountNew("devpts", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC,
 			map[string]string{"newinstance": "", "ptmxmode": "0666", "mode": "0620"})
-	case stepBind:
+	case StepBind:
 		return b.bind(st)
-	case stepSymlink:
+	case StepSymlink:
 		parent, base := splitDest(st.Dest)
 		pfd, err := mkdirAllBeneath(b.root, parent, 0o755)
 		if err != nil {
@@ -74,13 +74,13 @@ func (b *rootBuilder) do(st step) error {
 		}
 		defer unix.Close(pfd)
 		return unix.Symlinkat(st.Link, pfd, base)
-	case stepDir:
+	case StepDir:
 		fd, err := mkdirAllBeneath(b.root, st.Dest, st.Mode)
 		if err == nil {
 			unix.Close(fd)
 		}
 		return err
-	case stepFile:
+	case StepFile:
 		return b.file(st)
 	}
 	return fmt.Errorf("unknown step kind %q", st.Kind)
@@ -123,11 +123,11 @@ func (b *rootBuilder) mountNew(fstype, dest string, attrs int, opts map[string]s
 	return nil
 }
 
-func (b *rootBuilder) bind(st step) error {
+func (b *rootBuilder) bind(st Step) error {
 	var src int
 	var err error
 	if st.User {
-		src, err = openNoSymlinks(st.Source)
+		src, err = OpenNoSymlinks(st.Source)
 	} else {
 		src, err = unix.Open(st.Source, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err != nil {
@@ -232,7 +232,7 @@ func (b *rootBuilder) createFile(pfd int, name string, mode uint32, data []byte)
 // /etc; there the content goes into a staging file on the root tmpfs and is
 // bound over the root's copy, and an Optional step is skipped when the root
 // has no such file.
-func (b *rootBuilder) file(st step) error {
+func (b *rootBuilder) file(st Step) error {
 	parent, base := splitDest(st.Dest)
 	pfd, err := mkdirAllBeneath(b.root, parent, 0o755)
 	if err == nil {
@@ -261,5 +261,5 @@ func (b *rootBuilder) file(st step) error {
 	if err := b.createFile(stage, base, st.Mode, []byte(st.Data)); err != nil {
 		return err
 	}
-	return b.bind(step{Kind: stepBind, Dest: st.Dest, Source: b.newDir + "/.stockade/" + base})
+	return b.bind(Step{Kind: StepBind, Dest: st.Dest, Source: b.newDir + "/.stockade/" + base})
 }

@@ -1,0 +1,140 @@
+// Package initproc is a jail's init: the process that runs as pid 1 of the
+// jail's namespaces, builds its root from the parent's plan, drops every
+// privilege, loads seccomp and starts the payload. It is its own package,
+// depending on nothing but the standard library and x/sys, so that it can
+// also be built as a small static binary (stockade-init) that starts in a
+// fraction of the time the whole stockade binary takes; the protocol types
+// the parent shares with it live here too.
+package initproc
+
+import "encoding/json"
+
+// Identity of the jailed user inside the jail, and the host id it maps to
+// when stockade runs as root (far above any range useradd, systemd's
+// dynamic users or subuid(5) hand out).
+const (
+	JailUID = 1000
+	JailGID = 1000
+	HostID  = 1 << 30
+)
+
+// Exit statuses of a jail that could not start its command.
+const (
+	ExitJailError = 125
+	ExitCannotRun = 126
+	ExitNotFound  = 127
+)
+
+// The parent and init talk over a SOCK_SEQPACKET socketpair (init's fd 3):
+// one datagram per message, so neither side needs framing, and the seccomp
+// listener fd rides on a message as SCM_RIGHTS.
+
+// Config is the one message the parent sends: everything init needs,
+// already decided. Init makes no policy decisions of its own.
+type Config struct {
+	NewRoot  string   `json:"new_root"` // host path of the (empty) directory that becomes /
+	Steps    []Step   `json:"steps"`
+	Hostname string   `json:"hostname"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env"`
+	Path     []string `json:"path"` // directories to look up Args[0] in, inside the jail
+	Rlimits  []Rlimit `json:"rlimits"`
+	// SetGroups says init may (and must) clear supplementary groups: true
+	// when stockade runs as root and the gid map allows setgroups.
+	SetGroups  bool   `json:"set_groups"`
+	Seccomp    string `json:"seccomp"`     // policy name, or "off"
+	SeccompBPF []byte `json:"seccomp_bpf"` // the compiled program (EncodeBPF)
+	// WaitPlacement: the parent still has to move init into the run's
+	// cgroup (v1) and says "go" when it has.
+	WaitPlacement bool `json:"wait_placement"`
+}
+
+// Rlimit is one setrlimit(2) call.
+type Rlimit struct {
+	Resource int    `json:"r"`
+	Cur      uint64 `json:"c"`
+	Max      uint64 `json:"m"`
+}
+
+// MsgKind names a message from init to the parent.
+type MsgKind string
+
+const (
+	MsgSeccomp MsgKind = "seccomp" // carries the listener fd
+	MsgStarted MsgKind = "started" // the payload is running
+	MsgExit    MsgKind = "exit"    // the payload ended
+	MsgError   MsgKind = "error"   // setup failed; init exits
+)
+
+// Msg is a report from init.
+type Msg struct {
+	Kind MsgKind `json:"t"`
+	// exit
+	Status  uint32 `json:"status,omitempty"` // wait(2) status of the payload
+	UtimeUs int64  `json:"utime_us,omitempty"`
+	StimeUs int64  `json:"stime_us,omitempty"`
+	MaxRSS  int64  `json:"maxrss_kb,omitempty"`
+	// error
+	Step     string `json:"step,omitempty"`
+	Message  string `json:"msg,omitempty"`
+	ExitCode int    `json:"exit_code,omitempty"` // 125, 126 or 127
+}
+
+// MaxMsg bounds one message.
+const MaxMsg = 1 << 20
+
+// GoMessage releases an init that waits for its cgroup placement.
+const GoMessage = `{"t":"go"}`
+
+// DecodeMsg parses a report from init.
+func DecodeMsg(b []byte) (Msg, error) {
+	var m Msg
+	err := json.Unmarshal(b, &m)
+	return m, err
+}
+
+// SetupError is a jail that could not be set up: which step, what the
+// kernel said. The CLI exits 125 (or 126/127 for a command that cannot run).
+type SetupError struct {
+	Step     string
+	Message  string
+	ExitCode int
+}
+
+func (e *SetupError) Error() string {
+	if e.Step == "" {
+		return e.Message
+	}
+	return e.Step + ": " + e.Message
+}
+
+// StepKind is one kind of thing init does to build the new root.
+type StepKind string
+
+const (
+	StepTmpfs   StepKind = "tmpfs"   // a fresh tmpfs at Dest
+	StepBind    StepKind = "bind"    // Source bound at Dest (read-only unless Writable)
+	StepSymlink StepKind = "symlink" // Dest -> Link
+	StepFile    StepKind = "file"    // a generated file with Data
+	StepDir     StepKind = "dir"     // an empty directory
+	StepProc    StepKind = "proc"    // procfs of the jail's pid namespace
+	StepDevpts  StepKind = "devpts"  // a private devpts instance
+)
+
+// Step is plain data sent to init. Dest is a path inside the jail; init
+// prefixes the new root. Source is a host path.
+type Step struct {
+	Kind     StepKind `json:"k"`
+	Dest     string   `json:"d"`
+	Source   string   `json:"s,omitempty"`
+	Link     string   `json:"l,omitempty"`
+	Data     string   `json:"data,omitempty"`
+	Mode     uint32   `json:"m,omitempty"`
+	Size     int64    `json:"z,omitempty"`
+	Dir      bool     `json:"dir,omitempty"` // bind of a directory (else a file)
+	Writable bool     `json:"w,omitempty"`   // bind stays writable
+	Exec     bool     `json:"x,omitempty"`   // exec allowed (binds of the root's programs)
+	Device   bool     `json:"dev,omitempty"` // bind of a device node: keep nodev off
+	User     bool     `json:"u,omitempty"`   // source came from the user: resolve without symlinks
+	Optional bool     `json:"opt,omitempty"` // skip quietly if the source is gone
+}
