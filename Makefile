@@ -18,8 +18,12 @@ all: build
 deps-%:
 	@scripts/deps $*
 
+# The jail's init is built first, as a small static binary, and embedded:
+# stockade runs it from a sealed memfd (see jail/initexe_linux.go).
+INIT := jail/initexe/stockade-init
 build: deps-build
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/stockade
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(INIT) ./jail/internal/initproc/stockade-init
+	$(GO) build -tags urfave_cli_no_docs,stockade_embed_init -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/stockade
 
 demo: deps-demo build
 	@scripts/demo $(BIN)
@@ -60,4 +64,4 @@ soak: build
 	STOCKADE_SOAK=$${STOCKADE_SOAK:-2000} $(GO) test -count=1 -run '^TestSoak$$' -timeout 60m -v ./jail/
 
 clean:
-	rm -rf bin build
+	rm -rf bin build $(INIT)

@@ -194,8 +194,15 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 	defer errR.Close()
 	defer errW.Close()
 
+	initExePath, initFile, err := initPath()
+	if err != nil {
+		return &SetupError{Step: "start jail", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	if initFile != nil {
+		defer initFile.Close()
+	}
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
+		Path:       initExePath,
 		Args:       []string{initproc.Arg0},
 		Env:        []string{},
 		Stdout:     outW,

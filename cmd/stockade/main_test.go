@@ -184,3 +184,56 @@ func procsWith(marker string) []string {
 	}
 	return found
 }
+
+// The built binary (make build, STOCKADE_BIN) runs its embedded init from a
+// sealed memfd: the jail's pid 1 is not the stockade file on the host, so
+// nothing in the jail can reach that file through /proc/1/exe
+// (CVE-2019-5736), and the memfd itself refuses writes.
+func TestBuiltBinaryRunsSealedInit(t *testing.T) {
+	needJail(t)
+	bin := os.Getenv("STOCKADE_BIN")
+	if bin == "" {
+		t.Skip("set STOCKADE_BIN to a stockade built by make build (with the embedded init)")
+	}
+	cmd := exec.Command(bin, "run", "--timeout", "20s", "--", "python3", "-c", "import time; print('up', flush=True); time.sleep(20)")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	buf := make([]byte, 3)
+	if _, err := out.Read(buf); err != nil || string(buf) != "up\n" {
+		t.Fatalf("jail did not start: %q %v", buf, err)
+	}
+	var initPid string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) > 1 && f[1] == fmt.Sprint(cmd.Process.Pid) && bytes.Contains(stat, []byte("(stockade-init)")) {
+			initPid = e.Name()
+		}
+	}
+	if initPid == "" {
+		t.Fatal("no stockade-init child of the stockade process")
+	}
+	exe, err := os.Readlink(filepath.Join("/proc", initPid, "exe"))
+	if err != nil || !strings.HasPrefix(exe, "/memfd:stockade-init") {
+		t.Fatalf("init's exe is %q (%v), want the sealed memfd", exe, err)
+	}
+	f, err := os.OpenFile(filepath.Join("/proc", initPid, "exe"), os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.Write([]byte("x"))
+		f.Close()
+	}
+	if err == nil {
+		t.Fatal("the jail's init binary is writable")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +38,9 @@ func Main() {
 	// become the jail user, so the goroutine must never move.
 	runtime.LockOSThread()
 	unix.CloseOnExec(ctlFD)
+	// Run from a memfd, the kernel names us after its fd number; say
+	// what we are in the host's ps.
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte(Arg0 + "\x00")[0])), 0, 0, 0)
 	// Init is pid 1 of its namespace; signals from the payload with no
 	// handler are dropped by the kernel, but Go installs handlers, so turn
 	// the catchable ones off. SIGPIPE: the parent may be gone.

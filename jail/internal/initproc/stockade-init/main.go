@@ -1,0 +1,21 @@
+// Command stockade-init is a jail's init as a small static binary. The
+// Makefile embeds it in stockade, which runs it from a sealed memfd: it
+// starts in a fraction of the time the whole stockade binary takes, and
+// the jail's /proc/1/exe is a sealed copy, never the stockade file on the
+// host (CVE-2019-5736).
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/stockade/stockade/jail/internal/initproc"
+)
+
+func main() {
+	if !initproc.IsInit() {
+		fmt.Fprintln(os.Stderr, "stockade-init: this is a jail's init; stockade runs it")
+		os.Exit(initproc.ExitJailError)
+	}
+	initproc.Main()
+}
