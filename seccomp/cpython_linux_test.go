@@ -15,6 +15,7 @@ import (
 // module, and fails on a failing module or any refused call. It takes
 // minutes, so it runs only when STOCKADE_CPYTHON_TESTS is set: to "list" for
 // the modules chosen in cpython_tests.txt, or to module names.
+// STOCKADE_CPYTHON_FLAGS adds regrtest flags (-v to see a failure).
 func TestCPythonSuite(t *testing.T) {
 	sel := os.Getenv("STOCKADE_CPYTHON_TESTS")
 	if sel == "" {
@@ -44,13 +45,14 @@ func TestCPythonSuite(t *testing.T) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			args, _ := json.Marshal([]string{"-m", "test", "-j1", "--timeout=900", m})
+			pyArgs := append([]string{"-m", "test", "-j1", "--timeout=900"}, strings.Fields(os.Getenv("STOCKADE_CPYTHON_FLAGS"))...)
+			args, _ := json.Marshal(append(pyArgs, m))
 			start := time.Now()
 			run := runHelper(t, "exec", "python", string(args))
 			verdict := "pass"
 			if run.Err != nil {
 				verdict = "FAIL (" + run.Err.Error() + ")"
-				t.Errorf("%s: %v\n%s", m, run.Err, tail(run.Stdout, 3000))
+				t.Errorf("%s: %v\n%s", m, run.Err, tail(run.Stdout, tailBytes))
 			}
 			if len(run.Blocked) > 0 {
 				verdict += "; refused: " + blockedSummary(run.Blocked)
@@ -86,6 +88,9 @@ func readTestList(path string) ([]string, error) {
 	}
 	return mods, sc.Err()
 }
+
+// tailBytes is how much of a failing module's output the test shows.
+const tailBytes = 3000
 
 func tail(b []byte, n int) string {
 	if len(b) > n {

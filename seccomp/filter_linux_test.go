@@ -26,24 +26,26 @@ func init() {
 // EINVAL, or for vhangup and sync succeeded) and reach the supervisor once.
 func TestEveryRefusedCallIsRefusedAndReported(t *testing.T) {
 	for _, name := range Names() {
-		t.Run(name, func(t *testing.T) {
-			p, _ := Lookup(name)
-			ps := refusedProbes(p)
-			run := runProbes(t, name, ps)
-			for _, pr := range ps {
-				b, ok := run.blocked(pr.Call)
-				if !ok {
-					t.Errorf("%s was not reported", pr.Call)
-					continue
+		for _, how := range []string{"", "+compile"} { // embedded program, and compiled by Load
+			t.Run(name+how, func(t *testing.T) {
+				p, _ := Lookup(name)
+				ps := refusedProbes(p)
+				run := runProbes(t, name+how, ps)
+				for _, pr := range ps {
+					b, ok := run.blocked(pr.Call)
+					if !ok {
+						t.Errorf("%s was not reported", pr.Call)
+						continue
+					}
+					if b.Count != 1 {
+						t.Errorf("%s reported %d times, want 1", pr.Call, b.Count)
+					}
 				}
-				if b.Count != 1 {
-					t.Errorf("%s reported %d times, want 1", pr.Call, b.Count)
+				if len(run.Blocked) != len(ps) {
+					t.Errorf("%d distinct calls reported, want %d: %s", len(run.Blocked), len(ps), blockedSummary(run.Blocked))
 				}
-			}
-			if len(run.Blocked) != len(ps) {
-				t.Errorf("%d distinct calls reported, want %d: %s", len(run.Blocked), len(ps), blockedSummary(run.Blocked))
-			}
-		})
+			})
+		}
 	}
 }
 

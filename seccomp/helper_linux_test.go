@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -67,11 +68,20 @@ func loadAndHandOff(name string) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	// "NAME+compile" compiles with libseccomp in the helper (Load); plain
+	// NAME loads the embedded program, as the jail does.
+	name, compile := strings.CutSuffix(name, "+compile")
 	p, err := Lookup(name)
 	if err != nil {
 		return err
 	}
-	fd, err := Load(p)
+	prog, ok := Precompiled(name)
+	var fd int
+	if compile || !ok {
+		fd, err = Load(p)
+	} else {
+		fd, err = prog.Load()
+	}
 	if err != nil {
 		return err
 	}
