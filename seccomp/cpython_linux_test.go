@@ -26,9 +26,10 @@ func TestCPythonSuite(t *testing.T) {
 		t.Skipf("CPython's test suite is not installed: %v", err)
 	}
 	modules := strings.Fields(sel)
+	expected := map[string]map[string]bool{}
 	if sel == "list" {
 		var err error
-		if modules, err = readTestList("cpython_tests.txt"); err != nil {
+		if modules, expected, err = readTestList("cpython_tests.txt"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +57,11 @@ func TestCPythonSuite(t *testing.T) {
 			}
 			if len(run.Blocked) > 0 {
 				verdict += "; refused: " + blockedSummary(run.Blocked)
-				t.Errorf("%s made refused calls: %s", m, blockedSummary(run.Blocked))
+			}
+			for _, b := range run.Blocked {
+				if !expected[m][b.Name] {
+					t.Errorf("%s made an unexpected refused call: %s x%d", m, b.Example, b.Count)
+				}
 			}
 			mu.Lock()
 			results[m] = verdict + " in " + time.Since(start).Round(time.Second).String()
@@ -69,24 +74,35 @@ func TestCPythonSuite(t *testing.T) {
 	}
 }
 
-// readTestList returns the module names of cpython_tests.txt: the first word
-// of each line that is not blank, a comment, or an "exclude" line.
-func readTestList(path string) ([]string, error) {
+// readTestList returns the modules of cpython_tests.txt (the first word of
+// each line that is not blank, a comment or an "exclude" line) and the calls
+// each is expected to have refused (its refuses= field).
+func readTestList(path string) ([]string, map[string]map[string]bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	var mods []string
+	refuses := map[string]map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") || fields[0] == "exclude" {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(line)
+		if len(fields) == 0 || fields[0] == "exclude" {
 			continue
 		}
 		mods = append(mods, fields[0])
+		refuses[fields[0]] = map[string]bool{}
+		for _, f := range fields[1:] {
+			if calls, ok := strings.CutPrefix(f, "refuses="); ok {
+				for _, c := range strings.Split(calls, ",") {
+					refuses[fields[0]][c] = true
+				}
+			}
+		}
 	}
-	return mods, sc.Err()
+	return mods, refuses, sc.Err()
 }
 
 // tailBytes is how much of a failing module's output the test shows.
@@ -97,4 +113,33 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// TestCPythonListParses keeps cpython_tests.txt well formed: modules listed
+// once, each refuses= naming a call the python policy refuses or rules on.
+func TestCPythonListParses(t *testing.T) {
+	mods, refuses, err := readTestList("cpython_tests.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) < 50 {
+		t.Errorf("only %d modules", len(mods))
+	}
+	p, _ := Lookup("python")
+	ruled := map[string]bool{}
+	for _, r := range p.AllowIf {
+		ruled[r.Syscall] = true
+	}
+	seen := map[string]bool{}
+	for _, m := range mods {
+		if seen[m] {
+			t.Errorf("%s listed twice", m)
+		}
+		seen[m] = true
+		for c := range refuses[m] {
+			if !p.Refused(c) && !ruled[c] {
+				t.Errorf("%s: refuses=%s, which the python policy neither refuses nor rules on", m, c)
+			}
+		}
+	}
 }
