@@ -235,6 +235,16 @@ func TestExitStatuses(t *testing.T) {
 	}
 }
 
+// The policy kills a process that switches to a foreign ABI (x32 here):
+// the one place a seccomp refusal is a death, reported as such.
+func TestForeignABIIsASeccompKill(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, py("import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 39); print('survived')"))
+	if r.Verdict != VerdictSeccomp || r.ExitCode != 128+31 || r.Stdout != "" {
+		t.Fatalf("x32 getpid: %+v", r)
+	}
+}
+
 func TestOutputIsCappedAndDrained(t *testing.T) {
 	needJail(t)
 	s := py(`import sys; sys.stdout.write("x" * 5_000_000); sys.stderr.write("e" * 10); print("done", file=sys.stderr)`)

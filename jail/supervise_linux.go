@@ -242,6 +242,10 @@ func (sv *supervision) result(res *Result) error {
 		if ws.Signaled() {
 			sig := int(ws.Signal())
 			res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
+			if ws.Signal() == unix.SIGSYS && sv.filter != nil {
+				// The policy kills only for a foreign ABI (i386, x32).
+				res.Verdict = VerdictSeccomp
+			}
 		} else if ws.ExitStatus() != 0 {
 			res.Verdict, res.ExitCode = VerdictExit, ws.ExitStatus()
 		} else {

@@ -2,10 +2,10 @@ package seccomp
 
 import (
 	"embed"
-	"encoding/binary"
 	"fmt"
 	"runtime"
 
+	"github.com/stockade/stockade/seccomp/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,27 +52,8 @@ func ProgramFromBPF(policy string, filter []unix.SockFilter) (*Program, error) {
 	return &Program{Policy: policy, filter: append([]unix.SockFilter(nil), filter...)}, nil
 }
 
-// EncodeBPF is the wire and file form of a filter: each instruction as
-// code (16 bits), jt, jf (8 bits each), k (32 bits), little-endian.
-func EncodeBPF(f []unix.SockFilter) []byte {
-	b := make([]byte, 0, 8*len(f))
-	for _, in := range f {
-		b = binary.LittleEndian.AppendUint16(b, in.Code)
-		b = append(b, in.Jt, in.Jf)
-		b = binary.LittleEndian.AppendUint32(b, in.K)
-	}
-	return b
-}
+// EncodeBPF is the wire and file form of a filter (see bpf.Encode).
+func EncodeBPF(f []unix.SockFilter) []byte { return bpf.Encode(f) }
 
 // DecodeBPF reverses EncodeBPF.
-func DecodeBPF(b []byte) ([]unix.SockFilter, error) {
-	if len(b)%8 != 0 || len(b) == 0 {
-		return nil, fmt.Errorf("seccomp: %d bytes is not a BPF program", len(b))
-	}
-	f := make([]unix.SockFilter, len(b)/8)
-	for i := range f {
-		o := b[8*i:]
-		f[i] = unix.SockFilter{Code: binary.LittleEndian.Uint16(o), Jt: o[2], Jf: o[3], K: binary.LittleEndian.Uint32(o[4:])}
-	}
-	return f, nil
-}
+func DecodeBPF(b []byte) ([]unix.SockFilter, error) { return bpf.Decode(b) }

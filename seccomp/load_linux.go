@@ -1,23 +1,11 @@
 package seccomp
 
-import (
-	"errors"
-	"fmt"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
-)
-
-// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor
-// has read a notification, only a fatal signal interrupts the wait for its
-// answer. Without it, the Go runtime's preemption signals and Python's
-// SIGCHLD handlers restart a refused call and report it twice.
-const filterFlagWaitKillableRecv = 0x20
+import "github.com/stockade/stockade/seccomp/bpf"
 
 // ErrNoNewPrivs is returned by Load when the calling thread has not set
 // PR_SET_NO_NEW_PRIVS. Load does not set it itself: the jail's order is
 // no_new_privs first, and a thread that skipped it has skipped a step.
-var ErrNoNewPrivs = errors.New("seccomp: no_new_privs is not set on this thread (prctl(PR_SET_NO_NEW_PRIVS, 1) must come before Load)")
+var ErrNoNewPrivs = bpf.ErrNoNewPrivs
 
 // Load compiles p and installs it on the calling OS thread only. See
 // LoadProgram.
@@ -46,26 +34,7 @@ func Load(p *Policy) (notifyFD int, err error) {
 // across execve, and the kernel runs every filter of a thread, the strictest
 // answer winning, so later filters can only tighten.
 func (prog *Program) Load() (notifyFD int, err error) {
-	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
-	if err != nil {
-		return -1, fmt.Errorf("seccomp: read no_new_privs: %w", err)
-	}
-	if nnp != 1 {
-		return -1, ErrNoNewPrivs
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog.filter)), Filter: &prog.filter[0]}
-	flags := uintptr(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | filterFlagWaitKillableRecv)
-	for {
-		fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
-		switch {
-		case errno == 0:
-			return int(fd), nil
-		case errno == unix.EINVAL && flags&filterFlagWaitKillableRecv != 0:
-			flags &^= filterFlagWaitKillableRecv // a kernel older than 5.19
-		case errno == unix.EBUSY:
-			return -1, fmt.Errorf("seccomp policy %q: the kernel refused a listener (EBUSY): a filter with a listener is already installed on this thread, from a container runtime or an enclosing stockade", prog.Policy)
-		default:
-			return -1, fmt.Errorf("seccomp policy %q: install filter of %d instructions: %w", prog.Policy, len(prog.filter), errno)
-		}
-	}
+	// The loader itself lives in seccomp/bpf, which has no cgo, so that the
+	// jail's small static init can load the same way.
+	return bpf.Load(prog.Policy, prog.filter)
 }

@@ -231,6 +231,8 @@ func explain(spec jail.Spec, r *jail.Result) []string {
 		out = append(out, fmt.Sprintf("cpu: killed after %v of CPU time", full.Cgroup.CPUTime))
 	case jail.VerdictMemory:
 		out = append(out, fmt.Sprintf("memory: the kernel killed a process at the %d MiB limit (peak %d MiB)", full.Cgroup.MemoryMax>>20, r.PeakMemoryBytes>>20))
+	case jail.VerdictSeccomp:
+		out = append(out, "seccomp: killed for a system call of a foreign ABI (i386 or x32)")
 	case jail.VerdictPids:
 		out = append(out, fmt.Sprintf("pids: a fork or thread failed at the limit of %d tasks", full.Cgroup.PidsMax))
 	case jail.VerdictSignal:
