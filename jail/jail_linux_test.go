@@ -477,3 +477,50 @@ print("alive")
 		t.Fatalf("init reachable from the payload: %+v", r)
 	}
 }
+
+// A tree deeper than the fd limit and PATH_MAX in /work must not outlive
+// the run (os.RemoveAll gave up on it silently, for good).
+func TestDeepWorkTreeIsRemoved(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, py("import os\nfor _ in range(30000):\n    os.mkdir('d'); os.chdir('d')\nprint('deep')"))
+	if r.Stdout != "deep\n" {
+		t.Fatalf("%+v", r)
+	}
+	if left := snapshot(t).runDirs; len(left) > 0 {
+		t.Fatalf("run directories left: %v", left)
+	}
+}
+
+// Nothing the jail writes keeps a set-id bit on the host, where /work is.
+func TestNoSetIDFilesOnTheHost(t *testing.T) {
+	needJail(t)
+	dir := reachableTempDir(t)
+	if os.Geteuid() == 0 {
+		os.Chown(dir, 4242, 0) // a root group must not be mapped either
+	}
+	s := py(`
+import os, shutil
+shutil.copy("/usr/bin/id", "id")
+for m in (0o4755, 0o2755):
+    try:
+        os.chmod("id", m)
+    except PermissionError:
+        pass
+try:
+    os.close(os.open("x", os.O_CREAT | os.O_WRONLY, 0o6755))
+except PermissionError:
+    pass
+print(open("/proc/self/gid_map").read().split())
+`)
+	s.Workdir = dir
+	r := mustRun(t, s)
+	if strings.Contains(r.Stdout, "'0',") {
+		t.Errorf("host gid 0 is mapped: %s", r.Stdout)
+	}
+	for _, name := range []string{"id", "x"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s has mode %v on the host", name, fi.Mode())
+		}
+	}
+}

@@ -87,7 +87,12 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 	if err != nil {
 		return &SetupError{Step: "run directory", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	defer dir.remove()
+	defer func() {
+		// Never silent: a run directory left behind is the host's disk.
+		if err := dir.remove(); err != nil && st.Notices != nil {
+			fmt.Fprintf(st.Notices, "stockade: %v\n", err)
+		}
+	}()
 	var cg *runCgroup
 	if !spec.Cgroup.Disabled {
 		if cg, err = newRunCgroup(spec, filepath.Base(dir.path), st.Notices); err != nil {
@@ -134,6 +139,10 @@ func chooseIdentity(spec Spec) (identity, error) {
 				return id, fmt.Errorf("--workdir %s is owned by root, and the jail never runs as host root; chown it to an unprivileged user (the jail acts as the directory's owner)", spec.Workdir)
 			}
 			id.hostUID, id.hostGID = int(fi.Uid), int(fi.Gid)
+			if fi.Gid == 0 {
+				// Host root is never mapped, the group included.
+				id.hostGID = HostID
+			}
 		}
 	} else if os.Geteuid() == 0 {
 		id.hostUID, id.hostGID = HostID, HostID

@@ -42,8 +42,9 @@ func baseDir() (string, error) {
 	return base, nil
 }
 
-// newRunDir makes a run's directory. workOwner is the host uid and gid the
-// jail user has, so that it can write its fresh /work; -1 means no /work dir.
+// newRunDir makes a run's directory. workUID and workGID are the host ids of
+// the jail user, so that it can write its fresh /work (workUID -1: no /work
+// directory) and reach the run directory.
 func newRunDir(workUID, workGID int) (*runDir, error) {
 	base, err := baseDir()
 	if err != nil {
@@ -56,7 +57,18 @@ func newRunDir(workUID, workGID int) (*runDir, error) {
 	}
 	d := &runDir{path: filepath.Join(base, strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(rnd[:]))}
 	d.root = filepath.Join(d.path, "root")
-	if err := os.Mkdir(d.path, 0o755); err != nil {
+	// 0710 with the jail's group: init (the jail user) can reach root/ and
+	// work/, other host users cannot reach anything the jail writes while
+	// it runs.
+	if err := os.Mkdir(d.path, 0o700); err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	if err := os.Lchown(d.path, os.Getuid(), workGID); err != nil {
+		d.remove()
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	if err := os.Chmod(d.path, 0o710); err != nil {
+		d.remove()
 		return nil, fmt.Errorf("run directory: %w", err)
 	}
 	if err := os.Mkdir(d.root, 0o755); err != nil {
@@ -78,25 +90,106 @@ func newRunDir(workUID, workGID int) (*runDir, error) {
 }
 
 // remove deletes the run directory and whatever the jail wrote in /work.
-// The jail is dead by now, so nothing races us; still, nothing is followed:
-// os.RemoveAll unlinks symlinks rather than their targets. Directories the
-// jailed code made unreadable are opened up first (only real directories,
-// never through a link).
+// The jail is dead by now, so nothing races us. See removeTree.
 func (d *runDir) remove() error {
-	err := os.RemoveAll(d.path)
-	if err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(d.path, func(p string, e fs.DirEntry, err error) error {
-		if e != nil && e.IsDir() && e.Type()&fs.ModeSymlink == 0 {
-			_ = unix.Fchmodat(unix.AT_FDCWD, p, 0o700, 0)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(d.path); err != nil {
-		return fmt.Errorf("remove run directory: %w", err)
+	if err := removeTree(d.path); err != nil {
+		return fmt.Errorf("remove run directory %s: %w", d.path, err)
 	}
 	return nil
+}
+
+// removeTree removes dir and everything below it without following a
+// symlink and without holding a descriptor or a path per level: the jailed
+// code may have made the tree hundreds of thousands of directories deep,
+// which os.RemoveAll (an fd per level) and path-based walks (PATH_MAX)
+// cannot remove. It goes down into the first non-empty subdirectory it
+// finds and back up through "..", one open directory at a time; the tree
+// being empty of mounts, ".." of a directory we entered is its parent.
+// Directories the jail made unreadable are opened up first.
+func removeTree(dir string) error {
+	cur, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var top unix.Stat_t
+	if err := unix.Fstat(cur, &top); err != nil {
+		unix.Close(cur)
+		return err
+	}
+	depth := 0
+	buf := make([]byte, 32<<10)
+	for {
+		sub, err := emptyDir(cur, buf)
+		if err != nil {
+			unix.Close(cur)
+			return err
+		}
+		if sub != "" {
+			_ = unix.Fchmodat(cur, sub, 0o700, 0)
+			next, err := unix.Openat(cur, sub, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err == nil {
+				var st unix.Stat_t
+				if err = unix.Fstat(next, &st); err == nil && st.Dev != top.Dev {
+					err = fmt.Errorf("%s: a mount point inside the tree", sub)
+				}
+				if err != nil {
+					unix.Close(next)
+				}
+			}
+			if err != nil {
+				unix.Close(cur)
+				return err
+			}
+			unix.Close(cur)
+			cur, depth = next, depth+1
+			continue
+		}
+		if depth == 0 {
+			unix.Close(cur)
+			return unix.Rmdir(dir)
+		}
+		up, err := unix.Openat(cur, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		unix.Close(cur)
+		if err != nil {
+			return err
+		}
+		cur, depth = up, depth-1
+	}
+}
+
+// emptyDir unlinks every entry of the directory fd that is not a
+// non-empty directory, and returns the name of one that is ("" when the
+// directory is now empty).
+func emptyDir(fd int, buf []byte) (string, error) {
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		return "", err
+	}
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return "", err
+		}
+		if n == 0 {
+			return "", nil
+		}
+		var names []string
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		for _, name := range names {
+			err := unix.Unlinkat(fd, name, 0)
+			if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
+				err = unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
+				if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+					return name, nil
+				}
+			}
+			if err != nil && !errors.Is(err, unix.ENOENT) {
+				return "", fmt.Errorf("unlink %s: %w", name, err)
+			}
+		}
+	}
 }
 
 // removeStaleRunDirs removes directories left by a stockade that died
@@ -113,7 +206,7 @@ func removeStaleRunDirs(base string) {
 			continue
 		}
 		if unix.Kill(pid, 0) == unix.ESRCH {
-			(&runDir{path: filepath.Join(base, e.Name())}).remove()
+			_ = (&runDir{path: filepath.Join(base, e.Name())}).remove()
 		}
 	}
 }

@@ -21,16 +21,15 @@ func pythonPolicy() *Policy {
 		Allow: []string{
 			// Files and directories. Writes are confined by the mounts, not here.
 			"read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev",
-			"preadv2", "pwritev2", "open", "openat", "openat2", "creat", "close", "close_range",
+			"preadv2", "pwritev2", "close", "close_range", // open, openat, creat: noSetID
 			"lseek", "dup", "dup2", "dup3", "fcntl", "flock", "fsync", "fdatasync", "syncfs",
 			"sync_file_range", "truncate", "ftruncate", "fallocate", "fadvise64", "readahead",
 			"stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
 			"access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64",
 			"getcwd", "chdir", "fchdir", "rename", "renameat", "renameat2", "mkdir", "mkdirat",
 			"rmdir", "link", "linkat", "unlink", "unlinkat", "symlink", "symlinkat",
-			"chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+			"chown", "fchown", "lchown", "fchownat", // chmod and friends: noSetID
 			"umask", "utime", "utimes", "utimensat", "futimesat",
-			"mknod", "mknodat", // FIFOs; device nodes need CAP_MKNOD and the mounts are nodev
 			"getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
 			"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
 			"sendfile", "copy_file_range", "splice", "tee", "vmsplice", // shutil's fast copies
@@ -87,7 +86,7 @@ func pythonPolicy() *Policy {
 			"msgget", "msgsnd", "msgrcv", "msgctl",
 			"mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
 		},
-		AllowIf: []Rule{
+		AllowIf: append([]Rule{
 			{Syscall: "socket", Args: []ArgRule{{Index: 0, Name: "domain",
 				Only: Values(afUnix, afInet, afInet6)}}},
 			// socketpair exists for AF_UNIX (and AF_TIPC, which we do not want).
@@ -115,13 +114,15 @@ func pythonPolicy() *Policy {
 			// the kernel's rule; the pointer to the new limit cannot be filtered.
 			{Syscall: "prlimit64", Args: []ArgRule{{Index: 0, Name: "pid",
 				Only: Values(0)}}},
-		},
+		}, noSetID()...),
 		Refuse: neverAllowed(),
 		Absent: []Group{
 			{Why: "clone3 keeps its flags in memory, which a seccomp filter cannot read, so CLONE_NEWUSER could not be refused; ENOSYS makes glibc's pthread_create and posix_spawn fall back to clone, whose flags the filter checks",
 				Calls: []string{"clone3"}},
 			{Why: "self-sandboxing APIs: callers treat ENOSYS as \"not supported here\" and carry on, where EPERM is an error",
 				Calls: []string{"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}},
+			{Why: "openat2 keeps its mode in a struct the filter cannot read (see noSetID); glibc and CPython never call it, and callers fall back to openat on ENOSYS",
+				Calls: []string{"openat2"}},
 		},
 	}
 }
@@ -227,5 +228,25 @@ func strictPolicy() *Policy {
 			Only: Values(perLinux, personalityQuery)}}},
 		{Syscall: "prlimit64", Args: []ArgRule{{Index: 0, Name: "pid", Only: Values(0)}}},
 	}
+	p.AllowIf = append(p.AllowIf, noSetID()...)
 	return p
+}
+
+// setIDBits are S_ISUID and S_ISGID.
+const setIDBits = 0o6000
+
+// noSetID allows creating files and changing modes without the set-id
+// bits. The mounts are nosuid inside the jail, but /work (and a --workdir)
+// is a host directory: a setuid copy the jail leaves there would run as the
+// jail's host uid (the --workdir owner's) for any local user who finds it.
+func noSetID() []Rule {
+	mode := func(syscall string, index int) Rule {
+		return Rule{Syscall: syscall, Args: []ArgRule{{Index: index, Name: "mode", Never: AnyBitOf(setIDBits)}}}
+	}
+	return []Rule{
+		mode("open", 2), mode("openat", 3), mode("creat", 1),
+		mode("chmod", 1), mode("fchmod", 1), mode("fchmodat", 2), mode("fchmodat2", 2),
+		// FIFOs; device nodes need CAP_MKNOD and the mounts are nodev.
+		mode("mknod", 1), mode("mknodat", 2),
+	}
 }

@@ -1,0 +1,80 @@
+package jail
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The jailed code decides what /work holds when the run ends: a tree far
+// deeper than PATH_MAX or the fd limit, unreadable directories, fifos, and
+// links pointing out of it. removeTree must remove all of it and nothing
+// outside.
+func TestRemoveTreeOfHostileWork(t *testing.T) {
+	outside := t.TempDir()
+	keep := filepath.Join(outside, "keep")
+	os.WriteFile(keep, []byte("x"), 0o600)
+	root := filepath.Join(t.TempDir(), "run")
+	os.MkdirAll(filepath.Join(root, "work"), 0o700)
+	os.Symlink(outside, filepath.Join(root, "work", "link-to-outside"))
+	os.Link(keep, filepath.Join(root, "work", "hardlink"))
+	syscall.Mkfifo(filepath.Join(root, "work", "fifo"), 0o600)
+	locked := filepath.Join(root, "work", "locked")
+	os.MkdirAll(filepath.Join(locked, "inner"), 0o700)
+	os.WriteFile(filepath.Join(locked, "inner", "f"), nil, 0o600)
+	os.Chmod(filepath.Join(locked, "inner"), 0)
+	os.Chmod(locked, 0)
+
+	// 5000 levels: far past PATH_MAX (4096) for any path-based walk.
+	deep, err := os.Open(filepath.Join(root, "work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := int(deep.Fd())
+	for i := 0; i < 5000; i++ {
+		if err := syscall.Mkdirat(fd, "d", 0o700); err != nil {
+			t.Fatal(err)
+		}
+		nfd, err := syscall.Openat(fd, "d", syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 4999 {
+			f, _ := syscall.Openat(nfd, "bottom", syscall.O_CREAT|syscall.O_WRONLY, 0o600)
+			syscall.Close(f)
+		}
+		if fd != int(deep.Fd()) {
+			syscall.Close(fd)
+		}
+		fd = nfd
+	}
+	syscall.Close(fd)
+	deep.Close()
+
+	if err := removeTree(root); err != nil {
+		t.Fatalf("removeTree: %v", err)
+	}
+	if _, err := os.Lstat(root); !os.IsNotExist(err) {
+		t.Fatalf("%s still exists: %v", root, err)
+	}
+	if b, err := os.ReadFile(keep); err != nil || string(b) != "x" {
+		t.Fatalf("a file outside the tree was touched: %q %v", b, err)
+	}
+	if err := removeTree(root); err != nil {
+		t.Fatalf("removing a tree that is gone: %v", err)
+	}
+}
+
+func TestRemoveTreeRefusesNonDirectory(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "l")
+	os.Symlink(dir, link)
+	if err := removeTree(link); err == nil || !strings.Contains(err.Error(), "too many levels") && !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("removeTree through a symlink: %v", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal("the link's target went away")
+	}
+}
