@@ -420,7 +420,7 @@ func TestWorkdirRefusals(t *testing.T) {
 	needJail(t)
 	home, _ := os.UserHomeDir()
 	rootOwned := reachableTempDir(t)
-	for _, dir := range []string{"/", home, "/home", rootOwned} {
+	for _, dir := range []string{"/", home, "/home", rootOwned, "/run", "/run/user/4242", "/var/run/x"} {
 		if dir == rootOwned && os.Geteuid() != 0 {
 			continue
 		}
@@ -469,8 +469,10 @@ for p in ["/proc/1/exe", "/proc/1/mem", "/proc/1/environ", "/proc/1/root/"]:
         open(p, "rb").read(1); print(p, "OPEN")
     except OSError as e:
         print(p, "denied")
-os.kill(1, signal.SIGKILL)
-os.kill(1, signal.SIGTERM)
+for s in (signal.SIGKILL, signal.SIGTERM, signal.SIGABRT, signal.SIGSEGV, signal.SIGTRAP,
+          signal.SIGILL, signal.SIGSYS, signal.SIGBUS, signal.SIGFPE, signal.SIGQUIT):
+    os.kill(1, s)
+import time; time.sleep(0.2)
 print("alive")
 `))
 	if strings.Contains(r.Stdout, "OPEN") || !strings.HasSuffix(r.Stdout, "alive\n") || r.Verdict != VerdictOK {
@@ -522,5 +524,15 @@ print(open("/proc/self/gid_map").read().split())
 		if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
 			t.Errorf("%s has mode %v on the host", name, fi.Mode())
 		}
+	}
+}
+
+// inotify instances are charged up the user-namespace chain to host root
+// (128 here): a jail must not be able to take them all.
+func TestInotifyIsBoundedInTheJail(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, py("import ctypes\nlibc = ctypes.CDLL(None)\nn = 0\nwhile n < 1000 and libc.inotify_init1(0) >= 0:\n    n += 1\nprint(n)"))
+	if n, _ := strconv.Atoi(strings.TrimSpace(r.Stdout)); n == 0 || n > 16 {
+		t.Fatalf("the jail opened %q inotify instances, want at most 16", r.Stdout)
 	}
 }

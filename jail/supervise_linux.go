@@ -251,7 +251,10 @@ func (sv *supervision) result(res *Result) error {
 		} else {
 			res.Verdict, res.ExitCode = VerdictOK, 0
 		}
-	case sv.canceled:
+	case sv.canceled, !sv.started.IsZero():
+		// Killed by stockade's caller, or the jail's init died after the
+		// payload started (and took the payload with it): what the payload
+		// saw is a SIGKILL, not a jail that could not be set up.
 		sig := int(unix.SIGKILL)
 		res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
 	default:

@@ -35,6 +35,13 @@ func checkWorkdir(dir string) (unix.Stat_t, error) {
 			return st, fmt.Errorf("--workdir %s: refusing a home directory or a directory containing one (%s); make a dedicated directory", dir, home)
 		}
 	}
+	// Runtime state (/run, /var/run: user runtime dirs with systemd's and
+	// D-Bus's sockets, container runtimes) is never a place for a jail.
+	for _, run := range []string{"/run", "/var/run", os.Getenv("XDG_RUNTIME_DIR")} {
+		if run != "" && within(clean, run) {
+			return st, fmt.Errorf("--workdir %s: refusing runtime state below %s (user and service sockets live there)", dir, run)
+		}
+	}
 	for _, sock := range runtimeSockets {
 		if within(sock, clean) {
 			if _, err := os.Lstat(sock); err == nil {

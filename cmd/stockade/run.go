@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -85,7 +86,7 @@ func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			default:
 				// The file alone is bound read-only, so the jail sees the
 				// program and not the directory around it.
-				src, err := filepath.Abs(args[0])
+				src, err := absPath(args[0])
 				if err != nil {
 					return &exitError{code: jail.ExitJailError, msg: err.Error()}
 				}
@@ -158,6 +159,9 @@ func applyFlags(c *cli.Context, s *jail.Spec) error {
 		}
 	}
 	s.Rlimits.OpenFiles, s.Rlimits.FileSize = uint64(openFiles), uint64(fileSize)
+	if c.IsSet("file-size") && fileSize == 0 {
+		s.Rlimits.FileSize = math.MaxUint64 // as in a profile: 0 is no limit
+	}
 	s.Env = append(s.Env, c.StringSlice("env")...)
 	if c.IsSet("rootfs") {
 		s.Rootfs = c.String("rootfs")
@@ -198,6 +202,9 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	if !asJSON {
 		streams.Stdout, streams.Stderr = stdout, stderr
 	}
+	// A reader that went away (stockade ... | head) must not kill stockade
+	// mid-run: that would leave its run directory and cgroup behind.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := jail.Run(ctx, spec, streams)
@@ -251,4 +258,17 @@ func explain(spec jail.Spec, r *jail.Result) []string {
 		out = append(out, "degraded: "+d)
 	}
 	return out
+}
+
+// absPath makes p absolute against the real working directory (getcwd), not
+// $PWD, which may name it through a symlink that the bind then refuses.
+func absPath(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p), nil
+	}
+	wd, err := syscall.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(wd, p), nil
 }

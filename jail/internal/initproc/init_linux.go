@@ -42,10 +42,16 @@ func Main() {
 	// what we are in the host's ps.
 	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte(Arg0 + "\x00")[0])), 0, 0, 0)
 	// Init is pid 1 of its namespace; signals from the payload with no
-	// handler are dropped by the kernel, but Go installs handlers, so turn
-	// the catchable ones off. SIGPIPE: the parent may be gone.
+	// handler are dropped by the kernel, but Go installs handlers (and
+	// crashes on a kill()ed SIGABRT, SIGSEGV, SIGTRAP and the like), so
+	// ignore every catchable one: the payload must not be able to take
+	// init down and turn its run into a setup error. Faults init itself
+	// causes are still delivered (the kernel forces them).
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGTSTP)
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGTSTP,
+		syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGILL, syscall.SIGSYS, syscall.SIGSEGV, syscall.SIGBUS,
+		syscall.SIGFPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ,
+		syscall.SIGSTKFLT, syscall.SIGPWR, syscall.SIGIO)
 
 	cfg, err := readConfig()
 	if err != nil {
@@ -84,6 +90,8 @@ func contain(cfg *Config) (int, error) {
 		// After placement: a cgroup namespace is rooted where its creator
 		// stands when it is made, so the jail sees its own cgroup as /.
 		{"unshare cgroup namespace", func(*Config) error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
+		// Last: it also forbids new namespaces, init's own included.
+		{"limit per-user kernel objects", limitUserCounts},
 	}
 	for _, s := range steps {
 		if err := s.fn(cfg); err != nil {
@@ -151,6 +159,43 @@ func pivotInto(dir string) error {
 		}
 		if err := unix.MountSetattr(unix.AT_FDCWD, p, 0, &attr); err != nil {
 			return fmt.Errorf("remount %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// userCounts are the jail user namespace's own limits on kernel objects
+// that are charged, level by level, to every user namespace up to the
+// host's, where they count against the creator: host root. Without a
+// lower limit here, a jail could take all 128 of root's inotify instances
+// and starve systemd and udev for as long as it runs. No namespaces at all:
+// seccomp refuses unshare and new namespaces already; this is a second lock.
+var userCounts = []struct {
+	file  string
+	value string
+}{
+	{"max_inotify_instances", "16"},
+	{"max_inotify_watches", "8192"},
+	{"max_fanotify_groups", "0"},
+	{"max_fanotify_marks", "0"},
+	{"max_user_namespaces", "0"},
+	{"max_net_namespaces", "0"},
+	{"max_mnt_namespaces", "0"},
+	{"max_pid_namespaces", "0"},
+	{"max_ipc_namespaces", "0"},
+	{"max_uts_namespaces", "0"},
+	{"max_cgroup_namespaces", "0"},
+	{"max_time_namespaces", "0"},
+}
+
+// limitUserCounts writes userCounts into /proc/sys/user of the jail's user
+// namespace (the new /proc; needs CAP_SYS_RESOURCE there). A kernel that
+// lacks one of the files lacks that object; any other failure stops the run.
+func limitUserCounts(*Config) error {
+	for _, u := range userCounts {
+		err := os.WriteFile("/proc/sys/user/"+u.file, []byte(u.value), 0)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("user.%s = %s: %w", u.file, u.value, err)
 		}
 	}
 	return nil
