@@ -3,6 +3,7 @@ package jail
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/stockade/stockade/jail/internal/initproc"
 	"os"
@@ -124,8 +125,16 @@ func (sv *supervision) noteBad(err error) {
 // anything of the payload runs.
 func (sv *supervision) sendPlan(cfg *childConfig, place func() error) {
 	b, err := json.Marshal(cfg)
+	if err == nil && len(b) > initproc.MaxMsg {
+		err = fmt.Errorf("the command, its environment and the mount plan take %d bytes, more than the %d a jail's plan may", len(b), initproc.MaxMsg)
+	}
 	if err == nil {
+		// One datagram: make room for it (root may exceed wmem_max).
+		_ = unix.SetsockoptInt(sv.sock, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*len(b)+4096)
 		err = unix.Sendmsg(sv.sock, b, nil, nil, 0)
+		if errors.Is(err, unix.EMSGSIZE) {
+			err = fmt.Errorf("the command, its environment and the mount plan take %d bytes, more than this host lets one message carry (net.core.wmem_max): %w", len(b), err)
+		}
 	}
 	if err != nil {
 		sv.noteBad(fmt.Errorf("send plan to init: %w", err))
