@@ -109,6 +109,8 @@ func fileAttacks() []Attack {
 			args: fixed("/sys/fs/cgroup/*/release_agent", "/sys/fs/cgroup/release_agent", "/sys/fs/cgroup/*/notify_on_release",
 				"/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/*/cgroup.procs"), judge: heldLine},
 		{Door: "files", Name: "block devices (in /dev, /dev/mem, mknod)", Expect: "none reachable", program: "files_devices.py", judge: heldLine},
+		{Door: "files", Name: "a set-id binary left in /work (a host directory)", Expect: "chmod and open refuse S_ISUID/S_ISGID", program: "files_setid.py",
+			args: fixed("/work"), judge: heldLine},
 		{Door: "files", Name: "exec a copied binary from /tmp", Expect: "EACCES (noexec)", program: "files_exec.py",
 			args: fixed("/tmp"), judge: heldLine},
 		{Door: "files", Name: "exec a copied binary from /work", Expect: "EACCES (noexec) or /work read-only", program: "files_exec.py",
