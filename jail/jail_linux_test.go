@@ -536,3 +536,20 @@ func TestInotifyIsBoundedInTheJail(t *testing.T) {
 		t.Fatalf("the jail opened %q inotify instances, want at most 16", r.Stdout)
 	}
 }
+
+// The payload starts with every signal at its default disposition: init's
+// own handling must not leak across execve (an ignored SIGINT would stop
+// Python from ever raising KeyboardInterrupt).
+func TestPayloadSignalsAreDefault(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, spec("sh", "-c", "grep -E '^Sig(Ign|Blk):' /proc/self/status"))
+	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		if !strings.HasSuffix(l, "0000000000000000") {
+			t.Errorf("payload starts with %s", l)
+		}
+	}
+	r = mustRun(t, py("import _thread\ntry:\n    _thread.interrupt_main()\n    import time; time.sleep(1)\nexcept KeyboardInterrupt:\n    print('interrupted')"))
+	if r.Stdout != "interrupted\n" {
+		t.Errorf("KeyboardInterrupt: %+v", r)
+	}
+}
