@@ -20,7 +20,7 @@ import (
 
 // Streams connects a run to its caller.
 type Streams struct {
-	Stdin  *os.File  // passed to the payload as is; nil means /dev/null
+	Stdin  *os.File  // copied into the payload's stdin pipe (never passed as is); nil means /dev/null
 	Stdout io.Writer // receives stdout as it comes, up to the limit; nil: capture only
 	Stderr io.Writer
 	// Notices receives stockade's own remarks made while setting up (such
@@ -245,8 +245,13 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 	}
 	// cgroup v1: init is placed after it starts and waits for that.
 	cfg.WaitPlacement = cg != nil && !placed
+	var pump *stdinPump
 	if st.Stdin != nil {
-		cmd.Stdin = st.Stdin
+		if pump, err = newStdinPump(st.Stdin); err != nil {
+			return &SetupError{Step: "start jail", Message: err.Error(), ExitCode: ExitJailError}
+		}
+		defer pump.stop()
+		cmd.Stdin = pump.jailEnd
 	}
 	stdout := &capture{limit: spec.OutputLimit, stream: st.Stdout}
 	stderr := &capture{limit: spec.OutputLimit, stream: st.Stderr}
@@ -262,6 +267,9 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 	outW.Close()
 	errW.Close()
 	childSock.Close()
+	if pump != nil {
+		pump.afterStart()
+	}
 	drained := make(chan struct{}, 2)
 	go func() { stdout.drain(outR); drained <- struct{}{} }()
 	go func() { stderr.drain(errR); drained <- struct{}{} }()

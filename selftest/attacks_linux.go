@@ -302,5 +302,13 @@ func terminalAttacks() []Attack {
 				}
 				return ""
 			})},
+		{Door: "terminal", Name: "escape sequences and ECHO off through a pty on stdin", Expect: "no terminal in the jail",
+			program: "tty_write.py", pty: true,
+			judge: andHost(heldLine, func(o *outcome) string {
+				if o.echoed > 0 || o.termiosChanged {
+					return fmt.Sprintf("the jail reached the terminal: %d bytes written, settings changed: %v", o.echoed, o.termiosChanged)
+				}
+				return ""
+			})},
 	}
 }

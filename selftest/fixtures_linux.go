@@ -194,6 +194,15 @@ func (p *pty) pending() (queued, echoed int, err error) {
 	return queued, echoed, nil
 }
 
+// termios is the terminal's settings, to compare before and after a run.
+func (p *pty) termios() (unix.Termios, error) {
+	t, err := unix.IoctlGetTermios(int(p.slave.Fd()), unix.TCGETS)
+	if err != nil {
+		return unix.Termios{}, fmt.Errorf("TCGETS: %w", err)
+	}
+	return *t, nil
+}
+
 func (p *pty) close() {
 	p.slave.Close()
 	p.master.Close()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"golang.org/x/sys/unix"
 )
 
 //go:embed attacks/*.py
@@ -49,6 +50,8 @@ type outcome struct {
 	wall   time.Duration
 	queued int // pty: bytes in the slave's input queue after the run
 	echoed int // pty: bytes echoed to the master
+	// pty: the terminal's settings differ after the run
+	termiosChanged bool
 }
 
 // Run tries every attack, each in its own jail made from base plus what the
@@ -112,6 +115,7 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 	o := &outcome{spec: spec, fx: fx}
 	st := jail.Streams{}
 	var term *pty
+	var termBefore unix.Termios
 	if a.pty {
 		if term, err = openPty(); err != nil {
 			row.Status, row.Happened = Fail, "no pty to test with: "+err.Error()
@@ -119,6 +123,10 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 		}
 		defer term.close()
 		st.Stdin = term.slave
+		if termBefore, err = term.termios(); err != nil {
+			row.Status, row.Happened = Fail, err.Error()
+			return row
+		}
 	}
 	begin := time.Now()
 	o.res, o.err = jail.Run(ctx, spec, st)
@@ -129,6 +137,8 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 		if o.queued, o.echoed, err = term.pending(); err != nil {
 			o.err = err
 		}
+		after, err := term.termios()
+		o.termiosChanged = err != nil || after != termBefore
 	}
 	var held bool
 	if o.err != nil {
