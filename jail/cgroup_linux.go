@@ -8,13 +8,6 @@ import (
 	"github.com/stockade/stockade/cgroup"
 )
 
-// Cgroup defaults: the limits a run gets unless the spec says otherwise.
-const (
-	DefaultMemoryMax = 512 << 20
-	DefaultCPUs      = 1.0
-	DefaultPidsMax   = 128
-)
-
 // runCgroup is the cgroup side of one run: created with its limits before
 // init starts, init placed in it before it runs anything of the payload's,
 // read and removed after.

@@ -23,12 +23,7 @@ func needJail(t *testing.T) {
 	}
 }
 
-// testSeccomp is the policy jail tests run under: the default.
-var testSeccomp = DefaultSeccomp
-
-func spec(args ...string) Spec {
-	return Spec{Args: args, Timeout: 20 * time.Second, Seccomp: testSeccomp}
-}
+func spec(args ...string) Spec { return testSpec(args...) }
 
 func mustRun(t *testing.T, s Spec) *Result {
 	t.Helper()

@@ -25,7 +25,7 @@ func find(p []step, dest string) (step, bool) {
 }
 
 func TestPlanLayout(t *testing.T) {
-	spec := Spec{Args: []string{"python3"}}.WithDefaults()
+	spec := testSpec("python3")
 	spec.ReadOnly = []Bind{{Source: "/srv/models", Dest: "/models"}}
 	p, err := buildPlan(planInput{spec: spec, root: hostRoot(), workdir: "/tmp/run/work"})
 	if err != nil {
@@ -70,7 +70,8 @@ func TestPlanLayout(t *testing.T) {
 }
 
 func TestPlanNoWorkdir(t *testing.T) {
-	spec := Spec{Args: []string{"x"}, WorkdirMode: WorkdirNone}.WithDefaults()
+	spec := testSpec("x")
+	spec.WorkdirMode = WorkdirNone
 	p, err := buildPlan(planInput{spec: spec, root: hostRoot()})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func TestPlanNoWorkdir(t *testing.T) {
 }
 
 func TestPlanRefusesBindBelowSymlink(t *testing.T) {
-	spec := Spec{Args: []string{"x"}}.WithDefaults()
+	spec := testSpec("x")
 	spec.ReadOnly = []Bind{{Source: "/srv", Dest: "/bin/evil"}}
 	if _, err := buildPlan(planInput{spec: spec, root: hostRoot()}); err == nil || !strings.Contains(err.Error(), "below the symlink") {
 		t.Fatalf("bind below /bin -> usr/bin: %v", err)
@@ -89,7 +90,7 @@ func TestPlanRefusesBindBelowSymlink(t *testing.T) {
 }
 
 func TestPlanRefusesDuplicates(t *testing.T) {
-	spec := Spec{Args: []string{"x"}}.WithDefaults()
+	spec := testSpec("x")
 	spec.ReadOnly = []Bind{{Source: "/srv", Dest: "/usr"}}
 	if _, err := buildPlan(planInput{spec: spec, root: hostRoot()}); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Fatalf("second bind on /usr: %v", err)
@@ -98,7 +99,8 @@ func TestPlanRefusesDuplicates(t *testing.T) {
 
 func TestPlanCustomRootOverlaysEtc(t *testing.T) {
 	root := []rootfs.Entry{{Path: "/usr", Source: "/r/usr", Dir: true}, {Path: "/etc", Source: "/r/etc", Dir: true}}
-	spec := Spec{Args: []string{"x"}, Rootfs: "/r"}.WithDefaults()
+	spec := testSpec("x")
+	spec.Rootfs = "/r"
 	p, err := buildPlan(planInput{spec: spec, root: root, custom: true, workdir: "/w"})
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,9 @@ type Result struct {
 	StdoutBytes     int64  `json:"stdout_bytes"`
 	StderrBytes     int64  `json:"stderr_bytes"`
 
+	// Limits are the limits the run ran under, as Run applied them.
+	Limits Limits `json:"limits"`
+
 	Cgroup          string           `json:"cgroup"`
 	Seccomp         string           `json:"seccomp"`
 	BlockedSyscalls []BlockedSyscall `json:"blocked_syscalls"`
@@ -65,4 +68,44 @@ type BlockedSyscall struct {
 	Name    string `json:"name"`
 	Count   int    `json:"count"`
 	Example string `json:"example"`
+}
+
+// Limits are the effective limits of a run, taken from the Spec that Run
+// enforced, so that a report never recomputes them. A null (nil) limit was
+// not applied: no CPU-time or file-size limit was asked for, or there is no
+// cgroup (--no-cgroup) to hold memory, CPU and pids.
+type Limits struct {
+	TimeoutMs     int64    `json:"timeout_ms"`
+	CPUTimeMs     *int64   `json:"cpu_time_ms"`
+	MemoryBytes   *int64   `json:"memory_bytes"`
+	SwapBytes     *int64   `json:"swap_bytes"`
+	CPUs          *float64 `json:"cpus"`
+	Pids          *int64   `json:"pids"`
+	OpenFiles     uint64   `json:"open_files"`
+	FileSizeBytes *uint64  `json:"file_size_bytes"`
+	OutputBytes   int64    `json:"output_bytes"`
+	TmpfsBytes    int64    `json:"tmpfs_bytes"`
+}
+
+// limitsOf is what a run under s is held to.
+func limitsOf(s Spec) Limits {
+	l := Limits{
+		TimeoutMs:   s.Timeout.Milliseconds(),
+		OpenFiles:   s.Rlimits.OpenFiles,
+		OutputBytes: s.OutputLimit,
+		TmpfsBytes:  s.TmpfsSize,
+	}
+	if s.Cgroup.CPUTime > 0 {
+		ms := s.Cgroup.CPUTime.Milliseconds()
+		l.CPUTimeMs = &ms
+	}
+	if s.Rlimits.FileSize > 0 {
+		fs := s.Rlimits.FileSize
+		l.FileSizeBytes = &fs
+	}
+	if !s.Cgroup.Disabled {
+		c := s.Cgroup
+		l.MemoryBytes, l.SwapBytes, l.CPUs, l.Pids = &c.MemoryMax, &c.SwapMax, &c.CPUs, &c.PidsMax
+	}
+	return l
 }

@@ -37,10 +37,9 @@ var jailPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/
 // the error is non-nil only when the jail could not be set up, and then the
 // Result says so too (verdict "error").
 func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
-	spec = spec.WithDefaults()
 	res := &Result{Verdict: VerdictError, Cgroup: "none", Seccomp: spec.Seccomp,
-		BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}}
-	if spec.Seccomp == "off" {
+		Limits: limitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}}
+	if spec.Seccomp == SeccompOff {
 		res.Degraded = append(res.Degraded, "seccomp: off (every system call allowed)")
 	}
 	if spec.Cgroup.Disabled {
@@ -71,7 +70,7 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		return &SetupError{Step: "workdir", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	var root []rootfs.Entry
-	if spec.Rootfs == "" || spec.Rootfs == "host" {
+	if spec.Rootfs == RootfsHost {
 		root, err = rootfs.Host()
 	} else {
 		root, err = rootfs.Dir(spec.Rootfs)
@@ -105,7 +104,7 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		workdir = spec.Workdir
 	}
 	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: workdir,
-		custom: spec.Rootfs != "" && spec.Rootfs != "host"})
+		custom: spec.Rootfs != RootfsHost})
 	if err != nil {
 		return &SetupError{Step: "mount plan", Message: err.Error(), ExitCode: ExitJailError}
 	}
@@ -151,29 +150,49 @@ func chooseIdentity(spec Spec) (identity, error) {
 	return id, nil
 }
 
+// jailEnv is the payload's environment: the fixed variables, each replaced
+// by a spec.Env entry of the same name, then the rest of spec.Env. A name
+// appears once: with two, libc's getenv reads the first and Python's
+// os.environ the last, and the payload's parts would disagree.
 func jailEnv(spec Spec) []string {
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/work", "LANG=C.UTF-8", "USER=" + JailUser, "LOGNAME=" + JailUser,
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
 	}
-	if c := spec.Cgroup.CPUs; c > 0 && !spec.Cgroup.Disabled {
-		// BLAS and OpenMP start one thread per host core; under a pids
-		// limit and a CPU quota that kills `import numpy` or thrashes.
-		n := fmt.Sprint(int(c + 0.999))
-		env = append(env, "OPENBLAS_NUM_THREADS="+n, "OMP_NUM_THREADS="+n, "MKL_NUM_THREADS="+n)
+	index := make(map[string]int, len(env))
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		index[k] = i
 	}
-	return append(env, spec.Env...)
+	for _, kv := range spec.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			env[i] = kv
+			continue
+		}
+		index[k] = len(env)
+		env = append(env, kv)
+	}
+	return env
 }
 
 func rlimitsFor(spec Spec) []rlimit {
+	fsize := spec.Rlimits.FileSize
+	if fsize == 0 {
+		fsize = unix.RLIM_INFINITY
+	}
 	r := []rlimit{
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_NOFILE, Cur: spec.Rlimits.OpenFiles, Max: spec.Rlimits.OpenFiles},
-		{Resource: unix.RLIMIT_FSIZE, Cur: spec.Rlimits.FileSize, Max: spec.Rlimits.FileSize},
+		{Resource: unix.RLIMIT_FSIZE, Cur: fsize, Max: fsize},
 	}
-	if s := spec.Rlimits.CPUTime; s > 0 {
-		// Soft limit sends SIGXCPU, hard one second later SIGKILL.
+	if c := spec.Cgroup.CPUTime; c > 0 {
+		// The per-process backstop under the cgroup poll (and the only CPU
+		// limit without a cgroup): a little more than the limit, so that
+		// the poll normally ends the run first. The soft limit sends
+		// SIGXCPU, the hard one a second later SIGKILL.
+		s := uint64(c/time.Second) + 2
 		r = append(r, rlimit{Resource: unix.RLIMIT_CPU, Cur: s, Max: s + 1})
 	}
 	return r

@@ -3,10 +3,12 @@ package jail
 import (
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"math"
 	"path"
 	"strings"
 	"time"
+
+	"github.com/stockade/stockade/jail/internal/initproc"
 )
 
 // Identity of the jailed user inside the jail. Run as root, stockade maps it
@@ -28,28 +30,38 @@ const (
 	WorkdirNone  = "none"  // /work exists but is an empty read-only directory
 )
 
-// Spec is everything one run is made of. It is plain data: Validate checks it
-// once, and Run never changes it.
+// RootfsHost is the Spec.Rootfs value for a root derived from the host's.
+const RootfsHost = "host"
+
+// SeccompOff is the Spec.Seccomp value that loads no filter.
+const SeccompOff = "off"
+
+// Spec is everything one run is made of. It is plain data and complete: no
+// field has a default, every one is set by whoever builds the Spec (the CLI
+// through profiles.Profile.Spec), and Validate refuses a zero where zero
+// would mean nothing. Run never changes it.
 type Spec struct {
 	Args []string // the command; Args[0] is looked up in PATH inside the jail
-	Env  []string // KEY=VALUE added to the jail's minimal environment
+	// Env is KEY=VALUE added to the jail's fixed environment (PATH, HOME,
+	// LANG, ...); a key given here replaces the fixed one. Keys are unique.
+	Env []string
 
-	Timeout     time.Duration // wall clock, from the start of the run
-	OutputLimit int64         // bytes kept per stream; the rest is drained and dropped
+	Timeout     time.Duration // wall clock, from the start of the run; > 0
+	OutputLimit int64         // bytes kept per stream, > 0; the rest is drained and dropped
 
-	Rootfs      string // "" or "host": derived from the host; otherwise a prepared root directory
-	TmpfsSize   int64  // bytes for /tmp (and /dev/shm)
+	Rootfs      string // RootfsHost, or a prepared root directory (absolute)
+	TmpfsSize   int64  // bytes for /tmp and /dev/shm, each; > 0
 	Workdir     string // host directory bound at /work; "" means WorkdirMode decides
-	WorkdirMode string // WorkdirFresh (default) or WorkdirNone; ignored when Workdir is set
-	ExecWorkdir bool   // allow exec from /work (default: noexec)
+	WorkdirMode string // WorkdirFresh or WorkdirNone; ignored when Workdir is set
+	ExecWorkdir bool   // allow exec from /work (false: noexec)
 	ReadOnly    []Bind // extra read-only binds
-	Hostname    string
+	Hostname    string // the jail's host name, non-empty
 
 	Rlimits Rlimits
 	Cgroup  CgroupSpec
 
-	// Seccomp names the syscall policy; "off" disables the filter (reported
-	// as degraded).
+	// Seccomp names the syscall policy; SeccompOff disables the filter
+	// (reported as degraded).
 	Seccomp string
 }
 
@@ -59,86 +71,55 @@ type Bind struct {
 	Dest   string // absolute path inside the jail
 }
 
-// Rlimits are the per-process limits set before the payload starts. Zero
-// means the jail's default, not unlimited.
+// Rlimits are the per-process limits set before the payload starts.
 type Rlimits struct {
-	OpenFiles uint64 // RLIMIT_NOFILE
-	FileSize  uint64 // RLIMIT_FSIZE, bytes
-	CPUTime   uint64 // RLIMIT_CPU, seconds: a backstop under the cgroup poll
+	OpenFiles uint64 // RLIMIT_NOFILE, at least 3 (stdin, stdout, stderr)
+	FileSize  uint64 // RLIMIT_FSIZE in bytes; 0 is no limit (RLIM_INFINITY)
 }
 
-// CgroupSpec holds the limits that need a cgroup. Zero fields get the
-// defaults (512M, no swap, 1 CPU, 128 pids). Disabled means --no-cgroup:
-// the run goes ahead with rlimits only and says so in Result.Degraded.
+// CgroupSpec holds the limits that need a cgroup. Disabled means
+// --no-cgroup: the run goes ahead with rlimits only and says so in
+// Result.Degraded; the limits are then not enforced and not reported.
 type CgroupSpec struct {
 	Disabled  bool
-	Parent    string // "" = stockade's own cgroup
-	MemoryMax int64  // bytes
-	SwapMax   int64  // bytes on top of MemoryMax
-	CPUs      float64
-	PidsMax   int64
-	CPUTime   time.Duration // CPU time of the whole tree, polled from the cgroup
+	Parent    string        // "" = stockade's own cgroup
+	MemoryMax int64         // bytes, > 0
+	SwapMax   int64         // bytes on top of MemoryMax; 0 is no swap
+	CPUs      float64       // CPUs' worth of bandwidth, > 0
+	PidsMax   int64         // tasks at once, > 0
+	CPUTime   time.Duration // CPU time of the whole tree; 0 is no limit
 }
 
-// Defaults used where a Spec leaves a field zero.
-const (
-	DefaultTimeout     = 10 * time.Second
-	DefaultOutputLimit = 1 << 20
-	DefaultTmpfsSize   = 64 << 20
-	DefaultOpenFiles   = 256
-	DefaultFileSize    = 64 << 20
-	DefaultHostname    = "stockade"
-	DefaultSeccomp     = "python"
-)
+// reservedDests are the jail paths stockade itself mounts or generates. A
+// bind onto one would hide or replace it; a bind below /proc, /dev or /sys
+// would reach past the kernel interfaces the jail mounts itself; and a bind
+// below /work would make its mount point in /work, which with --workdir is
+// the user's own directory on the host.
+var reservedDests = []string{"/", "/proc", "/dev", "/sys", "/tmp", "/work",
+	"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname"}
 
-// WithDefaults returns s with every zero field set to the safe default.
-func (s Spec) WithDefaults() Spec {
-	if s.Timeout == 0 {
-		s.Timeout = DefaultTimeout
+// reservedTrees are reserved with everything below them.
+var reservedTrees = []string{"/proc", "/dev", "/sys", "/work"}
+
+// CheckBindDest says why dest may not be a bind's destination in the jail,
+// or returns nil. It is the one list of the paths stockade manages: the
+// profile validator asks it too, so a flag and a file are refused alike.
+func CheckBindDest(dest string) error {
+	if !path.IsAbs(dest) || path.Clean(dest) != dest || strings.IndexByte(dest, 0) >= 0 {
+		return fmt.Errorf("destination %q must be an absolute, clean path", dest)
 	}
-	if s.OutputLimit == 0 {
-		s.OutputLimit = DefaultOutputLimit
-	}
-	if s.TmpfsSize == 0 {
-		s.TmpfsSize = DefaultTmpfsSize
-	}
-	if s.WorkdirMode == "" {
-		s.WorkdirMode = WorkdirFresh
-	}
-	if s.Hostname == "" {
-		s.Hostname = DefaultHostname
-	}
-	if s.Rlimits.OpenFiles == 0 {
-		s.Rlimits.OpenFiles = DefaultOpenFiles
-	}
-	if s.Rlimits.FileSize == 0 {
-		s.Rlimits.FileSize = DefaultFileSize
-	}
-	if s.Seccomp == "" {
-		s.Seccomp = DefaultSeccomp
-	}
-	if !s.Cgroup.Disabled {
-		if s.Cgroup.MemoryMax == 0 {
-			s.Cgroup.MemoryMax = DefaultMemoryMax
-		}
-		if s.Cgroup.CPUs == 0 {
-			s.Cgroup.CPUs = DefaultCPUs
-		}
-		if s.Cgroup.PidsMax == 0 {
-			s.Cgroup.PidsMax = DefaultPidsMax
+	for _, r := range reservedTrees {
+		if strings.HasPrefix(dest, r+"/") {
+			return fmt.Errorf("destination %q is inside %s, which stockade mounts itself", dest, r)
 		}
 	}
-	if c := s.Cgroup.CPUTime; c > 0 && s.Rlimits.CPUTime == 0 {
-		// The per-process backstop under the cgroup poll: a little more
-		// than the limit, so the poll normally ends the run first.
-		s.Rlimits.CPUTime = uint64(c/time.Second) + 2
+	for _, r := range reservedDests {
+		if dest == r {
+			return fmt.Errorf("destination %q is managed by stockade", dest)
+		}
 	}
-	return s
+	return nil
 }
-
-// reservedDests are the jail paths stockade itself mounts; a --ro bind onto
-// one of them (or below /proc and /dev) would hide or replace them.
-var reservedDests = []string{"/", "/proc", "/dev", "/tmp", "/work", "/etc/passwd", "/etc/group", "/etc/hosts"}
 
 // Validate reports the first problem that would stop the run, naming the
 // field. It does not touch the filesystem: path checks that need the host
@@ -147,77 +128,60 @@ func (s *Spec) Validate() error {
 	if len(s.Args) == 0 || s.Args[0] == "" {
 		return errors.New("no command given")
 	}
+	seen := make(map[string]bool, len(s.Env))
 	for _, kv := range s.Env {
 		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.ContainsAny(k, "\x00") {
+		if !ok || k == "" || strings.ContainsAny(kv, "\x00") {
 			return fmt.Errorf("env %q: want KEY=VALUE", kv)
 		}
+		if seen[k] {
+			return fmt.Errorf("env %s: given twice", k)
+		}
+		seen[k] = true
 	}
-	if s.Timeout < 0 {
-		return fmt.Errorf("timeout %v: must be positive", s.Timeout)
+	if s.Timeout <= 0 {
+		return fmt.Errorf("timeout %v: must be more than 0", s.Timeout)
 	}
-	if s.OutputLimit < 0 {
-		return fmt.Errorf("output limit %d: must not be negative", s.OutputLimit)
+	if s.OutputLimit <= 0 {
+		return fmt.Errorf("output limit %d: must be more than 0", s.OutputLimit)
 	}
-	if s.TmpfsSize < 0 {
-		return fmt.Errorf("tmpfs size %d: must not be negative", s.TmpfsSize)
+	if s.TmpfsSize <= 0 {
+		return fmt.Errorf("tmpfs size %d: must be more than 0", s.TmpfsSize)
 	}
 	switch s.WorkdirMode {
-	case "", WorkdirFresh, WorkdirNone:
+	case WorkdirFresh, WorkdirNone:
 	default:
 		return fmt.Errorf("workdir mode %q: want %q or %q", s.WorkdirMode, WorkdirFresh, WorkdirNone)
 	}
 	if s.Workdir != "" && !path.IsAbs(s.Workdir) {
 		return fmt.Errorf("workdir %q: must be an absolute path", s.Workdir)
 	}
-	if s.Rootfs != "" && s.Rootfs != "host" && !path.IsAbs(s.Rootfs) {
-		return fmt.Errorf("rootfs %q: must be \"host\" or an absolute path", s.Rootfs)
+	if s.Rootfs != RootfsHost && !path.IsAbs(s.Rootfs) {
+		return fmt.Errorf("rootfs %q: must be %q or an absolute path", s.Rootfs, RootfsHost)
 	}
-	if strings.ContainsAny(s.Hostname, "/\x00") || len(s.Hostname) > 64 {
+	if s.Hostname == "" || strings.ContainsAny(s.Hostname, "/\x00") || len(s.Hostname) > 64 {
 		return fmt.Errorf("hostname %q: not a valid host name", s.Hostname)
 	}
 	for _, b := range s.ReadOnly {
-		if err := b.validate(); err != nil {
-			return err
+		if !path.IsAbs(b.Source) || strings.IndexByte(b.Source, 0) >= 0 {
+			return fmt.Errorf("ro %s:%s: source must be an absolute path", b.Source, b.Dest)
 		}
+		if err := CheckBindDest(b.Dest); err != nil {
+			return fmt.Errorf("ro %s:%s: %w", b.Source, b.Dest, err)
+		}
+	}
+	if s.Rlimits.OpenFiles < 3 {
+		return fmt.Errorf("open files %d: must be at least 3", s.Rlimits.OpenFiles)
+	}
+	if s.Seccomp == "" {
+		return errors.New("seccomp: no policy named (use \"off\" for none)")
 	}
 	c := s.Cgroup
-	if c.MemoryMax < 0 || c.SwapMax < 0 || c.PidsMax < 0 || c.CPUs < 0 || c.CPUTime < 0 {
-		return errors.New("cgroup limits must not be negative")
+	if c.MemoryMax <= 0 || c.PidsMax <= 0 || !(c.CPUs > 0) || math.IsInf(c.CPUs, 0) {
+		return fmt.Errorf("cgroup limits (memory %d, pids %d, cpus %v) must be more than 0", c.MemoryMax, c.PidsMax, c.CPUs)
+	}
+	if c.SwapMax < 0 || c.CPUTime < 0 {
+		return errors.New("cgroup swap and CPU time must not be negative")
 	}
 	return nil
-}
-
-func (b Bind) validate() error {
-	if !path.IsAbs(b.Source) {
-		return fmt.Errorf("--ro %s: source must be an absolute path", b.Source)
-	}
-	if !path.IsAbs(b.Dest) {
-		return fmt.Errorf("--ro %s:%s: destination must be an absolute path", b.Source, b.Dest)
-	}
-	dst := path.Clean(b.Dest)
-	for _, r := range reservedDests {
-		if dst == r {
-			return fmt.Errorf("--ro %s:%s: %s is managed by stockade", b.Source, b.Dest, r)
-		}
-	}
-	for _, r := range []string{"/proc/", "/dev/"} {
-		if strings.HasPrefix(dst, r) {
-			return fmt.Errorf("--ro %s:%s: nothing may be bound below %s", b.Source, b.Dest, r)
-		}
-	}
-	return nil
-}
-
-// ParseBind parses a --ro argument, SRC or SRC:DST.
-func ParseBind(arg string) (Bind, error) {
-	src, dst, ok := strings.Cut(arg, ":")
-	if !ok {
-		dst = src
-	}
-	b := Bind{Source: path.Clean(src), Dest: path.Clean(dst)}
-	if src == "" || dst == "" {
-		return Bind{}, fmt.Errorf("--ro %q: want SRC or SRC:DST", arg)
-	}
-	return b, b.validate()
 }

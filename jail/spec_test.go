@@ -1,13 +1,14 @@
 package jail
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestValidate(t *testing.T) {
-	ok := Spec{Args: []string{"python3"}}
+	ok := testSpec("python3")
 	cases := []struct {
 		name string
 		mod  func(*Spec)
@@ -18,15 +19,26 @@ func TestValidate(t *testing.T) {
 		{"empty command", func(s *Spec) { s.Args = []string{""} }, "no command"},
 		{"env without =", func(s *Spec) { s.Env = []string{"FOO"} }, "want KEY=VALUE"},
 		{"env empty key", func(s *Spec) { s.Env = []string{"=x"} }, "want KEY=VALUE"},
-		{"negative timeout", func(s *Spec) { s.Timeout = -time.Second }, "must be positive"},
+		{"negative timeout", func(s *Spec) { s.Timeout = -time.Second }, "more than 0"},
+		{"zero timeout", func(s *Spec) { s.Timeout = 0 }, "more than 0"},
+		{"zero output", func(s *Spec) { s.OutputLimit = 0 }, "more than 0"},
+		{"no workdir mode", func(s *Spec) { s.WorkdirMode = "" }, "workdir mode"},
+		{"no rootfs", func(s *Spec) { s.Rootfs = "" }, "rootfs"},
+		{"no hostname", func(s *Spec) { s.Hostname = "" }, "host name"},
+		{"no seccomp", func(s *Spec) { s.Seccomp = "" }, "seccomp"},
+		{"zero pids", func(s *Spec) { s.Cgroup.PidsMax = 0 }, "more than 0"},
+		{"NaN cpus", func(s *Spec) { s.Cgroup.CPUs = math.NaN() }, "more than 0"},
+		{"two open files", func(s *Spec) { s.Rlimits.OpenFiles = 2 }, "at least 3"},
+		{"env twice", func(s *Spec) { s.Env = []string{"A=1", "A=2"} }, "given twice"},
+		{"ro below /work", func(s *Spec) { s.ReadOnly = []Bind{{"/data", "/work/x"}} }, "inside /work"},
 		{"relative workdir", func(s *Spec) { s.Workdir = "work" }, "absolute"},
 		{"bad workdir mode", func(s *Spec) { s.WorkdirMode = "shared" }, "workdir mode"},
 		{"relative rootfs", func(s *Spec) { s.Rootfs = "root" }, "absolute"},
 		{"hostname with slash", func(s *Spec) { s.Hostname = "a/b" }, "host name"},
-		{"ro onto /proc", func(s *Spec) { s.ReadOnly = []Bind{{"/data", "/proc/x"}} }, "below /proc/"},
+		{"ro onto /proc", func(s *Spec) { s.ReadOnly = []Bind{{"/data", "/proc/x"}} }, "inside /proc"},
 		{"ro onto /work", func(s *Spec) { s.ReadOnly = []Bind{{"/data", "/work"}} }, "managed by stockade"},
 		{"ro relative source", func(s *Spec) { s.ReadOnly = []Bind{{"data", "/data"}} }, "absolute"},
-		{"negative memory", func(s *Spec) { s.Cgroup.MemoryMax = -1 }, "negative"},
+		{"negative memory", func(s *Spec) { s.Cgroup.MemoryMax = -1 }, "more than 0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,31 +58,35 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestParseBind(t *testing.T) {
-	cases := []struct {
-		in   string
-		want Bind
-		err  bool
+func TestCheckBindDest(t *testing.T) {
+	for _, c := range []struct {
+		dest string
+		ok   bool
 	}{
-		{"/data", Bind{"/data", "/data"}, false},
-		{"/data/:/in", Bind{"/data", "/in"}, false},
-		{"/a:/dev/x", Bind{}, true},
-		{":/x", Bind{}, true},
-		{"rel:/x", Bind{}, true},
-	}
-	for _, c := range cases {
-		got, err := ParseBind(c.in)
-		if (err != nil) != c.err || (!c.err && got != c.want) {
-			t.Errorf("ParseBind(%q) = %+v, %v; want %+v, error %v", c.in, got, err, c.want, c.err)
+		{"/models", true}, {"/run/stockade/x.py", true}, {"/tmp/data", true}, {"/etc/ssl", true},
+		{"/", false}, {"/work", false}, {"/work/x", false}, {"/proc", false}, {"/proc/1", false},
+		{"/dev/x", false}, {"/sys/fs", false}, {"/tmp", false}, {"/etc/passwd", false},
+		{"/etc/hostname", false}, {"rel", false}, {"/a/../b", false}, {"/a\x00b", false},
+	} {
+		if err := CheckBindDest(c.dest); (err == nil) != c.ok {
+			t.Errorf("CheckBindDest(%q) = %v, want ok %v", c.dest, err, c.ok)
 		}
 	}
 }
 
-func TestWithDefaultsAreTheSafeOnes(t *testing.T) {
-	s := Spec{Args: []string{"x"}}.WithDefaults()
-	if s.Timeout != 10*time.Second || s.OutputLimit != 1<<20 || s.TmpfsSize != 64<<20 ||
-		s.WorkdirMode != WorkdirFresh || s.Seccomp != "python" || s.Hostname != "stockade" ||
-		s.Rlimits.OpenFiles == 0 || s.Rlimits.FileSize == 0 {
-		t.Fatalf("defaults: %+v", s)
+// testSpec is a complete spec for tests: the values are the tests' own, not
+// defaults (a Spec has none; the CLI's come from the python profile).
+func testSpec(args ...string) Spec {
+	return Spec{
+		Args:        args,
+		Timeout:     20 * time.Second,
+		OutputLimit: 1 << 20,
+		Rootfs:      RootfsHost,
+		TmpfsSize:   64 << 20,
+		WorkdirMode: WorkdirFresh,
+		Hostname:    "stockade",
+		Rlimits:     Rlimits{OpenFiles: 256, FileSize: 64 << 20},
+		Cgroup:      CgroupSpec{MemoryMax: 512 << 20, CPUs: 1, PidsMax: 128},
+		Seccomp:     "python",
 	}
 }

@@ -6,7 +6,8 @@
 // # Schema
 //
 // Every field is optional in a file; a field a file leaves unset comes from the
-// profile it extends, and a profile without extends starts from [Defaults].
+// profile it extends, and a profile without extends starts from [Defaults],
+// the built-in python profile, where every default is written once.
 // Sizes are a byte count (integer) or a string for [ParseSize]; durations are
 // whole seconds (integer or float) or a string for [ParseDuration].
 //
@@ -19,7 +20,7 @@
 //	memory     = "512M" # memory.max, at least 4M
 //	swap       = "0"    # memory.swap.max; 0 = no swap
 //	cpus       = 1.0    # CPUs' worth of time (cpu.max), 0 < cpus <= 1024
-//	pids       = 128    # pids.max, 1 .. 4194304
+//	pids       = 128    # pids.max, 16 .. 4194304 (the jail's init is counted)
 //	open_files = 256    # RLIMIT_NOFILE, 3 .. 1048576
 //	file_size  = "64M"  # RLIMIT_FSIZE; 0 = no limit
 //	output     = "1M"   # bytes kept per stream (stdout, stderr), > 0
@@ -28,11 +29,13 @@
 //	rootfs     = "host" # "host" or an absolute directory
 //	tmpfs_size = "64M"  # size of /tmp, > 0
 //	workdir    = "fresh" # "fresh" (empty writable /work), "none" (no writable /work) or an absolute host dir
-//	noexec     = true   # mount /work and /tmp noexec
-//	ro         = ["/data/models:/models", "/srv/wheels"] # read-only binds SRC[:DST], both absolute
+//	noexec     = true   # mount /work noexec (/tmp and /dev/shm always are)
+//	ro         = ["/data/models:/models", "/srv/wheels"] # read-only binds SRC[:DST], both absolute;
+//	                    # DST not one jail.CheckBindDest refuses (/, /tmp, /work, /proc, ...)
 //
 //	[environment]
-//	vars = { OMP_NUM_THREADS = "1" } # added to the jail's fixed environment
+//	vars = { HF_HUB_OFFLINE = "1" } # added to the jail's fixed environment; OMP_NUM_THREADS,
+//	                    # OPENBLAS_NUM_THREADS and MKL_NUM_THREADS default to cpus rounded up
 //
 //	[seccomp]
 //	policy = "python"   # "python", "strict" or "off"
@@ -46,7 +49,8 @@
 // Two fields are collections and merge per element: environment.vars per
 // variable, and filesystem.ro per destination (an overriding bind to the same
 // destination replaces the base's, others are appended). The CLI's flags are
-// one more overriding profile built with [Profile.Set].
+// one more overriding profile built with [Profile.Set]; the merged profile is
+// validated once and [Profile.Spec] turns it into a complete jail.Spec.
 //
 // # Errors
 //

@@ -50,6 +50,36 @@ func (p *Profile) TOML() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// Text returns f's value in the form a flag takes it ("512M", "10s", "1",
+// "true"), for help texts and tables of defaults. A collection is shown in
+// its TOML form.
+func (p *Profile) Text(f Field) string {
+	spec, ok := lookupSpec(f)
+	if !ok {
+		return ""
+	}
+	switch v := spec.ptr(p).(type) {
+	case *string:
+		return *v
+	case *int64:
+		if spec.kind == kindSize {
+			return FormatSize(*v)
+		}
+		return strconv.FormatInt(*v, 10)
+	case *time.Duration:
+		if *v == 0 {
+			return "0"
+		}
+		return FormatDuration(*v)
+	case *float64:
+		return strconv.FormatFloat(*v, 'f', -1, 64)
+	case *bool:
+		return strconv.FormatBool(*v)
+	}
+	val, _ := spec.tomlValue(p)
+	return val
+}
+
 func (s fieldSpec) tomlValue(p *Profile) (string, error) {
 	switch v := s.ptr(p).(type) {
 	case *string:

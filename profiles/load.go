@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // builtins holds the built-in profiles, one NAME.toml each. Keep them
@@ -24,6 +25,11 @@ const MaxExtendsDepth = 8
 
 // maxProfileSize bounds what Load reads, so that --profile /dev/zero fails.
 const maxProfileSize = 1 << 20
+
+func pythonTOML() []byte {
+	b, _ := builtins.ReadFile("builtin/python.toml") // embedded: cannot fail
+	return b
+}
 
 // BuiltinNames returns the names of the built-in profiles, sorted.
 func BuiltinNames() []string {
@@ -176,7 +182,9 @@ func (l loader) resolve(ref string, from *source) (*source, error) {
 // readSource reads a profile file. It must be a regular file: a FIFO or
 // /dev/zero given as a profile must fail, not hang.
 func readSource(p string) (*source, error) {
-	f, err := os.Open(p)
+	// O_NONBLOCK: opening a FIFO for reading blocks until a writer comes,
+	// before any check could refuse it. It does not affect regular files.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", p, err)
 	}

@@ -131,15 +131,15 @@ func TestSet(t *testing.T) {
 		v    string
 		want string
 	}{
-		{"limits.memroy", "1G", "--memory: limits.memroy: unknown field"},
-		{FieldMemory, "lots", `--memory: limits.memory: "lots" is not a size`},
-		{FieldTimeout, "soon", `--memory: limits.timeout: "soon" is not a duration`},
-		{FieldPids, "many", `--memory: limits.pids: "many" is not an integer`},
-		{FieldCPUs, "one", `--memory: limits.cpus: "one" is not a number`},
-		{FieldCPUs, "NaN", `--memory: limits.cpus: must be a finite number, not NaN`},
-		{FieldNoexec, "yes please", `--memory: filesystem.noexec: "yes please" is not true or false`},
-		{FieldRO, ":/x", `--memory: filesystem.ro: ":/x" is not SRC[:DST]`},
-		{FieldEnvVars, "NOEQUALS", `--memory: environment.vars: "NOEQUALS" is not NAME=VALUE`},
+		{"limits.memroy", "1G", "--memory: unknown field"},
+		{FieldMemory, "lots", `--memory: "lots" is not a size`},
+		{FieldTimeout, "soon", `--memory: "soon" is not a duration`},
+		{FieldPids, "many", `--memory: "many" is not an integer`},
+		{FieldCPUs, "one", `--memory: "one" is not a number`},
+		{FieldCPUs, "NaN", `--memory: must be a finite number, not NaN`},
+		{FieldNoexec, "yes please", `--memory: "yes please" is not true or false`},
+		{FieldRO, ":/x", `--memory: ":/x" is not SRC[:DST]`},
+		{FieldEnvVars, "NOEQUALS", `--memory: "NOEQUALS" is not NAME=VALUE`},
 	}
 	for _, e := range errs {
 		err := (&Profile{}).Set(e.f, e.v, flag("--memory"))

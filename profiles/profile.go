@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -103,6 +104,9 @@ type Origin struct {
 	Line int
 }
 
+// IsFlag reports whether the value came from a command-line flag.
+func (o Origin) IsFlag() bool { return o.Line == 0 && strings.HasPrefix(o.File, "--") }
+
 func (o Origin) String() string {
 	if o.Line > 0 {
 		return fmt.Sprintf("%s:%d", o.File, o.Line)
@@ -120,7 +124,8 @@ type Error struct {
 
 func (e *Error) Error() string {
 	s := e.Msg
-	if e.Field != "" {
+	// A flag names its field already: "--memory: ..." says it all.
+	if e.Field != "" && !e.Origin.IsFlag() {
 		s = e.Field + ": " + s
 	}
 	if o := e.Origin.String(); o != "" {
@@ -201,35 +206,16 @@ func mergeBinds(base, over []Bind) []Bind {
 	return out
 }
 
-// Defaults returns the profile every chain of extends starts from: the safe
-// values of issue 2 (no network, 10s, 512M, 1 CPU, 128 pids, 64M /tmp, 1M of
-// output per stream), every field set, with Origin "defaults".
+// Defaults returns the profile every chain of extends starts from: the
+// built-in python profile, which sets every field. It is the one place
+// stockade's defaults live; the flags' help and the README are tested
+// against it.
 func Defaults() *Profile {
-	p := &Profile{
-		Name: "defaults",
-		Limits: Limits{
-			Timeout:   10 * time.Second,
-			Memory:    512 << 20,
-			CPUs:      1,
-			Pids:      128,
-			OpenFiles: 256,
-			FileSize:  64 << 20,
-			Output:    1 << 20,
-		},
-		Filesystem: Filesystem{
-			Rootfs:    RootfsHost,
-			TmpfsSize: 64 << 20,
-			Workdir:   WorkdirFresh,
-			Noexec:    true,
-		},
-		Environment: Environment{Vars: map[string]string{}},
-		Seccomp:     Seccomp{Policy: SeccompPython},
-		Network:     Network{Mode: NetworkNone},
+	p, err := Parse("builtin:python.toml", pythonTOML())
+	if err != nil {
+		// Embedded at build time and parsed by TestBuiltins: not input.
+		panic("built-in python profile: " + err.Error())
 	}
-	for _, spec := range schema {
-		if spec.field != FieldExtends && spec.field != FieldDescription {
-			p.Mark(spec.field, Origin{File: "defaults"})
-		}
-	}
+	p.Name = "python"
 	return p
 }

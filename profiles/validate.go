@@ -8,14 +8,21 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/stockade/stockade/jail"
 )
 
 // Bounds Validate enforces. The lower bounds catch a forgotten unit
 // ("memory = 512" is 512 bytes) as much as nonsense; the upper ones are the
 // kernel's own (pid_max, nr_open).
 const (
-	MinMemory    = 4 << 20
-	MaxCPUs      = 1024
+	MinMemory = 4 << 20
+	MaxCPUs   = 1024
+	// MinPids leaves room for the jail's own init, a Go program whose
+	// runtime starts several threads (7 measured on 2 cores) that the pids
+	// limit counts: below about 9, init dies of a failed clone with a Go
+	// stack dump, or the payload cannot even exec.
+	MinPids      = 16
 	MaxPids      = 4194304
 	MinOpenFiles = 3 // stdin, stdout, stderr
 	MaxOpenFiles = 1 << 20
@@ -31,7 +38,7 @@ func (p *Profile) Validate() error {
 	v.check(FieldTimeout, l.Timeout > 0, "must be more than 0")
 	v.check(FieldMemory, l.Memory >= MinMemory, "%s is below the minimum of %s (a missing unit?)", FormatSize(l.Memory), FormatSize(MinMemory))
 	v.check(FieldCPUs, l.CPUs > 0 && l.CPUs <= MaxCPUs && !math.IsNaN(l.CPUs), "%v is not in (0, %d]", l.CPUs, MaxCPUs)
-	v.check(FieldPids, l.Pids >= 1 && l.Pids <= MaxPids, "%d is not in [1, %d]", l.Pids, MaxPids)
+	v.check(FieldPids, l.Pids >= MinPids && l.Pids <= MaxPids, "%d is not in [%d, %d]", l.Pids, MinPids, MaxPids)
 	v.check(FieldOpenFiles, l.OpenFiles >= MinOpenFiles && l.OpenFiles <= MaxOpenFiles, "%d is not in [%d, %d]", l.OpenFiles, MinOpenFiles, MaxOpenFiles)
 	v.check(FieldOutput, l.Output > 0, "must be more than 0")
 	// Negative sizes and durations cannot be parsed, but Go code can set them.
@@ -69,10 +76,6 @@ func (v *validator) fail(name string, f Field, msg string) {
 	v.errs = append(v.errs, &Error{Origin: o, Field: name, Msg: msg})
 }
 
-// reservedDests are jail paths a bind may not cover: the kernel interfaces
-// the jail mounts itself, and the root.
-var reservedDests = []string{"/proc", "/dev", "/sys"}
-
 func (v *validator) binds(binds []Bind) {
 	seen := make(map[string]bool)
 	for i, b := range binds {
@@ -80,12 +83,8 @@ func (v *validator) binds(binds []Bind) {
 		switch {
 		case !isAbsClean(b.Source):
 			v.fail(name, FieldRO, fmt.Sprintf("source %q must be an absolute, clean path", b.Source))
-		case !isAbsClean(b.Dest):
-			v.fail(name, FieldRO, fmt.Sprintf("destination %q must be an absolute, clean path", b.Dest))
-		case b.Dest == "/":
-			v.fail(name, FieldRO, "destination / would hide the root filesystem")
-		case slices.ContainsFunc(reservedDests, func(r string) bool { return b.Dest == r || strings.HasPrefix(b.Dest, r+"/") }):
-			v.fail(name, FieldRO, fmt.Sprintf("destination %q is inside %s, which the jail mounts itself", b.Dest, path.Join("/", strings.Split(b.Dest, "/")[1])))
+		case jail.CheckBindDest(b.Dest) != nil:
+			v.fail(name, FieldRO, jail.CheckBindDest(b.Dest).Error())
 		case seen[b.Dest]:
 			v.fail(name, FieldRO, fmt.Sprintf("destination %q is bound twice", b.Dest))
 		}

@@ -228,7 +228,7 @@ func resourceAttacks() []Attack {
 			judge: tmpfsFull},
 		{Door: "resources", Name: "flood stdout with 8x the output limit", Expect: "verdict output, capped", program: "res_flood.py",
 			args: func(_ *fixtures, s jail.Spec) []string {
-				return []string{strconv.FormatInt(8*s.WithDefaults().OutputLimit, 10)}
+				return []string{strconv.FormatInt(8*s.OutputLimit, 10)}
 			}, adjust: quick(20 * time.Second), judge: floodCapped},
 		{Door: "resources", Name: fmt.Sprintf("spin the CPU (bounded at %ds)", spinSeconds), Expect: "verdict timeout within 3s", program: "res_spin.py",
 			args: fixed(strconv.Itoa(spinSeconds)), adjust: quick(time.Second), judge: spinStopped},
@@ -239,7 +239,7 @@ func resourceAttacks() []Attack {
 
 func tmpfsFull(o *outcome) (string, bool) {
 	happened, held := heldLine(o)
-	size := o.spec.WithDefaults().TmpfsSize >> 20
+	size := o.spec.TmpfsSize >> 20
 	var mib int64
 	if i := strings.LastIndex(o.last, "after "); i >= 0 {
 		mib, _ = strconv.ParseInt(strings.Fields(o.last[i+6:])[0], 10, 64)
@@ -251,7 +251,7 @@ func tmpfsFull(o *outcome) (string, bool) {
 }
 
 func floodCapped(o *outcome) (string, bool) {
-	limit := o.spec.WithDefaults().OutputLimit
+	limit := o.spec.OutputLimit
 	happened := fmt.Sprintf("verdict %s, kept %d of %d bytes", o.res.Verdict, len(o.res.Stdout), o.res.StdoutBytes)
 	return happened, o.res.Verdict == jail.VerdictOutput && int64(len(o.res.Stdout)) <= limit && o.res.StdoutTruncated
 }

@@ -59,7 +59,7 @@ type outcome struct {
 // before and after, which concurrent runs of ours would blur). It sets the
 // canary environment variable in this process for the length of the run.
 func Run(ctx context.Context, base jail.Spec, opts Options) Report {
-	def := base.WithDefaults()
+	def := base
 	rep := Report{Seccomp: def.Seccomp, Cgroup: "on", Rows: []Row{}}
 	if def.Cgroup.Disabled {
 		rep.Cgroup = "off"
@@ -93,14 +93,14 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 	spec.ReadOnly = slices.Clone(base.ReadOnly)
 	spec.Env = slices.Clone(base.Env)
 	if a.skip != nil {
-		if why := a.skip(spec.WithDefaults(), fx); why != "" {
+		if why := a.skip(spec, fx); why != "" {
 			row.Status, row.Happened = Skip, why
 			return row
 		}
 	}
 	if a.adjust != nil {
 		a.adjust(&spec)
-		row.Expected += " [" + limitsNote(spec.WithDefaults()) + "]"
+		row.Expected += " [" + limitsNote(spec) + "]"
 	}
 	src, err := programs.ReadFile("attacks/" + a.program)
 	if err != nil {

@@ -11,8 +11,19 @@ import (
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/seccomp"
 )
+
+// defaultSpec is the spec `stockade selftest` runs under by default: the
+// python profile's, changed by mod.
+func defaultSpec(mod func(*jail.Spec)) jail.Spec {
+	s := profiles.Defaults().Spec(nil)
+	if mod != nil {
+		mod(&s)
+	}
+	return s
+}
 
 // TestMain lets the test binary serve as a jail's init.
 func TestMain(m *testing.M) {
@@ -42,7 +53,7 @@ func run(t *testing.T, base jail.Spec, doors ...string) Report {
 
 func TestEveryDoorHoldsUnderTheDefaultSpec(t *testing.T) {
 	needJail(t)
-	rep := run(t, jail.Spec{})
+	rep := run(t, defaultSpec(nil))
 	for _, r := range rep.Rows {
 		if r.Status == Fail {
 			t.Errorf("%s / %s: %s\n%s", r.Door, r.Attack, r.Happened, r.Output)
@@ -73,7 +84,7 @@ func wantFail(t *testing.T, rep Report, attacks ...string) {
 
 func TestSeccompOffFailsTheKernelSurface(t *testing.T) {
 	needJail(t)
-	rep := run(t, jail.Spec{Seccomp: "off"}, "kernel", "identity", "terminal", "files")
+	rep := run(t, defaultSpec(func(s *jail.Spec) { s.Seccomp = "off" }), "kernel", "identity", "terminal", "files")
 	var kernel []string
 	for _, a := range Attacks() {
 		if a.Door == "kernel" {
@@ -96,7 +107,7 @@ func TestSeccompOffFailsTheKernelSurface(t *testing.T) {
 
 func TestNoCgroupFailsTheBombs(t *testing.T) {
 	needJail(t)
-	rep := run(t, jail.Spec{Cgroup: jail.CgroupSpec{Disabled: true}}, "resources")
+	rep := run(t, defaultSpec(func(s *jail.Spec) { s.Cgroup.Disabled = true }), "resources")
 	wantFail(t, rep, "fork bomb (bounded at 400)", "thread bomb (bounded at 400)", "memory bomb (bounded at 1024M)")
 }
 
@@ -109,7 +120,7 @@ func TestBoundShadowFailsTheFilesDoor(t *testing.T) {
 	if err := os.WriteFile(shadow, []byte("root:$6$canary:19000:0:99999:7:::\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep := run(t, jail.Spec{ReadOnly: []jail.Bind{{Source: shadow, Dest: "/etc/shadow"}}}, "files")
+	rep := run(t, defaultSpec(func(s *jail.Spec) { s.ReadOnly = []jail.Bind{{Source: shadow, Dest: "/etc/shadow"}} }), "files")
 	wantFail(t, rep, "read /etc/shadow")
 	if r := rep.Row("write to /, /usr and /etc"); r == nil || r.Status != Pass {
 		t.Errorf("binding one file opened another door: %+v", r)
@@ -157,7 +168,7 @@ func TestKernelAttacksCoverEveryRefusedCall(t *testing.T) {
 		if a.Door != "kernel" {
 			continue
 		}
-		for _, arg := range a.args(nil, jail.Spec{}) {
+		for _, arg := range a.args(nil, defaultSpec(nil)) {
 			name, _, _ := strings.Cut(arg, "=")
 			tried[name] = true
 		}

@@ -46,8 +46,7 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 			if err != nil {
 				return &exitError{code: jail.ExitJailError, msg: err.Error()}
 			}
-			spec := profileSpec(prof)
-			spec.Args = []string{"/bin/true"}
+			spec := prof.Spec([]string{"/bin/true"})
 			res, err := jail.Run(context.Background(), spec, jail.Streams{})
 			if err != nil {
 				fmt.Fprintf(stdout, "default jail: FAILED: %v\n", err)

@@ -59,17 +59,48 @@ func TestBadInvocationsExit125WithAReason(t *testing.T) {
 		{[]string{"run", "--timeout", "soon", "--", "true"}, `--timeout: "soon" is not a duration`},
 		{[]string{"run", "--tmpfs-size", "12 parsecs", "--", "true"}, `--tmpfs-size: "12 parsecs" is not a size`},
 		{[]string{"run", "--ro", "relative:/x", "--", "true"}, "absolute"},
-		{[]string{"run", "--ro", "/x:/proc/y", "--", "true"}, "below /proc/"},
-		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, "KEY=VALUE"},
+		{[]string{"run", "--ro", "/x:/proc/y", "--", "true"}, `--ro: destination "/proc/y" is inside /proc`},
+		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, `--env: "NOEQUALS" is not NAME=VALUE`},
 		{[]string{"run", "--no-such-flag", "--", "true"}, "flag provided but not defined"},
 		{[]string{"run", "--rootfs", "/nonexistent-root", "--", "true"}, "/nonexistent-root"},
-		{[]string{"run", "--workdir", "/", "--", "true"}, "--workdir /"},
+		{[]string{"run", "--workdir", "/", "--", "true"}, `--workdir: "/" must be`},
 		{[]string{"python"}, "give -c CODE"},
+		{[]string{"run", "--cpus", "NaN", "--", "true"}, "--cpus: must be a finite number, not NaN"},
+		{[]string{"run", "--pids", "1", "--", "true"}, "--pids: 1 is not in [16, "},
+		{[]string{"run", "--memory", "1", "--", "true"}, "--memory: 1 is below the minimum of 4M (a missing unit?)"},
+		{[]string{"run", "--timeout", "0", "--", "true"}, "--timeout: must be more than 0"},
+		{[]string{"run", "--workdir", "/srv", "--no-workdir", "--", "true"}, "--workdir and --no-workdir: give one of them"},
+		{[]string{"run", "--ro", "/usr/share:/work/x", "--", "true"}, `--ro: destination "/work/x" is inside /work`},
+		{[]string{"run", "--ro", "/usr/share:/sys", "--", "true"}, `--ro: destination "/sys" is managed by stockade`},
 	}
 	for _, c := range cases {
 		code, _, stderr := invoke(t, "", c.args...)
 		if code != jail.ExitJailError || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "panic") {
 			t.Errorf("%q: exit %d, stderr %q; want 125 and %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+// A FIFO given as a profile must be refused at once: opening it for
+// reading would wait for a writer forever.
+func TestProfileFIFOIsRefusedNotWaitedOn(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "p.toml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"run", "--profile", fifo, "--", "true"}, {"profile", "check", fifo}} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			code, _, stderr := invoke(t, "", args...)
+			if code != jail.ExitJailError || stderr != "stockade: profile "+fifo+": not a regular file\n" {
+				t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q: still waiting on the FIFO after 10s", args)
 		}
 	}
 }
@@ -85,14 +116,14 @@ func TestRunStreamsAndExits(t *testing.T) {
 func TestRunTimeoutSays124AndWhy(t *testing.T) {
 	needJail(t)
 	code, _, stderr := invoke(t, "", "run", "--timeout", "1s", "--", "python3", "-c", "while True: pass")
-	if code != jail.ExitTimeout || !strings.Contains(stderr, "timeout") {
+	if code != jail.ExitTimeout || !strings.Contains(stderr, "timeout: killed after 1s") {
 		t.Fatalf("exit %d stderr %q", code, stderr)
 	}
 }
 
 func TestJSONResult(t *testing.T) {
 	needJail(t)
-	code, out, _ := invoke(t, "", "run", "--json", "--", "python3", "-c", "print(1)")
+	code, out, _ := invoke(t, "", "run", "--json", "--memory", "256M", "--cpus", "0.5", "--", "python3", "-c", "print(1)")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
 	}
@@ -108,6 +139,16 @@ func TestJSONResult(t *testing.T) {
 	}
 	if m["verdict"] != "ok" || m["stdout"] != "1\n" {
 		t.Errorf("result %s", out)
+	}
+	// The limits it ran under: the flags over the python profile.
+	l, _ := m["limits"].(map[string]any)
+	want := map[string]any{"timeout_ms": 10000.0, "memory_bytes": float64(256 << 20), "cpus": 0.5, "pids": 128.0,
+		"swap_bytes": 0.0, "cpu_time_ms": nil, "open_files": 256.0, "file_size_bytes": float64(64 << 20),
+		"output_bytes": float64(1 << 20), "tmpfs_bytes": float64(64 << 20)}
+	for k, v := range want {
+		if got, ok := l[k]; !ok || got != v {
+			t.Errorf("limits.%s = %v, want %v", k, got, v)
+		}
 	}
 }
 

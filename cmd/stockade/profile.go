@@ -3,9 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"sort"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
@@ -20,46 +18,6 @@ func loadProfile(ref string) (*profiles.Profile, error) {
 		ref = "python"
 	}
 	return profiles.Load(ref, profiles.DefaultSearchPath(os.Getenv))
-}
-
-// profileSpec turns a profile (already validated by Load) into the jail's
-// plain data. Flags are applied on top of this, field by field.
-func profileSpec(p *profiles.Profile) jail.Spec {
-	l, fs := p.Limits, p.Filesystem
-	s := jail.Spec{
-		Timeout:     l.Timeout,
-		OutputLimit: l.Output,
-		Rootfs:      fs.Rootfs,
-		TmpfsSize:   fs.TmpfsSize,
-		ExecWorkdir: !fs.Noexec,
-		Seccomp:     p.Seccomp.Policy,
-		Rlimits:     jail.Rlimits{OpenFiles: uint64(l.OpenFiles), FileSize: uint64(l.FileSize)},
-		Cgroup: jail.CgroupSpec{MemoryMax: l.Memory, SwapMax: l.Swap, CPUs: l.CPUs,
-			PidsMax: l.Pids, CPUTime: l.CPUTime},
-	}
-	if l.FileSize == 0 {
-		s.Rlimits.FileSize = math.MaxUint64 // the profile's "no limit"
-	}
-	switch fs.Workdir {
-	case profiles.WorkdirFresh:
-		s.WorkdirMode = jail.WorkdirFresh
-	case profiles.WorkdirNone:
-		s.WorkdirMode = jail.WorkdirNone
-	default:
-		s.Workdir = fs.Workdir
-	}
-	for _, b := range fs.RO {
-		s.ReadOnly = append(s.ReadOnly, jail.Bind{Source: b.Source, Dest: b.Dest})
-	}
-	keys := make([]string, 0, len(p.Environment.Vars))
-	for k := range p.Environment.Vars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		s.Env = append(s.Env, k+"="+p.Environment.Vars[k])
-	}
-	return s
 }
 
 func profileCommand(stdout, stderr io.Writer) *cli.Command {

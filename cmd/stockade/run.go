@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -17,32 +17,51 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// jailFlags override the profile field by field: only a flag that is given
-// changes the spec; the defaults shown are the default profile's.
+// policyFlag is a flag that sets one profile field. Flags are one more
+// profile layer, built with the profile's own setter, merged over --profile
+// and validated with it: a bad value gets the same check and message from a
+// flag as from a file, and a new field needs only its line here.
+type policyFlag struct {
+	name  string
+	field profiles.Field
+	usage string
+}
+
+var policyFlags = []policyFlag{
+	{"timeout", profiles.FieldTimeout, "wall-clock limit (e.g. 500ms, 2s, 1m)"},
+	{"cpu-time", profiles.FieldCPUTime, "CPU time of the whole tree (0: none)"},
+	{"memory", profiles.FieldMemory, "memory limit of the whole jail (cgroup)"},
+	{"swap", profiles.FieldSwap, "swap allowed on top of --memory"},
+	{"cpus", profiles.FieldCPUs, "CPU bandwidth in cores (cgroup quota)"},
+	{"pids", profiles.FieldPids, "most tasks (processes and threads) at once"},
+	{"output-limit", profiles.FieldOutput, "bytes kept per output stream; the rest is dropped"},
+	{"open-files", profiles.FieldOpenFiles, "RLIMIT_NOFILE"},
+	{"file-size", profiles.FieldFileSize, "largest file the jail may write (RLIMIT_FSIZE; 0: no limit)"},
+	{"tmpfs-size", profiles.FieldTmpfsSize, "size of /tmp (and /dev/shm)"},
+	{"rootfs", profiles.FieldRootfs, `root filesystem: "host" (derived from the host) or a prepared directory`},
+	{"seccomp", profiles.FieldSeccompPolicy, `system call policy (python, strict), or "off"`},
+}
+
+// jailFlags are the flags of run and python. Only a flag that is given
+// changes the profile; the defaults shown are the python profile's.
 func jailFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "profile", Usage: "run profile: a built-in (python, python-strict, shell), a name in /etc/stockade/profiles or $XDG_CONFIG_HOME/stockade/profiles, or a FILE", DefaultText: "python"},
+	def := profiles.Defaults()
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "profile", Usage: "run profile: a built-in (python, python-strict, shell), a name in /etc/stockade/profiles or $XDG_CONFIG_HOME/stockade/profiles, or a FILE", DefaultText: def.Name},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON result object on stdout instead of streaming output"},
-		&cli.StringFlag{Name: "timeout", Usage: "wall-clock limit (e.g. 500ms, 2s, 1m)", DefaultText: "10s"},
+	}
+	for _, f := range policyFlags {
+		flags = append(flags, &cli.StringFlag{Name: f.name, Usage: f.usage, DefaultText: def.Text(f.field)})
+	}
+	return append(flags,
 		&cli.StringSliceFlag{Name: "env", Usage: "add KEY=VALUE to the jail's environment (repeatable)"},
-		&cli.StringFlag{Name: "rootfs", Usage: `root filesystem: "host" (derived from the host) or a prepared directory`, DefaultText: "host"},
-		&cli.StringFlag{Name: "tmpfs-size", Usage: "size of /tmp (and /dev/shm)", DefaultText: "64M"},
 		&cli.StringFlag{Name: "workdir", Usage: "bind this host directory at /work instead of a fresh empty one"},
 		&cli.BoolFlag{Name: "no-workdir", Usage: "/work is an empty read-only directory"},
 		&cli.BoolFlag{Name: "exec-workdir", Usage: "allow executing files from /work (default: noexec)"},
 		&cli.StringSliceFlag{Name: "ro", Usage: "bind SRC[:DST] read-only (repeatable)"},
-		&cli.StringFlag{Name: "output-limit", Usage: "bytes kept per output stream; the rest is dropped", DefaultText: "1M"},
-		&cli.StringFlag{Name: "open-files", Usage: "RLIMIT_NOFILE", DefaultText: "256"},
-		&cli.StringFlag{Name: "file-size", Usage: "largest file the jail may write (RLIMIT_FSIZE)", DefaultText: "64M"},
-		&cli.StringFlag{Name: "seccomp", Usage: `system call policy (python, strict), or "off"`, DefaultText: "python"},
-		&cli.StringFlag{Name: "memory", Usage: "memory limit of the whole jail (cgroup)", DefaultText: "512M"},
-		&cli.StringFlag{Name: "swap", Usage: "swap allowed on top of --memory", DefaultText: "0"},
-		&cli.Float64Flag{Name: "cpus", Usage: "CPU bandwidth in cores (cgroup quota)", DefaultText: "1"},
-		&cli.Int64Flag{Name: "pids", Usage: "most tasks (processes and threads) at once", DefaultText: "128"},
-		&cli.StringFlag{Name: "cpu-time", Usage: "CPU time of the whole tree (0: none)", DefaultText: "0"},
 		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: stockade's own cgroup)"},
 		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
-	}
+	)
 }
 
 func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
@@ -55,7 +74,7 @@ func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			if c.NArg() == 0 {
 				return &exitError{code: jail.ExitJailError, msg: "run: no command given (stockade run [flags] -- CMD ARGS)"}
 			}
-			spec, err := specFromFlags(c, c.Args().Slice())
+			spec, err := specFromFlags(c, c.Args().Slice(), nil)
 			if err != nil {
 				return &exitError{code: jail.ExitJailError, msg: err.Error()}
 			}
@@ -74,7 +93,7 @@ func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
 			var argv []string
-			var code *jail.Bind
+			var code *profiles.Bind
 			switch {
 			case c.IsSet("c"):
 				argv = append([]string{"python3", "-c", c.String("c")}, args...)
@@ -90,110 +109,87 @@ func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 				if err != nil {
 					return &exitError{code: jail.ExitJailError, msg: err.Error()}
 				}
-				code = &jail.Bind{Source: src, Dest: "/run/stockade/" + filepath.Base(src)}
+				code = &profiles.Bind{Source: src, Dest: "/run/stockade/" + filepath.Base(src)}
 				argv = append([]string{"python3", code.Dest}, args[1:]...)
 			}
-			spec, err := specFromFlags(c, argv)
+			spec, err := specFromFlags(c, argv, code)
 			if err != nil {
 				return &exitError{code: jail.ExitJailError, msg: err.Error()}
-			}
-			if code != nil {
-				spec.ReadOnly = append(spec.ReadOnly, *code)
 			}
 			return runJail(c, spec, stdin, stdout, stderr)
 		},
 	}
 }
 
-func specFromFlags(c *cli.Context, argv []string) (jail.Spec, error) {
+// specFromFlags loads --profile, lays the flags over it as one more profile,
+// validates the result once and turns it into the jail's Spec. code is the
+// program file of `stockade python FILE`, bound read-only like an --ro.
+func specFromFlags(c *cli.Context, argv []string, code *profiles.Bind) (jail.Spec, error) {
 	p, err := loadProfile(c.String("profile"))
 	if err != nil {
 		return jail.Spec{}, err
 	}
-	s := profileSpec(p)
-	s.Args = argv
-	if err := applyFlags(c, &s); err != nil {
-		return s, err
+	layer, err := flagLayer(c)
+	if err != nil {
+		return jail.Spec{}, err
 	}
-	full := s.WithDefaults()
-	return s, full.Validate()
-}
-
-// applyFlags puts every flag the user gave over the profile's value.
-func applyFlags(c *cli.Context, s *jail.Spec) error {
-	size := func(name string, dst *int64) error {
-		if !c.IsSet(name) {
-			return nil
-		}
-		v, err := profiles.ParseSize(c.String(name))
-		if err != nil {
-			return fmt.Errorf("--%s: %w", name, err)
-		}
-		*dst = v
-		return nil
+	if code != nil {
+		// Set directly, not parsed from SRC:DST: a file name may hold ':'.
+		layer.Filesystem.RO = append(layer.Filesystem.RO, *code)
+		layer.Mark(profiles.FieldRO, profiles.Origin{File: "python " + code.Source})
 	}
-	duration := func(name string, dst *time.Duration) error {
-		if !c.IsSet(name) {
-			return nil
-		}
-		v, err := profiles.ParseDuration(c.String(name))
-		if err != nil {
-			return fmt.Errorf("--%s: %w", name, err)
-		}
-		*dst = v
-		return nil
+	merged := profiles.Merge(p, layer)
+	merged.Name = p.Name
+	if err := merged.Validate(); err != nil {
+		return jail.Spec{}, err
 	}
-	var openFiles, fileSize int64 = int64(s.Rlimits.OpenFiles), int64(s.Rlimits.FileSize)
-	for _, err := range []error{
-		duration("timeout", &s.Timeout),
-		duration("cpu-time", &s.Cgroup.CPUTime),
-		size("tmpfs-size", &s.TmpfsSize),
-		size("output-limit", &s.OutputLimit),
-		size("open-files", &openFiles),
-		size("file-size", &fileSize),
-		size("memory", &s.Cgroup.MemoryMax),
-		size("swap", &s.Cgroup.SwapMax),
-	} {
-		if err != nil {
-			return err
-		}
-	}
-	s.Rlimits.OpenFiles, s.Rlimits.FileSize = uint64(openFiles), uint64(fileSize)
-	if c.IsSet("file-size") && fileSize == 0 {
-		s.Rlimits.FileSize = math.MaxUint64 // as in a profile: 0 is no limit
-	}
-	s.Env = append(s.Env, c.StringSlice("env")...)
-	if c.IsSet("rootfs") {
-		s.Rootfs = c.String("rootfs")
-	}
-	if c.IsSet("workdir") {
-		s.Workdir, s.WorkdirMode = c.String("workdir"), ""
-	}
-	if c.Bool("no-workdir") {
-		s.Workdir, s.WorkdirMode = "", jail.WorkdirNone
-	}
-	if c.IsSet("exec-workdir") {
-		s.ExecWorkdir = c.Bool("exec-workdir")
-	}
-	for _, r := range c.StringSlice("ro") {
-		b, err := jail.ParseBind(r)
-		if err != nil {
-			return err
-		}
-		s.ReadOnly = append(s.ReadOnly, b)
-	}
-	if c.IsSet("seccomp") {
-		s.Seccomp = c.String("seccomp")
-	}
-	if c.IsSet("cpus") {
-		s.Cgroup.CPUs = c.Float64("cpus")
-	}
-	if c.IsSet("pids") {
-		s.Cgroup.PidsMax = c.Int64("pids")
-	}
+	s := merged.Spec(argv)
+	// Where the run's cgroup goes is this host's business, not the policy's.
 	s.Cgroup.Parent = c.String("cgroup-parent")
 	s.Cgroup.Disabled = c.Bool("no-cgroup")
-	return nil
+	return s, nil
+}
+
+// flagValue is one field set from the command line, origin naming the flag.
+type flagValue struct {
+	origin string
+	field  profiles.Field
+	value  string
+}
+
+// flagLayer is the profile the given flags make. Each value is set with the
+// flag's name as its origin, so that every error names the flag.
+func flagLayer(c *cli.Context) (*profiles.Profile, error) {
+	var vals []flagValue
+	for _, f := range policyFlags {
+		if c.IsSet(f.name) {
+			vals = append(vals, flagValue{"--" + f.name, f.field, c.String(f.name)})
+		}
+	}
+	switch {
+	case c.IsSet("workdir") && c.IsSet("no-workdir"):
+		return nil, fmt.Errorf("--workdir and --no-workdir: give one of them")
+	case c.IsSet("workdir"):
+		vals = append(vals, flagValue{"--workdir", profiles.FieldWorkdir, c.String("workdir")})
+	case c.Bool("no-workdir"):
+		vals = append(vals, flagValue{"--no-workdir", profiles.FieldWorkdir, profiles.WorkdirNone})
+	}
+	if c.IsSet("exec-workdir") {
+		vals = append(vals, flagValue{"--exec-workdir", profiles.FieldNoexec, strconv.FormatBool(!c.Bool("exec-workdir"))})
+	}
+	for _, r := range c.StringSlice("ro") {
+		vals = append(vals, flagValue{"--ro", profiles.FieldRO, r})
+	}
+	for _, e := range c.StringSlice("env") {
+		vals = append(vals, flagValue{"--env", profiles.FieldEnvVars, e})
+	}
+	layer := &profiles.Profile{Name: "flags"}
+	for _, v := range vals {
+		if err := layer.Set(v.field, v.value, profiles.Origin{File: v.origin}); err != nil {
+			return nil, err
+		}
+	}
+	return layer, nil
 }
 
 func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.Writer) error {
@@ -220,7 +216,7 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	if err != nil {
 		return &exitError{code: res.ExitCode, msg: err.Error()}
 	}
-	for _, line := range explain(spec, res) {
+	for _, line := range explain(res) {
 		fmt.Fprintln(stderr, "stockade:", line)
 	}
 	return &exitError{code: res.ExitCode}
@@ -228,20 +224,20 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 
 // explain says, on stderr, why a run ended when it was not simply the
 // command's own exit: the caller should never have to guess.
-func explain(spec jail.Spec, r *jail.Result) []string {
+func explain(r *jail.Result) []string {
 	var out []string
-	full := spec.WithDefaults()
+	l := r.Limits
 	switch r.Verdict {
 	case jail.VerdictTimeout:
-		out = append(out, fmt.Sprintf("timeout: killed after %v", full.Timeout))
+		out = append(out, fmt.Sprintf("timeout: killed after %v", time.Duration(l.TimeoutMs)*time.Millisecond))
 	case jail.VerdictCPU:
-		out = append(out, fmt.Sprintf("cpu: killed after %v of CPU time", full.Cgroup.CPUTime))
+		out = append(out, fmt.Sprintf("cpu: killed after %v of CPU time", time.Duration(deref(l.CPUTimeMs))*time.Millisecond))
 	case jail.VerdictMemory:
-		out = append(out, fmt.Sprintf("memory: the kernel killed a process at the %d MiB limit (peak %d MiB)", full.Cgroup.MemoryMax>>20, r.PeakMemoryBytes>>20))
+		out = append(out, fmt.Sprintf("memory: the kernel killed a process at the %s limit (peak %d MiB)", profiles.FormatSize(deref(l.MemoryBytes)), r.PeakMemoryBytes>>20))
 	case jail.VerdictSeccomp:
 		out = append(out, "seccomp: killed for a system call of a foreign ABI (i386 or x32)")
 	case jail.VerdictPids:
-		out = append(out, fmt.Sprintf("pids: a fork or thread failed at the limit of %d tasks", full.Cgroup.PidsMax))
+		out = append(out, fmt.Sprintf("pids: a fork or thread failed at the limit of %d tasks", deref(l.Pids)))
 	case jail.VerdictSignal:
 		out = append(out, fmt.Sprintf("killed by signal %d (%v)", *r.Signal, syscall.Signal(*r.Signal)))
 	}
@@ -258,6 +254,14 @@ func explain(spec jail.Spec, r *jail.Result) []string {
 		out = append(out, "degraded: "+d)
 	}
 	return out
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 // absPath makes p absolute against the real working directory (getcwd), not

@@ -36,7 +36,7 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 				fmt.Fprintf(stderr, "stockade selftest: profile %s: %s\n", p.Name, p.Description)
 				opts.Progress = stderr
 			}
-			rep := selftest.Run(c.Context, profileSpec(p), opts)
+			rep := selftest.Run(c.Context, p.Spec(nil), opts)
 			if c.Bool("json") {
 				err = rep.WriteJSON(stdout)
 			} else {
