@@ -64,7 +64,7 @@ func BenchmarkCPUUsage(b *testing.B) {
 	}
 }
 
-// BenchmarkNewManager is the once-per-stockade start-up: detect, probe, sweep.
+// BenchmarkNewManager is the once-per-stockade start-up: detect and probe.
 func BenchmarkNewManager(b *testing.B) {
 	isolatedManager(b, "")
 	for b.Loop() {

@@ -62,7 +62,7 @@ func (l Limits) cfsQuota() time.Duration {
 
 // Options configure a Manager.
 type Options struct {
-	// Parent is where stockade-* groups are created, relative to the cgroup
+	// Parent is where stockade.* groups are created, relative to the cgroup
 	// mount root (as systemd or a --cgroup-parent flag names it). Empty means
 	// the cgroup stockade itself runs in, per hierarchy on v1.
 	Parent string

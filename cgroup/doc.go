@@ -14,8 +14,9 @@
 // direct file operations, because a jail run should cost almost nothing
 // beyond the jailed program itself.
 //
-// Each group directory is held with flock(2) by the stockade that created it.
-// A crashed stockade drops its locks with its file descriptors, which is how
-// the next stockade tells a stale stockade-* group from one that a
-// concurrently running stockade is still using.
+// The package never decides on its own that a group is stale. Who owns a
+// group is recorded outside the cgroupfs, in the run's slot of package
+// runlock, before the group is made; a stockade that finds a slot whose
+// lock is free (its owner is dead) hands the recorded directories to
+// RemoveStale.
 package cgroup

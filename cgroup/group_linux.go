@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,8 +13,11 @@ import (
 )
 
 // groupPrefix names every group stockade creates, and only those: a stale
-// sweep never touches a cgroup without it.
-const groupPrefix = "stockade-"
+// sweep never touches a cgroup without it. It is "stockade." and no longer
+// "stockade-" so that an older stockade on the same host, whose sweep took
+// any unlocked stockade-* group in a shared hierarchy for its own crash
+// leftover, never sees ours.
+const groupPrefix = "stockade."
 
 // killTimeout bounds how long Kill and Delete wait for a group to empty.
 // SIGKILLed tasks exit in microseconds unless stuck in the kernel.
@@ -25,18 +29,17 @@ const killTimeout = 2 * time.Second
 type Group struct {
 	mode Mode
 	name string
-	// dirs holds one directory per hierarchy, the locked one first; they are
-	// removed in reverse so the lock outlives the rest.
+	// dirs holds one directory per hierarchy. Who owns them is recorded
+	// outside the cgroupfs, in the run's runlock slot.
 	dirs []string
 	// Where each controller's files are. On v2 all are the one directory;
 	// "" means the controller is not usable and its stats read as zero.
 	memDir, cpuDir, cpuacctDir, pidsDir, freezerDir string
-	lockFD                                          int // flock(2)ed directory fd that marks the group as live
 	pathFD                                          int // v2: O_PATH directory fd for CLONE_INTO_CGROUP
 	deleted                                         bool
 }
 
-// Create makes a fresh group "stockade-<id>" and writes the limits before
+// Create makes a fresh group "stockade.<id>" and writes the limits before
 // returning. It fails closed: if a requested limit cannot be set, everything
 // created is removed and the error names the limit and the file.
 func (m *Manager) Create(id string, l Limits) (*Group, error) {
@@ -46,7 +49,7 @@ func (m *Manager) Create(id string, l Limits) (*Group, error) {
 	if err := m.Check(l); err != nil {
 		return nil, fmt.Errorf("create cgroup %s%s: %w", groupPrefix, id, err)
 	}
-	g := &Group{mode: m.mode, name: groupPrefix + id, lockFD: -1, pathFD: -1}
+	g := &Group{mode: m.mode, name: groupPrefix + id, pathFD: -1}
 	var err error
 	if m.mode == V1 {
 		err = m.createV1(g, l)
@@ -84,29 +87,27 @@ func (g *Group) setDir(controller, dir string) {
 	}
 }
 
-// mkdirLocked creates dir and takes its ownership lock. A concurrent sweep
-// in another stockade sees an unlocked empty stockade-* group as stale, so
-// it may remove ours between mkdir and flock; then we simply make it again.
-func mkdirLocked(dir string) (int, error) {
-	for range 3 {
-		if err := unix.Mkdir(dir, 0o755); err != nil {
-			if err == unix.EEXIST {
-				return -1, fmt.Errorf("mkdir %s: already exists (group ids must be unique)", dir)
-			}
-			return -1, fmt.Errorf("mkdir %s: %w", dir, err)
-		}
-		fd, err := lockDir(dir, true)
-		if err == nil && stillAt(fd, dir) {
-			return fd, nil
-		}
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			return -1, err
+// GroupDirs lists the directories Create(id) makes, one per usable
+// hierarchy, so the caller can record them as its own before they exist.
+func (m *Manager) GroupDirs(id string) []string {
+	var out []string
+	for _, h := range m.hiers {
+		if h.err == nil {
+			out = append(out, filepath.Join(h.parent, groupPrefix+id))
 		}
 	}
-	return -1, fmt.Errorf("mkdir %s: removed by a concurrent stale-group sweep three times", dir)
+	return out
+}
+
+// mkdirGroup creates one hierarchy's directory of a new group.
+func mkdirGroup(dir string) error {
+	if err := unix.Mkdir(dir, 0o755); err != nil {
+		if err == unix.EEXIST {
+			return fmt.Errorf("mkdir %s: already exists (group ids must be unique)", dir)
+		}
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	return nil
 }
 
 // CgroupFD returns the group's directory fd for clone3's CLONE_INTO_CGROUP
@@ -174,13 +175,9 @@ func (g *Group) Delete() error {
 			err = g.removeDirsRetry()
 		}
 	}
-	// The fds go even on failure: the lock must not outlive our interest,
-	// so the next stockade's sweep can finish the job.
-	for _, fd := range []*int{&g.pathFD, &g.lockFD} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
-		}
+	if g.pathFD >= 0 {
+		unix.Close(g.pathFD)
+		g.pathFD = -1
 	}
 	if err != nil {
 		return fmt.Errorf("delete cgroup %s: %w", g.name, err)

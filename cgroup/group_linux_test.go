@@ -15,8 +15,8 @@ func TestCreateWritesLimits(t *testing.T) {
 	l := Limits{MemoryMax: 256 << 20, SwapMax: 0, CPUs: 0.5, PidsMax: 64}
 	g := createGroup(t, m, l)
 	for _, d := range g.dirs {
-		if !strings.HasPrefix(filepath.Base(d), "stockade-test-") {
-			t.Errorf("group dir %s is not named stockade-<id>", d)
+		if !strings.HasPrefix(filepath.Base(d), groupPrefix+"test-") {
+			t.Errorf("group dir %s is not named stockade.<id>", d)
 		}
 	}
 	want := map[string]string{}
@@ -71,7 +71,7 @@ func TestCreateRejectsBadInput(t *testing.T) {
 	}
 	// Nothing may be left from the refused attempts.
 	for _, h := range m.hiers {
-		if names, _ := staleCandidates(h.parent); len(names) > 0 {
+		if names, _ := stockadeGroups(h.parent); len(names) > 0 {
 			t.Errorf("left behind in %s: %v", h.parent, names)
 		}
 	}

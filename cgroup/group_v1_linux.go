@@ -13,8 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// createV1 makes the group in every usable v1 hierarchy (the first one
-// locked) and writes the limits through containerd's cgroup1 controllers.
+// createV1 makes the group in every usable v1 hierarchy and writes the limits through containerd's cgroup1 controllers.
 func (m *Manager) createV1(g *Group, l Limits) error {
 	var memH, cpuH, pidsH *hierarchy
 	for _, h := range m.hiers {
@@ -22,14 +21,8 @@ func (m *Manager) createV1(g *Group, l Limits) error {
 			continue
 		}
 		dir := filepath.Join(h.parent, g.name)
-		if len(g.dirs) == 0 {
-			fd, err := mkdirLocked(dir)
-			if err != nil {
-				return fmt.Errorf("cgroup v1 %s: %w", strings.Join(h.controllers, ","), err)
-			}
-			g.lockFD = fd
-		} else if err := unix.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("cgroup v1 %s: mkdir %s: %w", strings.Join(h.controllers, ","), dir, err)
+		if err := mkdirGroup(dir); err != nil {
+			return fmt.Errorf("cgroup v1 %s: %w", strings.Join(h.controllers, ","), err)
 		}
 		g.dirs = append(g.dirs, dir)
 		for _, c := range h.controllers {

@@ -16,11 +16,9 @@ import (
 func (m *Manager) createV2(g *Group, l Limits) error {
 	h := m.hiers[0]
 	dir := filepath.Join(h.parent, g.name)
-	fd, err := mkdirLocked(dir)
-	if err != nil {
+	if err := mkdirGroup(dir); err != nil {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
-	g.lockFD = fd
 	g.dirs = []string{dir}
 	for _, c := range v2Controllers {
 		if m.ctlErr[c] == nil {

@@ -37,7 +37,7 @@ func hostMode(t testing.TB) Mode {
 }
 
 // testSubdir is unique per test and process, and deliberately not
-// stockade-*, so no sweep (ours or a concurrently running stockade's) ever
+// a stockade group, so nothing that removes stale groups ever
 // takes it for a stale group.
 func testSubdir(t testing.TB) string {
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
@@ -46,7 +46,7 @@ func testSubdir(t testing.TB) string {
 
 // isolatedManager is a Manager whose parent is a fresh test-only level
 // below our own cgroup in every hierarchy, removed again after the test, so
-// its sweep and its groups never meet anything but this test's.
+// its groups never meet anything but this test's.
 func isolatedManager(t testing.TB, want Mode) *Manager {
 	t.Helper()
 	requireRoot(t)

@@ -18,14 +18,16 @@ import (
 type hierarchy struct {
 	mount       mountEntry
 	controllers []string // ours that live in this tree
-	parent      string   // absolute directory the stockade-* groups go in
+	parent      string   // absolute directory the stockade.* groups go in
 	err         error    // why the tree is unusable; nil if usable
 }
 
 func (h *hierarchy) has(c string) bool { return slices.Contains(h.controllers, c) }
 
-// Manager creates stockade-* groups under one parent. It holds no locks or
-// open files; each Group owns its own.
+// Manager creates stockade.* groups under one parent. It holds no locks or
+// open files; each Group owns its own. It never removes a group it did not
+// create: a caller that proves a group's owner gone (package runlock) uses
+// RemoveStale.
 type Manager struct {
 	mode     Mode
 	variant  string
@@ -39,7 +41,7 @@ type Manager struct {
 
 // NewManager detects the cgroup mode, resolves the parent, makes it usable
 // (on v2 that can mean moving stockade into a leaf and enabling controllers),
-// removes stale groups of crashed stockades, and checks that it can create
+// and checks that it can create
 // groups. It fails only if no limit controller is usable at all; a single
 // unusable controller makes Create fail closed when a limit needs it.
 func NewManager(opts Options) (*Manager, error) {
@@ -87,7 +89,6 @@ func setup(l layout, opts Options) *Manager {
 			}
 		}
 	}
-	m.sweep()
 	if !m.swap && m.hostSwap && m.ctlErr["memory"] == nil {
 		m.note("cgroup %s: the kernel does not account swap per cgroup (no %s); swap use is not limited (boot with swapaccount=1)", m.mode, m.swapFile())
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,24 +48,20 @@ func TestDefaultParentIsOwnCgroup(t *testing.T) {
 	}
 }
 
-// TestStaleGroupsRemoved plays a crashed stockade: a stockade-* group with
-// no lock holder and a live process inside, and (on v1) a leftover in one
-// hierarchy only. A new manager must kill and remove both, and must leave
-// alone a live group of another manager and a cgroup without our prefix.
-func TestStaleGroupsRemoved(t *testing.T) {
+// TestRemoveStaleKillsAndRemoves plays a crashed stockade's group: present
+// in every hierarchy with a live process inside, or (a crash between
+// Create's mkdirs) in some only. RemoveStale must kill and remove it, leave
+// a live group of the same parent alone, and refuse paths that are not
+// stockade groups on a cgroupfs. A Manager never removes anything by
+// itself: the owner's proof of death is the caller's (runlock).
+func TestRemoveStaleKillsAndRemoves(t *testing.T) {
 	m := isolatedManager(t, "")
 	live := createGroup(t, m, Limits{PidsMax: 8})
 
-	stale := fmt.Sprintf("%sstale-%d", groupPrefix, os.Getpid())
-	staleDirs := dirsOf(m, stale)
+	stale := fmt.Sprintf("stale-%d", os.Getpid())
+	staleDirs := m.GroupDirs(stale)
 	keep := filepath.Join(m.primary().parent, fmt.Sprintf("stockadetest-keep-%d", os.Getpid()))
 	mkdirs := append(append([]string(nil), staleDirs...), keep)
-	var orphan string
-	if m.Mode() == V1 && len(m.hiers) > 1 {
-		// A crash between Create's first and second mkdir leaves this.
-		orphan = filepath.Join(m.hiers[len(m.hiers)-1].parent, fmt.Sprintf("%sorphan-%d", groupPrefix, os.Getpid()))
-		mkdirs = append(mkdirs, orphan)
-	}
 	for _, d := range mkdirs {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -79,19 +74,33 @@ func TestStaleGroupsRemoved(t *testing.T) {
 			}
 		}
 	})
-	crashed := &Group{mode: m.Mode(), name: stale, dirs: staleDirs, lockFD: -1, pathFD: -1}
+	crashed := &Group{mode: m.Mode(), name: groupPrefix + stale, dirs: staleDirs, pathFD: -1}
+	for _, d := range staleDirs {
+		if exists(filepath.Join(d, "freezer.state")) {
+			crashed.freezerDir = d
+		}
+	}
 	p := startInGroup(t, crashed, false, false, "/bin/sleep", "60")
 	p.release(t)
 
-	var mu sync.Mutex
-	var logs []string
-	_, err := NewManager(Options{subdir: testSubdir(t), Logf: func(f string, a ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		logs = append(logs, fmt.Sprintf(f, a...))
-	}})
+	notCgroup := filepath.Join(t.TempDir(), groupPrefix+"x")
+	if err := os.Mkdir(notCgroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{keep, notCgroup, "relative/" + groupPrefix + "x", live.dirs[0] + "/../" + filepath.Base(keep)} {
+		if _, err := RemoveStale([]string{bad}); err == nil {
+			t.Errorf("RemoveStale(%s) accepted a path that is not a stockade group", bad)
+		}
+	}
+	if !exists(keep) || !exists(notCgroup) {
+		t.Fatalf("%s or %s (not stockade groups) was removed", keep, notCgroup)
+	}
+	n, err := RemoveStale(staleDirs)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("RemoveStale killed %d processes, want 1", n)
 	}
 	for _, d := range staleDirs {
 		if exists(d) {
@@ -101,11 +110,20 @@ func TestStaleGroupsRemoved(t *testing.T) {
 	if err := p.wait(t, 5*time.Second); !killedBySIGKILL(err) {
 		t.Errorf("process in the stale group ended with %v, want SIGKILL", err)
 	}
-	if orphan != "" && exists(orphan) {
-		t.Errorf("orphan %s not removed", orphan)
+	if n, err := RemoveStale(staleDirs); n != 0 || err != nil {
+		t.Errorf("RemoveStale of what is gone: %d, %v", n, err)
 	}
-	if !exists(keep) {
-		t.Errorf("%s (not stockade-*) was removed", keep)
+	if m.Mode() == V1 && len(m.hiers) > 1 {
+		// A crash between Create's first and second mkdir leaves a group
+		// in some hierarchies only.
+		orphan := m.GroupDirs(fmt.Sprintf("orphan-%d", os.Getpid()))
+		last := orphan[len(orphan)-1]
+		if err := os.Mkdir(last, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := RemoveStale(orphan); err != nil || exists(last) {
+			t.Errorf("orphan %s: %v, still there: %v", last, err, exists(last))
+		}
 	}
 	for _, d := range live.dirs {
 		if !exists(d) {
@@ -115,10 +133,6 @@ func TestStaleGroupsRemoved(t *testing.T) {
 	q := startInGroup(t, live, false, false, "/bin/sleep", "60")
 	if !inGroup(t, q.cmd.Process.Pid, live) {
 		t.Error("the live group no longer takes processes")
-	}
-	joined := strings.Join(logs, "\n")
-	if !strings.Contains(joined, "removed stale group "+stale) || !strings.Contains(joined, "killing its 1 processes") {
-		t.Errorf("no notice about the stale group in logs:\n%s", joined)
 	}
 }
 
@@ -140,7 +154,7 @@ func TestUnwritableParent(t *testing.T) {
 	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "cgroup "+string(m.Mode())) {
 		t.Errorf("error %q does not contain %q and the mode", err, want)
 	}
-	if names, _ := staleCandidates(p); len(names) > 0 {
+	if names, _ := stockadeGroups(p); len(names) > 0 {
 		t.Errorf("left behind: %v", names)
 	}
 }

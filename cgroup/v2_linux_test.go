@@ -155,7 +155,7 @@ func helperLeaf() {
 // TestV2MechanicsOnHybridUnified runs the v2 code on a hybrid host's
 // cgroup2 mount, which has none of the limit controllers: everything that
 // needs no controller is real here (CLONE_INTO_CGROUP, cgroup.kill,
-// cgroup.events, cpu.stat, the ownership lock and the stale sweep), and a
+// cgroup.events, cpu.stat, and removing a stale group), and a
 // requested limit must fail closed because its controller is not delegated.
 func TestV2MechanicsOnHybridUnified(t *testing.T) {
 	requireRoot(t)
@@ -233,10 +233,12 @@ func TestV2MechanicsOnHybridUnified(t *testing.T) {
 			t.Errorf("cleanup %s: %v", stale, err)
 		}
 	})
-	crashed := &Group{mode: V2, name: filepath.Base(stale), dirs: []string{stale}, lockFD: -1, pathFD: -1}
+	crashed := &Group{mode: V2, name: filepath.Base(stale), dirs: []string{stale}, pathFD: -1}
 	q := startInGroup(t, crashed, false, false, "/bin/sleep", "60")
 	q.release(t)
-	setup(l, Options{Logf: t.Logf, subdir: testSubdir(t)})
+	if _, err := RemoveStale([]string{stale}); err != nil {
+		t.Errorf("RemoveStale: %v", err)
+	}
 	if exists(stale) {
 		t.Errorf("stale v2 group %s not removed", stale)
 	}

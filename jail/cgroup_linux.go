@@ -19,7 +19,7 @@ type runCgroup struct {
 // newRunCgroup creates the run's cgroup. Failing to enforce a requested
 // limit is an error: the run does not go ahead with less isolation than
 // asked for (--no-cgroup is the explicit opt-out).
-func newRunCgroup(spec Spec, id string, notices io.Writer) (*runCgroup, error) {
+func newRunCgroup(spec Spec, own *ownership, id string, notices io.Writer) (*runCgroup, error) {
 	logf := func(format string, a ...any) {
 		if notices != nil {
 			fmt.Fprintf(notices, "stockade: cgroup: "+format+"\n", a...)
@@ -33,6 +33,13 @@ func newRunCgroup(spec Spec, id string, notices io.Writer) (*runCgroup, error) {
 		CPUs: spec.Cgroup.CPUs, PidsMax: spec.Cgroup.PidsMax}
 	if err := m.Check(l); err != nil {
 		return nil, fmt.Errorf("%w (use --no-cgroup to run with rlimits only)", err)
+	}
+	// Recorded before they exist: a SIGKILL between the record and the
+	// mkdir leaves a record of nothing, never a group nobody knows of.
+	for _, d := range m.GroupDirs(id) {
+		if err := own.lock.Record(recordCgroup, d); err != nil {
+			return nil, err
+		}
 	}
 	g, err := m.Create(id, l)
 	if err != nil {

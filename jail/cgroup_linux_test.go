@@ -11,11 +11,26 @@ import (
 	"time"
 )
 
-// stockadeCgroups lists the cgroups this process's runs made (named
-// stockade-<pid>-*) below its own cgroup in every hierarchy (v1 and v2
-// alike: /proc/self/cgroup names them all). Other stockades' live groups,
-// such as those of test binaries running beside this one, are theirs.
+// ranBy reports whether a run directory or cgroup name is of a run made by
+// process pid (named [stockade.]r<slot>-<pid>-<random>).
+func ranBy(name string, pid int) bool {
+	name = strings.TrimPrefix(name, "stockade.")
+	slot, rest, ok := strings.Cut(name, "-")
+	return ok && strings.HasPrefix(slot, "r") && strings.HasPrefix(rest, strconv.Itoa(pid)+"-")
+}
+
+// stockadeCgroups lists the cgroups this process's runs made below its own
+// cgroup in every hierarchy (v1 and v2 alike: /proc/self/cgroup names them
+// all). Other stockades' live groups, such as those of test binaries
+// running beside this one, are theirs.
 func stockadeCgroups(t *testing.T) []string {
+	t.Helper()
+	return stockadeCgroupsOf(t, os.Getpid())
+}
+
+// stockadeCgroupsOf lists the cgroups runs of process pid made below this
+// process's own cgroups (a child test process shares them).
+func stockadeCgroupsOf(t *testing.T, pid int) []string {
 	t.Helper()
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
@@ -46,7 +61,7 @@ func stockadeCgroups(t *testing.T) []string {
 		for _, dir := range []string{filepath.Join(mnt, parts[2]), filepath.Dir(filepath.Join(mnt, parts[2]))} {
 			ents, _ := os.ReadDir(dir)
 			for _, e := range ents {
-				if e.IsDir() && strings.HasPrefix(e.Name(), "stockade-"+strconv.Itoa(os.Getpid())+"-") {
+				if e.IsDir() && ranBy(e.Name(), pid) {
 					found = append(found, filepath.Join(dir, e.Name()))
 				}
 			}

@@ -348,7 +348,7 @@ func snapshot(t *testing.T) hostState {
 	var dirs []string
 	for _, e := range ents {
 		// Only this process's runs: other stockades may run beside it.
-		if strings.HasPrefix(e.Name(), strconv.Itoa(os.Getpid())+"-") {
+		if ranBy(e.Name(), os.Getpid()) {
 			dirs = append(dirs, e.Name())
 		}
 	}

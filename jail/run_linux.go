@@ -65,7 +65,12 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 	if err != nil {
 		return &SetupError{Step: "seccomp", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	id, err := chooseIdentity(spec)
+	own, err := acquireOwnership(st.Notices)
+	if err != nil {
+		return &SetupError{Step: "run lock", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	defer own.release(st.Notices)
+	id, err := chooseIdentity(spec, own.lock.Slot())
 	if err != nil {
 		return &SetupError{Step: "workdir", Message: err.Error(), ExitCode: ExitJailError}
 	}
@@ -82,22 +87,32 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 	if spec.Workdir == "" && spec.WorkdirMode == WorkdirFresh {
 		workUID = id.hostUID
 	}
-	dir, err := newRunDir(workUID, id.hostGID)
+	dir, err := newRunDir(own, workUID, id.hostGID)
 	if err != nil {
+		own.leftovers = true // perhaps half made; the record names it
 		return &SetupError{Step: "run directory", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	defer func() {
 		// Never silent: a run directory left behind is the host's disk.
-		if err := dir.remove(); err != nil && st.Notices != nil {
-			fmt.Fprintf(st.Notices, "stockade: %v\n", err)
+		if err := dir.remove(); err != nil {
+			own.leftovers = true
+			if st.Notices != nil {
+				fmt.Fprintf(st.Notices, "stockade: %v\n", err)
+			}
 		}
 	}()
 	var cg *runCgroup
 	if !spec.Cgroup.Disabled {
-		if cg, err = newRunCgroup(spec, filepath.Base(dir.path), st.Notices); err != nil {
+		if cg, err = newRunCgroup(spec, own, filepath.Base(dir.path), st.Notices); err != nil {
+			own.leftovers = true // the record may name a group Create could not remove
 			return &SetupError{Step: "cgroup", Message: err.Error(), ExitCode: ExitJailError}
 		}
-		defer cg.group.Delete() // a no-op once finish has removed it
+		defer func() {
+			// A no-op once finish has removed it.
+			if err := cg.group.Delete(); err != nil {
+				own.leftovers = true
+			}
+		}()
 	}
 	workdir := dir.work
 	if spec.Workdir != "" {
@@ -122,11 +137,12 @@ type identity struct {
 	setGroups        bool
 }
 
-// chooseIdentity maps the jail user. As root: to HostID, an unprivileged
-// id, or with --workdir to the directory's owner, so the jail can write
-// there without stockade chowning anyone's files. As a normal user: to that
-// user (the only mapping an unprivileged user namespace allows).
-func chooseIdentity(spec Spec) (identity, error) {
+// chooseIdentity maps the jail user. As root: to the run's own unprivileged
+// id (hostIDFor the run's slot), or with --workdir to the directory's
+// owner, so the jail can write there without stockade chowning anyone's
+// files. As a normal user: to that user (the only mapping an unprivileged
+// user namespace allows).
+func chooseIdentity(spec Spec, slot int) (identity, error) {
 	id := identity{hostUID: os.Getuid(), hostGID: os.Getgid()}
 	if spec.Workdir != "" {
 		fi, err := checkWorkdir(spec.Workdir)
@@ -140,11 +156,11 @@ func chooseIdentity(spec Spec) (identity, error) {
 			id.hostUID, id.hostGID = int(fi.Uid), int(fi.Gid)
 			if fi.Gid == 0 {
 				// Host root is never mapped, the group included.
-				id.hostGID = HostID
+				id.hostGID = hostIDFor(slot)
 			}
 		}
 	} else if os.Geteuid() == 0 {
-		id.hostUID, id.hostGID = HostID, HostID
+		id.hostUID, id.hostGID = hostIDFor(slot), hostIDFor(slot)
 	}
 	id.setGroups = os.Geteuid() == 0
 	return id, nil

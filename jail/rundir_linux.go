@@ -9,15 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
 // runDir is a run's host directory: root/ is the (empty) mount point of the
-// jail's root tmpfs, work/ the fresh /work. Its name starts with the pid of
-// the stockade that made it, so a later stockade can tell a crashed run's
-// directory from a live one.
+// jail's root tmpfs, work/ the fresh /work. It is recorded in the run's
+// runlock slot before it is made, which is how a later stockade tells a
+// dead run's directory from a live one (a pid in the name cannot: the pid
+// may be of another pid namespace, or reused).
 type runDir struct {
 	path string
 	root string
@@ -42,20 +42,30 @@ func baseDir() (string, error) {
 	return base, nil
 }
 
-// newRunDir makes a run's directory. workUID and workGID are the host ids of
-// the jail user, so that it can write its fresh /work (workUID -1: no /work
-// directory) and reach the run directory.
-func newRunDir(workUID, workGID int) (*runDir, error) {
+// runDirPrefix starts every run directory's name, "r<slot>-<pid>-<random>"
+// (the run's cgroup is "stockade." and the same). The pid is a label for
+// people, never a proof of anything. The name does not start with a number,
+// so that an older stockade, which took "<pid>-..." directories of pids it
+// could not see for leftovers, never removes ours.
+const runDirPrefix = "r"
+
+// newRunDir makes a run's directory, recorded in own first. workUID and
+// workGID are the host ids of the jail user, so that it can write its fresh
+// /work (workUID -1: no /work directory) and reach the run directory.
+func newRunDir(own *ownership, workUID, workGID int) (*runDir, error) {
 	base, err := baseDir()
 	if err != nil {
 		return nil, err
 	}
-	removeStaleRunDirs(base)
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, err
 	}
-	d := &runDir{path: filepath.Join(base, strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(rnd[:]))}
+	name := fmt.Sprintf("%s%d-%d-%s", runDirPrefix, own.lock.Slot(), os.Getpid(), hex.EncodeToString(rnd[:]))
+	d := &runDir{path: filepath.Join(base, name)}
+	if err := own.lock.Record(recordRunDir, d.path); err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
 	d.root = filepath.Join(d.path, "root")
 	// 0710 with the jail's group: init (the jail user) can reach root/ and
 	// work/, other host users cannot reach anything the jail writes while
@@ -188,25 +198,6 @@ func emptyDir(fd int, buf []byte) (string, error) {
 			if err != nil && !errors.Is(err, unix.ENOENT) {
 				return "", fmt.Errorf("unlink %s: %w", name, err)
 			}
-		}
-	}
-}
-
-// removeStaleRunDirs removes directories left by a stockade that died
-// without cleaning up (SIGKILL): those whose pid no longer exists.
-func removeStaleRunDirs(base string) {
-	ents, err := os.ReadDir(base)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		pidStr, _, ok := strings.Cut(e.Name(), "-")
-		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if unix.Kill(pid, 0) == unix.ESRCH {
-			_ = (&runDir{path: filepath.Join(base, e.Name())}).remove()
 		}
 	}
 }

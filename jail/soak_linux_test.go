@@ -65,16 +65,13 @@ func soakMix(i int) soakKind {
 }
 
 // ownLeftovers lists what runs of process pid left on the host: cgroups and
-// run directories carry the pid of the stockade that made them, so other
-// test processes' concurrent runs do not count.
+// run directories carry the pid of the stockade that made them as a label,
+// so other test processes' concurrent runs do not count.
 func ownLeftovers(t *testing.T, pid int) []string {
 	t.Helper()
 	var left []string
-	prefix := "stockade-" + strconv.Itoa(pid) + "-"
-	for _, cg := range stockadeCgroups(t) {
-		if strings.HasPrefix(filepath.Base(cg), prefix) {
-			left = append(left, "cgroup "+cg)
-		}
+	for _, cg := range stockadeCgroupsOf(t, pid) {
+		left = append(left, "cgroup "+cg)
 	}
 	base, err := baseDir()
 	if err != nil {
@@ -82,7 +79,7 @@ func ownLeftovers(t *testing.T, pid int) []string {
 	}
 	ents, _ := os.ReadDir(base)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), strconv.Itoa(pid)+"-") {
+		if ranBy(e.Name(), pid) {
 			left = append(left, "run dir "+filepath.Join(base, e.Name()))
 		}
 	}

@@ -12,15 +12,17 @@ import (
 )
 
 // Identity of the jailed user inside the jail. Run as root, stockade maps it
-// to HostID on the host (never to host root); run as a normal user, to that
-// user.
+// to a host id of its own per concurrent run, from HostID up (never to host
+// root); run as a normal user, to that user.
 const (
 	JailUID  = initproc.JailUID
 	JailGID  = initproc.JailGID
 	JailUser = "sandbox"
-	// HostID is the host uid and gid the jail user becomes when stockade runs
-	// as root: far above any range useradd, systemd's dynamic users or
-	// subuid(5) hand out, so it owns nothing on the host but the run's /work.
+	// HostID is the first of the host uids and gids the jail user becomes
+	// when stockade runs as root, one per concurrent run (HostID plus the
+	// run's runlock slot, below HostID+runlock.MaxSlots): far above any range
+	// useradd, systemd's dynamic users or subuid(5) hand out, so it owns
+	// nothing on the host but the run's /work.
 	HostID = initproc.HostID
 )
 

@@ -28,9 +28,8 @@ func snapshotHost() hostState {
 	s.cgroups = ownCgroups()
 	base := filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Getuid()))
 	ents, _ := os.ReadDir(base)
-	prefix := strconv.Itoa(os.Getpid()) + "-"
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) {
+		if ranByUs(e.Name()) {
 			s.runDirs = append(s.runDirs, filepath.Join(base, e.Name()))
 		}
 	}
@@ -52,7 +51,14 @@ func (s hostState) leftSince(before hostState) string {
 	return strings.Join(left, "; ")
 }
 
-// ownCgroups lists the stockade-<pid>-* cgroups of this process below its own
+// ranByUs reports whether a run directory or cgroup name is of a run of
+// this process: [stockade.]r<slot>-<pid>-<random>.
+func ranByUs(name string) bool {
+	slot, rest, ok := strings.Cut(strings.TrimPrefix(name, "stockade."), "-")
+	return ok && len(slot) > 1 && slot[0] == 'r' && strings.HasPrefix(rest, strconv.Itoa(os.Getpid())+"-")
+}
+
+// ownCgroups lists the stockade.r<slot>-<pid>-* cgroups of this process below its own
 // cgroup in every hierarchy, and one level up (on v2 stockade may have moved
 // itself into a supervisor leaf beside the runs).
 func ownCgroups() []string {
@@ -61,7 +67,6 @@ func ownCgroups() []string {
 		return nil
 	}
 	defer f.Close()
-	prefix := "stockade-" + strconv.Itoa(os.Getpid()) + "-"
 	seen := map[string]bool{}
 	var found []string
 	sc := bufio.NewScanner(f)
@@ -82,7 +87,7 @@ func ownCgroups() []string {
 			ents, _ := os.ReadDir(dir)
 			for _, e := range ents {
 				p := filepath.Join(dir, e.Name())
-				if e.IsDir() && strings.HasPrefix(e.Name(), prefix) && !seen[p] {
+				if e.IsDir() && strings.HasPrefix(e.Name(), "stockade.") && ranByUs(e.Name()) && !seen[p] {
 					seen[p] = true
 					found = append(found, p)
 				}

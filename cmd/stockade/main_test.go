@@ -207,7 +207,8 @@ func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
 	base := filepath.Join(os.TempDir(), fmt.Sprintf("stockade-%d", os.Getuid()))
 	ents, _ := os.ReadDir(base)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), fmt.Sprint(cmd.Process.Pid)+"-") {
+		// r<slot>-<pid>-<random>
+		if strings.HasPrefix(e.Name(), "r") && strings.Contains(e.Name(), fmt.Sprintf("-%d-", cmd.Process.Pid)) {
 			t.Errorf("run directory of the killed stockade left behind: %s", e.Name())
 		}
 	}

@@ -33,7 +33,7 @@ func OpenNoSymlinks(path string) (int, error) {
 // directory cannot be bound even when stockade runs as root.
 func sourceError(path string, err error) error {
 	if errors.Is(err, unix.EACCES) {
-		return fmt.Errorf("%s: %w (mount sources are opened as the jail user, host uid %d when stockade runs as root: every directory on the path must be searchable by others, o+x)", path, err, HostID)
+		return fmt.Errorf("%s: %w (mount sources are opened as the jail user, a host uid of its own from %d up when stockade runs as root: every directory on the path must be searchable by others, o+x)", path, err, HostID)
 	}
 	return fmt.Errorf("%s: %w", path, err)
 }
