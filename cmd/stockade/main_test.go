@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,7 +248,8 @@ func TestBuiltBinaryRunsSealedInit(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	buf := make([]byte, 3)
-	if _, err := out.Read(buf); err != nil || string(buf) != "up\n" {
+	// PYTHONUNBUFFERED makes print write "up" and "\n" separately.
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "up\n" {
 		t.Fatalf("jail did not start: %q %v", buf, err)
 	}
 	var initPid string
