@@ -82,7 +82,7 @@ func (c *runCgroup) finish(res *Result, cpuOver bool) error {
 	res.CPUMs = ms(st.CPUUsage)
 	res.PidsPeak = st.PidsPeak
 	switch {
-	case res.Verdict == VerdictError:
+	case res.Verdict == VerdictError, res.Verdict == VerdictCancelled:
 	case st.OOMKills > 0:
 		res.Verdict = VerdictMemory
 	case st.PidsLimitHit:

@@ -1,6 +1,12 @@
 package jail
 
-import "github.com/stockade/stockade/jail/internal/initproc"
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/stockade/stockade/jail/internal/initproc"
+	"golang.org/x/sys/unix"
+)
 
 // Verdict says why a run ended. The order of the constants is the order of
 // precedence when more than one applies: a fork bomb that also ran out of
@@ -8,16 +14,17 @@ import "github.com/stockade/stockade/jail/internal/initproc"
 type Verdict string
 
 const (
-	VerdictError   Verdict = "error"   // the jail could not be set up
-	VerdictMemory  Verdict = "memory"  // the kernel OOM-killed something in the jail
-	VerdictPids    Verdict = "pids"    // fork or clone failed at the pids limit
-	VerdictCPU     Verdict = "cpu"     // the CPU-time limit ended the run
-	VerdictTimeout Verdict = "timeout" // the wall-clock limit ended the run
-	VerdictSeccomp Verdict = "seccomp" // a blocked system call killed the payload
-	VerdictSignal  Verdict = "signal"  // the payload died of a signal
-	VerdictOutput  Verdict = "output"  // output went past the limit and was cut
-	VerdictExit    Verdict = "exit"    // the payload exited non-zero
-	VerdictOK      Verdict = "ok"      // exit 0, nothing cut
+	VerdictError     Verdict = "error"     // the jail could not be set up
+	VerdictCancelled Verdict = "cancelled" // the caller cancelled the run (SIGINT, SIGTERM or SIGHUP to stockade)
+	VerdictMemory    Verdict = "memory"    // the kernel OOM-killed something in the jail
+	VerdictPids      Verdict = "pids"      // fork or clone failed at the pids limit
+	VerdictCPU       Verdict = "cpu"       // the CPU-time limit ended the run
+	VerdictTimeout   Verdict = "timeout"   // the wall-clock limit ended the run
+	VerdictSeccomp   Verdict = "seccomp"   // a blocked system call killed the payload
+	VerdictSignal    Verdict = "signal"    // the payload died of a signal
+	VerdictOutput    Verdict = "output"    // output went past the limit and was cut
+	VerdictExit      Verdict = "exit"      // the payload exited non-zero
+	VerdictOK        Verdict = "ok"        // exit 0, nothing cut
 )
 
 // Exit statuses stockade uses for itself, after timeout(1) and env(1).
@@ -27,7 +34,19 @@ const (
 	ExitCannotRun    = initproc.ExitCannotRun
 	ExitNotFound     = initproc.ExitNotFound
 	ExitSignalOffset = 128
+	// ExitCancelled is the status of a run cancelled without a signal (a
+	// library caller's context); one cancelled by a signal to stockade
+	// ends with 128 plus that signal's number, as a shell reports it.
+	ExitCancelled = ExitSignalOffset + int(syscall.SIGINT)
 )
+
+// CancelSignal, as the cause of Run's context (context.WithCancelCause),
+// says which signal to stockade cancelled the run.
+type CancelSignal struct{ Signal syscall.Signal }
+
+func (c CancelSignal) Error() string {
+	return fmt.Sprintf("stockade got %v", unix.SignalName(c.Signal))
+}
 
 // Result is what a run produced. Its JSON form is the documented,
 // stable `--json` output: new fields may be added, none renamed.

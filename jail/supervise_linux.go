@@ -33,6 +33,7 @@ type supervision struct {
 	cg *runCgroup
 
 	timedOut, canceled, cpuOver bool
+	cancelCause                 error // context.Cause of the cancelled context
 	state                       *os.ProcessState
 	end                         time.Time
 }
@@ -79,7 +80,7 @@ func (sv *supervision) run(ctx context.Context, spec Spec) {
 			sv.kill()
 			cpuOver = nil
 		case <-ctx.Done():
-			sv.canceled = true
+			sv.canceled, sv.cancelCause = true, context.Cause(ctx)
 			sv.kill()
 			ctx = context.Background() // fire once
 		}
@@ -243,6 +244,20 @@ func (sv *supervision) result(res *Result) error {
 		res.Verdict, res.ExitCode = VerdictCPU, ExitTimeout
 	case sv.timedOut:
 		res.Verdict, res.ExitCode = VerdictTimeout, ExitTimeout
+	case sv.canceled && (sv.exit == nil || unix.WaitStatus(sv.exit.Status).Signaled()):
+		// The payload did not end by itself: our kill ended it. Say so,
+		// not "killed by signal 9", which reads like the jail's doing.
+		res.Verdict, res.ExitCode = VerdictCancelled, ExitCancelled
+		why := "cancelled"
+		var cs CancelSignal
+		if errors.As(sv.cancelCause, &cs) {
+			res.ExitCode = ExitSignalOffset + int(cs.Signal)
+			why = cs.Error()
+		} else if sv.cancelCause != nil {
+			why = sv.cancelCause.Error()
+		}
+		msg := fmt.Sprintf("cancelled (%s): the jail was killed after %.0f ms and removed", why, res.WallMs)
+		res.Error = &msg
 	case sv.exit != nil:
 		ws := unix.WaitStatus(sv.exit.Status)
 		res.UserMs = float64(sv.exit.UtimeUs) / 1e3
@@ -260,10 +275,10 @@ func (sv *supervision) result(res *Result) error {
 		} else {
 			res.Verdict, res.ExitCode = VerdictOK, 0
 		}
-	case sv.canceled, !sv.started.IsZero():
-		// Killed by stockade's caller, or the jail's init died after the
-		// payload started (and took the payload with it): what the payload
-		// saw is a SIGKILL, not a jail that could not be set up.
+	case !sv.started.IsZero():
+		// The jail's init died after the payload started (and took the
+		// payload with it): what the payload saw is a SIGKILL, not a jail
+		// that could not be set up.
 		sig := int(unix.SIGKILL)
 		res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
 	default:

@@ -201,17 +201,15 @@ func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The next run cleans up the run directory the killed one left.
+	if left := leftoversOf(cmd.Process.Pid); len(left) == 0 {
+		t.Error("the SIGKILLed stockade left nothing: then this test proves nothing about the sweep")
+	}
+	// The next run removes the run directory and cgroups the killed one left.
 	if code, _, errs := invoke(t, "", "run", "--", "true"); code != 0 {
 		t.Fatalf("next run: %d %s", code, errs)
 	}
-	base := filepath.Join(os.TempDir(), fmt.Sprintf("stockade-%d", os.Getuid()))
-	ents, _ := os.ReadDir(base)
-	for _, e := range ents {
-		// r<slot>-<pid>-<random>
-		if strings.HasPrefix(e.Name(), "r") && strings.Contains(e.Name(), fmt.Sprintf("-%d-", cmd.Process.Pid)) {
-			t.Errorf("run directory of the killed stockade left behind: %s", e.Name())
-		}
+	if left := leftoversOf(cmd.Process.Pid); len(left) > 0 {
+		t.Errorf("left behind by the killed stockade: %v", left)
 	}
 }
 

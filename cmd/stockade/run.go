@@ -201,8 +201,26 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	// A reader that went away (stockade ... | head) must not kill stockade
 	// mid-run: that would leave its run directory and cgroup behind.
 	signal.Ignore(syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
+	// SIGINT, SIGTERM and SIGHUP cancel the run: the jail is killed and
+	// everything of it removed before stockade exits, and the result says
+	// which signal did it. Later ones are caught too, so cleanup is never
+	// cut short; only SIGKILL can do that (the next run sweeps up).
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			if sig, ok := s.(syscall.Signal); ok {
+				cancel(jail.CancelSignal{Signal: sig})
+			} else {
+				cancel(nil)
+			}
+		case <-ctx.Done():
+		}
+	}()
 	res, err := jail.Run(ctx, spec, streams)
 	res.StockadeVersion = version
 	if asJSON {
@@ -240,6 +258,10 @@ func explain(r *jail.Result) []string {
 		out = append(out, fmt.Sprintf("pids: a fork or thread failed at the limit of %d tasks", deref(l.Pids)))
 	case jail.VerdictSignal:
 		out = append(out, fmt.Sprintf("killed by signal %d (%v)", *r.Signal, syscall.Signal(*r.Signal)))
+	case jail.VerdictCancelled:
+		if r.Error != nil {
+			out = append(out, *r.Error)
+		}
 	}
 	if r.StdoutTruncated {
 		out = append(out, fmt.Sprintf("stdout cut at %d bytes (%d dropped)", len(r.Stdout), r.StdoutBytes-int64(len(r.Stdout))))

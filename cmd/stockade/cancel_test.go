@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+)
+
+// A signal to stockade cancels the run: the jail is killed and removed, and
+// the result says cancelled and which signal, never "killed by signal 9"
+// (which reads as if the jailed code had been killed for something it did).
+func TestSignalToStockadeIsACancel(t *testing.T) {
+	needJail(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		json bool
+	}{{syscall.SIGTERM, true}, {syscall.SIGINT, false}, {syscall.SIGHUP, true}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			marker := fmt.Sprintf("stockade-cancel-%d", time.Now().UnixNano())
+			args := []string{"run", "--timeout", "60s"}
+			if tc.json {
+				args = append(args, "--json")
+			}
+			args = append(args, "--", "python3", "-c", "import time\ntime.sleep(1000)", marker)
+			cmd := exec.Command("/proc/self/exe", args...)
+			cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1")
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(procsWith(marker)) < 1 {
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					cmd.Wait()
+					t.Fatal("the jailed process never appeared")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			cmd.Process.Signal(tc.sig)
+			cmd.Wait()
+			code := cmd.ProcessState.ExitCode()
+			if want := 128 + int(tc.sig); code != want {
+				t.Errorf("exit status %d, want %d; stderr %q", code, want, errb.String())
+			}
+			if left := procsWith(marker); len(left) > 0 {
+				t.Errorf("jailed processes outlived the cancel: %v", left)
+			}
+			name := "stockade got " + map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP"}[tc.sig]
+			if tc.json {
+				var r jail.Result
+				if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+					t.Fatalf("result %q: %v", out.String(), err)
+				}
+				if r.Verdict != jail.VerdictCancelled || r.Signal != nil || r.Error == nil || !strings.Contains(*r.Error, name) {
+					t.Errorf("result: verdict %s, signal %v, error %v; want cancelled naming %s", r.Verdict, r.Signal, r.Error, name)
+				}
+			} else if !strings.Contains(errb.String(), "stockade: cancelled ("+name+")") || strings.Contains(errb.String(), "killed by signal") {
+				t.Errorf("stderr %q does not say cancelled by %s", errb.String(), name)
+			}
+			if left := leftoversOf(cmd.Process.Pid); len(left) > 0 {
+				t.Errorf("a cancelled run left %v", left)
+			}
+		})
+	}
+}
+
+// leftoversOf lists run directories and cgroups (below this process's own
+// cgroups, which a child stockade shares) of runs made by process pid:
+// they are named [stockade.]r<slot>-<pid>-<random>.
+func leftoversOf(pid int) []string {
+	mine := func(name string) bool {
+		slot, rest, ok := strings.Cut(strings.TrimPrefix(name, "stockade."), "-")
+		return ok && len(slot) > 1 && slot[0] == 'r' && strings.HasPrefix(rest, fmt.Sprint(pid)+"-")
+	}
+	var left []string
+	dirs := []string{fmt.Sprintf("%s/stockade-%d", os.TempDir(), os.Getuid())}
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 || parts[1] == "" || strings.HasPrefix(parts[1], "name=") {
+				continue
+			}
+			dirs = append(dirs, "/sys/fs/cgroup/"+strings.Split(parts[1], ",")[0]+parts[2])
+		}
+	}
+	for _, d := range dirs {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if mine(e.Name()) {
+				left = append(left, d+"/"+e.Name())
+			}
+		}
+	}
+	return left
+}
