@@ -86,7 +86,7 @@ func buildPlan(in planInput) ([]step, error) {
 		p = append(p, step{Kind: stepDir, Dest: "/work", Mode: 0o755})
 	}
 	for _, b := range s.ReadOnly {
-		p = append(p, step{Kind: stepBind, Dest: path.Clean(b.Dest), Source: path.Clean(b.Source), User: true})
+		p = append(p, step{Kind: stepBind, Dest: path.Clean(b.Dest), Source: path.Clean(b.Source), User: true, Hide: true})
 	}
 	if err := checkPlan(p); err != nil {
 		return nil, err

@@ -70,9 +70,15 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		return &SetupError{Step: "run lock", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	defer own.release(st.Notices)
-	id, err := chooseIdentity(spec, own.lock.Slot())
+	pol := hostSourcePolicy()
+	id, err := chooseIdentity(spec, own.lock.Slot(), pol)
 	if err != nil {
 		return &SetupError{Step: "workdir", Message: err.Error(), ExitCode: ExitJailError}
+	}
+	for _, b := range spec.ReadOnly {
+		if _, err := pol.checkSource("--ro", b.Source); err != nil {
+			return &SetupError{Step: "bind", Message: err.Error(), ExitCode: ExitJailError}
+		}
 	}
 	var root []rootfs.Entry
 	if spec.Rootfs == RootfsHost {
@@ -142,16 +148,16 @@ type identity struct {
 // owner, so the jail can write there without stockade chowning anyone's
 // files. As a normal user: to that user (the only mapping an unprivileged
 // user namespace allows).
-func chooseIdentity(spec Spec, slot int) (identity, error) {
+func chooseIdentity(spec Spec, slot int, pol sourcePolicy) (identity, error) {
 	id := identity{hostUID: os.Getuid(), hostGID: os.Getgid()}
 	if spec.Workdir != "" {
-		fi, err := checkWorkdir(spec.Workdir)
+		fi, err := pol.checkWorkdir(spec.Workdir)
 		if err != nil {
 			return id, err
 		}
 		if os.Geteuid() == 0 {
-			if fi.Uid == 0 {
-				return id, fmt.Errorf("--workdir %s is owned by root, and the jail never runs as host root; chown it to an unprivileged user (the jail acts as the directory's owner)", spec.Workdir)
+			if err := pol.checkOwner(spec.Workdir, fi.Uid); err != nil {
+				return id, err
 			}
 			id.hostUID, id.hostGID = int(fi.Uid), int(fi.Gid)
 			if fi.Gid == 0 {

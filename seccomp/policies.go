@@ -22,7 +22,7 @@ func pythonPolicy() *Policy {
 			// Files and directories. Writes are confined by the mounts, not here.
 			"read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev",
 			"preadv2", "pwritev2", "close", "close_range", // open, openat, creat: noSetID
-			"lseek", "dup", "dup2", "dup3", "fcntl", "flock", "fsync", "fdatasync", "syncfs",
+			"lseek", "dup", "dup2", "dup3", "fcntl", "flock", "fsync", "fdatasync",
 			"sync_file_range", "truncate", "ftruncate", "fallocate", "fadvise64", "readahead",
 			"stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
 			"access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64",
@@ -163,8 +163,8 @@ func neverAllowed() []Group {
 				"kexec_file_load", "reboot", "swapon", "swapoff", "settimeofday", "clock_settime",
 				"adjtimex", "clock_adjtime", "acct", "quotactl", "quotactl_fd", "iopl", "ioperm",
 				"syslog", "vhangup", "sethostname", "setdomainname"}},
-		{Why: "flushes every filesystem of the host, a cheap way to stall it; fsync, fdatasync and syncfs cover the jail's own files",
-			Calls: []string{"sync"}},
+		{Why: "flush whole filesystems, a cheap way to stall the host: sync every one, syncfs the one behind an fd, which for /work (a host directory) is the host's disk; fsync and fdatasync cover the jail's own files",
+			Calls: []string{"sync", "syncfs"}},
 		{Why: "NUMA placement of memory: not needed, and migrate_pages/move_pages act on other processes",
 			Calls: []string{"mbind", "set_mempolicy", "get_mempolicy", "set_mempolicy_home_node",
 				"migrate_pages", "move_pages"}},

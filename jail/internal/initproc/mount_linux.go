@@ -14,6 +14,7 @@ import (
 type rootBuilder struct {
 	root   int // O_PATH fd of the new root (the tmpfs)
 	newDir string
+	empty  int // O_PATH fd of an empty directory on the root, for overlays; 0 until needed
 }
 
 // buildRoot mounts the root tmpfs on dir and executes the rest of the plan
@@ -38,6 +39,11 @@ func buildRoot(dir string, steps []Step) error {
 	}
 	b := &rootBuilder{root: fd, newDir: dir}
 	defer unix.Close(fd)
+	defer func() {
+		if b.empty > 0 {
+			unix.Close(b.empty)
+		}
+	}()
 	for _, st := range steps[1:] {
 		if err := b.do(st); err != nil {
 			return fmt.Errorf("%s %s: %w", st.Kind, st.Dest, err)
@@ -158,9 +164,17 @@ func (b *rootBuilder) bind(st Step) error {
 	}
 	defer unix.Close(target)
 
-	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	var tree int
+	if st.Hide && !st.Writable {
+		tree, err = b.hiddenTree(st, src, isDir)
+	} else {
+		tree, err = unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+		if err != nil {
+			err = fmt.Errorf("clone mount of %s: %w", st.Source, err)
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("clone mount of %s: %w", st.Source, err)
+		return err
 	}
 	defer unix.Close(tree)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}

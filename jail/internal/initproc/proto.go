@@ -137,4 +137,9 @@ type Step struct {
 	Device   bool     `json:"dev,omitempty"` // bind of a device node: keep nodev off
 	User     bool     `json:"u,omitempty"`   // source came from the user: resolve without symlinks
 	Optional bool     `json:"opt,omitempty"` // skip quietly if the source is gone
+	// Hide mounts a read-only bind through an overlay of its source: a unix
+	// socket or FIFO below it, made before or after the run starts, is not
+	// the host's inside the jail (connect is refused), and mountinfo shows
+	// no host path.
+	Hide bool `json:"hide,omitempty"`
 }

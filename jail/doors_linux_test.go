@@ -1,0 +1,297 @@
+package jail
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// hostUnixServer listens on a path-named unix socket (mode 0777, reachable
+// by any uid) and counts the connections it accepts.
+func hostUnixServer(t *testing.T, path string) *atomic.Int64 {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Write([]byte("host-service\n"))
+			c.Close()
+		}
+	}()
+	return &n
+}
+
+// connectAll tries every socket and FIFO below a directory in the jail,
+// those there at the start and one the host creates while the jail waits.
+const connectAll = `
+import os, socket, sys, time
+time.sleep(float(sys.argv[2]))
+for dirpath, dirs, files in os.walk(sys.argv[1]):
+    for f in files:
+        p = os.path.join(dirpath, f)
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(p)
+            print("CONNECTED", p, s.recv(64))
+        except OSError as e:
+            print("refused", p, e.errno)
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"from the jail\n")
+            print("FIFO WRITTEN", p)
+        except OSError as e:
+            print("fifo", p, e.errno)
+`
+
+// TestAttackUnixSocketBelowReadOnlyBind: a host service's socket in a
+// directory bound with --ro, at any depth, present at the start or created
+// while the jail runs, must not answer the jail; nor may a host FIFO there
+// be written.
+func TestAttackUnixSocketBelowReadOnlyBind(t *testing.T) {
+	needJail(t)
+	dir := reachableTempDir(t)
+	sub := filepath.Join(dir, "a", "b")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(dir, "a"), 0o755)
+	early := hostUnixServer(t, filepath.Join(dir, "service.sock"))
+	deep := hostUnixServer(t, filepath.Join(sub, "deep.sock"))
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(fifo, 0o666)
+	// A reader on the host side of the FIFO, so a write would succeed.
+	fr, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.Close()
+
+	s := doorSpec("python3", "-c", connectAll, "/data", "1.5")
+	s.ReadOnly = []Bind{{Source: dir, Dest: "/data"}}
+	var late *atomic.Int64
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		late = hostUnixServer(t, filepath.Join(sub, "late.sock"))
+	}()
+	r := mustRun(t, s)
+	time.Sleep(100 * time.Millisecond)
+	if strings.Contains(r.Stdout, "CONNECTED") || strings.Contains(r.Stdout, "FIFO WRITTEN") {
+		t.Errorf("the jail reached a host socket or FIFO through --ro:\n%s", r.Stdout)
+	}
+	if n := early.Load() + deep.Load(); n > 0 || (late != nil && late.Load() > 0) {
+		t.Errorf("host services accepted connections from the jail")
+	}
+	buf := make([]byte, 64)
+	if n, _ := fr.Read(buf); n > 0 {
+		t.Errorf("the host FIFO received %q from the jail", buf[:n])
+	}
+	// The attack looked at every socket: otherwise it proves nothing.
+	for _, name := range []string{"service.sock", "deep.sock", "late.sock", "fifo"} {
+		if !strings.Contains(r.Stdout, name) {
+			t.Errorf("the jail did not see %s:\n%s%s", name, r.Stdout, r.Stderr)
+		}
+	}
+}
+
+// TestReadOnlyBindShowsNoHostPath: mountinfo in the jail names neither the
+// host directory of a --ro bind nor that of a bound file.
+func TestReadOnlyBindShowsNoHostPath(t *testing.T) {
+	needJail(t)
+	dir := reachableTempDir(t)
+	os.WriteFile(filepath.Join(dir, "task.py"), []byte("print('task ran')\n"), 0o644)
+	s := doorSpec("sh", "-c", "python3 /code/task.py; cat /data/task.py; cat /proc/self/mountinfo")
+	s.ReadOnly = []Bind{{Source: dir, Dest: "/data"}, {Source: filepath.Join(dir, "task.py"), Dest: "/code/task.py"}}
+	r := mustRun(t, s)
+	if !strings.HasPrefix(r.Stdout, "task ran\nprint('task ran')\n") {
+		t.Fatalf("binds do not work: %+v", r)
+	}
+	if strings.Contains(r.Stdout, dir) {
+		t.Errorf("mountinfo shows the host path %s:\n%s", dir, r.Stdout)
+	}
+}
+
+// TestAttackSyncfsOnWork: syncfs on /work, a host directory, would flush
+// the host's filesystem (what sync is refused for).
+func TestAttackSyncfsOnWork(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, doorSpec("python3", "-c", `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/work", os.O_RDONLY)
+rc = libc.syscall(306, fd)
+print(rc, ctypes.get_errno())
+`))
+	if r.Stdout != "-1 1\n" {
+		t.Errorf("syncfs on /work: %q, want -1 EPERM", r.Stdout)
+	}
+	found := false
+	for _, b := range r.BlockedSyscalls {
+		found = found || b.Name == "syncfs"
+	}
+	if !found {
+		t.Errorf("syncfs not reported blocked: %+v", r.BlockedSyscalls)
+	}
+}
+
+// doorSpec is spec without a cgroup: none of these doors depends on one,
+// and the tests should not depend on the cgroup hierarchy either.
+func doorSpec(args ...string) Spec {
+	s := spec(args...)
+	s.Cgroup.Disabled = true
+	return s
+}
+
+func runErr(t *testing.T, s Spec) error {
+	t.Helper()
+	res, err := Run(context.Background(), s, Streams{})
+	if err != nil && res.ExitCode != ExitJailError {
+		t.Errorf("refusal exits %d, want %d", res.ExitCode, ExitJailError)
+	}
+	return err
+}
+
+func TestSourcePolicy(t *testing.T) {
+	p := sourcePolicy{homes: []string{"/root", "/home", "/var/lib/postgresql", "/usr/games"},
+		runtime: []string{"/run", "/var/run", "/run/user/1000"}, uidMin: 1000, names: map[uint32]string{101: "postgres"}}
+	for _, c := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/", false}, {"/var/lib/postgresql", false}, {"/var/lib", false}, {"/var", false},
+		{"/home/alice", true}, {"/home", false}, {"/var/lib/postgresql/15/main", true},
+		{"/run", false}, {"/run/user", false}, {"/run/dbus", false}, {"/run/systemd", false},
+		{"/var/run/x", false}, {"/usr", false}, {"/usr/share/dict", true}, {"/srv/data", true},
+	} {
+		err := p.checkPath("--ro", c.path)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok=%v", c.path, err, c.ok)
+		}
+	}
+	for _, c := range []struct {
+		uid uint32
+		ok  bool
+	}{{0, false}, {1, false}, {101, false}, {999, false}, {65534, false}, {1000, true}, {4242, true}, {HostID, true}} {
+		err := p.checkOwner("/srv/w", c.uid)
+		if (err == nil) != c.ok {
+			t.Errorf("owner %d: %v, want ok=%v", c.uid, err, c.ok)
+		}
+	}
+	if err := p.checkOwner("/srv/w", 101); err == nil || !strings.Contains(err.Error(), "postgres (uid 101)") {
+		t.Errorf("system account not named: %v", err)
+	}
+}
+
+// TestAttackWorkdirIsAnotherUsersHome: as root, --workdir of any home
+// directory in /etc/passwd (a user's, so the jail would write her
+// .bashrc; a service's, such as /var/lib/postgresql) or of a directory
+// holding one is refused, as is --ro of one.
+func TestAttackWorkdirIsAnotherUsersHome(t *testing.T) {
+	needJail(t)
+	pol := hostSourcePolicy()
+	tried := 0
+	for _, home := range pol.homes {
+		for _, dir := range []string{home, filepath.Dir(home)} {
+			if _, err := os.Stat(dir); err != nil {
+				continue
+			}
+			tried++
+			s := doorSpec("true")
+			s.Workdir = dir
+			if err := runErr(t, s); err == nil {
+				t.Errorf("--workdir %s (home %s) was accepted", dir, home)
+			}
+			s = doorSpec("true")
+			s.ReadOnly = []Bind{{Source: dir, Dest: "/data"}}
+			if err := runErr(t, s); err == nil {
+				t.Errorf("--ro %s (home %s) was accepted", dir, home)
+			}
+		}
+	}
+	if tried < 3 {
+		t.Errorf("only %d home directories exist here to try", tried)
+	}
+}
+
+// TestAttackWorkdirOwnedBySystemAccount: as root the jail acts as the
+// owner of --workdir; a system account's directory would let it write as
+// that service.
+func TestAttackWorkdirOwnedBySystemAccount(t *testing.T) {
+	needJail(t)
+	if os.Geteuid() != 0 {
+		t.Skip("the owner rule is for root")
+	}
+	dir := reachableTempDir(t)
+	for _, uid := range []int{1, 101, 65534} {
+		if err := os.Chown(dir, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		s := doorSpec("sh", "-c", "echo owned > /work/x")
+		s.Workdir = dir
+		if err := runErr(t, s); err == nil || !strings.Contains(err.Error(), "system account") {
+			t.Errorf("--workdir owned by uid %d: %v", uid, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); err == nil {
+		t.Error("the jail wrote into a system account's directory")
+	}
+}
+
+// TestAttackReadOnlyBindOfRuntimeState: --ro of runtime state (where D-Bus,
+// systemd and the user's services keep their sockets) is refused like
+// --workdir, and so is the host's root under another name.
+func TestAttackReadOnlyBindOfRuntimeState(t *testing.T) {
+	needJail(t)
+	for _, src := range []string{"/run", "/run/user", "/run/dbus", "/run/systemd", "/var/run", "/var/lib", "/", "/proc/1/root"} {
+		if _, err := os.Lstat(src); err != nil {
+			continue
+		}
+		s := doorSpec("ls", "/data")
+		s.ReadOnly = []Bind{{Source: src, Dest: "/data"}}
+		if err := runErr(t, s); err == nil {
+			t.Errorf("--ro %s was accepted", src)
+		}
+	}
+}
+
+// TestNoexecIsNotAnExecBoundary pins what the README says: noexec on /work,
+// /tmp and --ro stops execve of a file there, not a copy in a memfd.
+func TestNoexecIsNotAnExecBoundary(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, doorSpec("python3", "-c", `
+import os, shutil
+shutil.copy("/bin/echo", "/tmp/echo")
+os.chmod("/tmp/echo", 0o755)
+try:
+    os.execv("/tmp/echo", ["echo", "noexec failed"])
+except PermissionError:
+    pass
+fd = os.memfd_create("echo")
+with open("/bin/echo", "rb") as f:
+    os.write(fd, f.read())
+os.execv("/proc/self/fd/%d" % fd, ["echo", "ran from a memfd"])
+`))
+	if r.Stdout != "ran from a memfd\n" {
+		t.Errorf("%+v", r)
+	}
+}
