@@ -295,3 +295,53 @@ os.execv("/proc/self/fd/%d" % fd, ["echo", "ran from a memfd"])
 		t.Errorf("%+v", r)
 	}
 }
+
+// TestAttackRootfsIsTheHostRoot: --rootfs / would show the jail the
+// host's /home, /var/log and the rest.
+func TestAttackRootfsIsTheHostRoot(t *testing.T) {
+	needJail(t)
+	for _, root := range []string{"/", "//", "/proc/self/root", "/home"} {
+		s := doorSpec("ls", "/home")
+		s.Rootfs = root
+		err := runErr(t, s)
+		if err == nil {
+			t.Errorf("--rootfs %s was accepted", root)
+		}
+	}
+}
+
+// TestAttackStaleRootfsVerdict: a prepared root passes the check once, and
+// the verdict is cached; a set-id file added afterwards must not ride on
+// that verdict.
+func TestAttackStaleRootfsVerdict(t *testing.T) {
+	needJail(t)
+	dir := builtRootfs(t)
+	s := doorSpec("python3", "-c", "print('ok')")
+	s.Rootfs = dir
+	if r := mustRun(t, s); r.Stdout != "ok\n" {
+		t.Fatalf("built root: %+v", r)
+	}
+	base, err := baseDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(base, "checked-roots")); len(ents) == 0 {
+		t.Error("no verdict was cached for a root that passed")
+	}
+	planted := filepath.Join(dir, "srv", "stockade-planted-setuid")
+	if err := os.WriteFile(planted, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(planted)
+	if err := os.Chmod(planted, 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	err = runErr(t, s)
+	if err == nil || !strings.Contains(err.Error(), "setuid") {
+		t.Errorf("a root with a new setuid file: %v", err)
+	}
+	os.Remove(planted)
+	if r := mustRun(t, s); r.Stdout != "ok\n" {
+		t.Fatalf("built root after the fix: %+v", r)
+	}
+}

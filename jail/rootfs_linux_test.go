@@ -16,6 +16,26 @@ import (
 // `make check` sets to build/rootfs-cache).
 func TestRunInBuiltRootfs(t *testing.T) {
 	needJail(t)
+	dir := builtRootfs(t)
+	s := py("import json, sys, os; print(json.dumps([sys.prefix, os.getuid(), open('/etc/os-release').read().count('bookworm') > 0]))")
+	s.Rootfs = dir
+	r := mustRun(t, s)
+	if r.Verdict != VerdictOK || strings.TrimSpace(r.Stdout) != `["/usr", 1000, true]` {
+		t.Fatalf("python in the built root: %+v", r)
+	}
+	// The root is read-only and the jail's own mounts are on top of it.
+	s = spec("sh", "-c", "touch /usr/x 2>/dev/null && echo WRITABLE; touch /tmp/x /work/x && grep -c sandbox /etc/passwd")
+	s.Rootfs = dir
+	if r := mustRun(t, s); r.Stdout != "1\n" {
+		t.Fatalf("built root: %+v", r)
+	}
+}
+
+// builtRootfs returns the root `stockade rootfs build` made in
+// $STOCKADE_ROOTFS_CACHE (debootstrap, cached across runs; `make check`
+// sets it to build/rootfs-cache), building it if needed, or skips.
+func builtRootfs(t *testing.T) string {
+	t.Helper()
 	cache := os.Getenv("STOCKADE_ROOTFS_CACHE")
 	if cache == "" {
 		t.Skip("set STOCKADE_ROOTFS_CACHE=DIR to debootstrap a root into DIR/bookworm (about a minute, once)")
@@ -30,16 +50,5 @@ func TestRunInBuiltRootfs(t *testing.T) {
 	if _, err := rootfs.EnsureBuilt(ctx, dir, rootfs.BuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s := py("import json, sys, os; print(json.dumps([sys.prefix, os.getuid(), open('/etc/os-release').read().count('bookworm') > 0]))")
-	s.Rootfs = dir
-	r := mustRun(t, s)
-	if r.Verdict != VerdictOK || strings.TrimSpace(r.Stdout) != `["/usr", 1000, true]` {
-		t.Fatalf("python in the built root: %+v", r)
-	}
-	// The root is read-only and the jail's own mounts are on top of it.
-	s = spec("sh", "-c", "touch /usr/x 2>/dev/null && echo WRITABLE; touch /tmp/x /work/x && grep -c sandbox /etc/passwd")
-	s.Rootfs = dir
-	if r := mustRun(t, s); r.Stdout != "1\n" {
-		t.Fatalf("built root: %+v", r)
-	}
+	return dir
 }

@@ -81,9 +81,17 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		}
 	}
 	var root []rootfs.Entry
+	var rootChecked chan error
 	if spec.Rootfs == RootfsHost {
 		root, err = rootfs.Host()
 	} else {
+		if _, err := pol.checkSource("--rootfs", spec.Rootfs); err != nil {
+			return &SetupError{Step: "rootfs", Message: err.Error(), ExitCode: ExitJailError}
+		}
+		// The check walks the whole tree: let it run while the run
+		// directory and the cgroup are made.
+		rootChecked = make(chan error, 1)
+		go func() { rootChecked <- checkRoot(spec.Rootfs) }()
 		root, err = rootfs.Dir(spec.Rootfs)
 	}
 	if err != nil {
@@ -134,7 +142,29 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		Args: spec.Args, Env: jailEnv(spec), Path: jailPath,
 		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: bpf,
 	}
+	if rootChecked != nil {
+		if err := <-rootChecked; err != nil {
+			return &SetupError{Step: "rootfs", Message: err.Error(), ExitCode: ExitJailError}
+		}
+	}
 	return start(ctx, spec, st, id, cfg, cg, res)
+}
+
+// checkRoot runs `stockade rootfs check` on a prepared root before every
+// run. Its verdict is kept in the caller's own run base directory under
+// the tree's fingerprint (rootfs.CheckCached), so a tree that has not
+// changed since it passed skips the costly part, and a changed one is
+// checked again.
+func checkRoot(dir string) error {
+	cache := ""
+	if base, err := baseDir(); err == nil {
+		cache = filepath.Join(base, "checked-roots")
+	}
+	probs := rootfs.CheckCached(dir, cache)
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--rootfs %s cannot serve as a jail's root: %s (%d problems in all; `stockade rootfs check %s` lists them)", dir, probs[0], len(probs), dir)
 }
 
 // identity is who the jail user is on the host.
