@@ -3,6 +3,7 @@ package jail
 import (
 	"bytes"
 	"io"
+	"sync"
 )
 
 // capture drains one output stream of the jail to the end, keeping at most
@@ -10,10 +11,23 @@ import (
 // the limit it keeps reading and drops: a jail writing into a full pipe
 // would block instead of ending, and its time would be charged to it.
 type capture struct {
-	limit  int64
+	limit int64
+
+	mu     sync.Mutex // a prepared jail gets its stream while draining
 	stream io.Writer
 	buf    bytes.Buffer
 	total  int64
+}
+
+// setStream starts passing output on to w, beginning with what was kept
+// before.
+func (c *capture) setStream(w io.Writer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stream = w
+	if w != nil && c.buf.Len() > 0 {
+		_, _ = w.Write(c.buf.Bytes())
+	}
 }
 
 func (c *capture) drain(r io.Reader) {
@@ -30,6 +44,8 @@ func (c *capture) drain(r io.Reader) {
 }
 
 func (c *capture) add(p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.total += int64(len(p))
 	room := c.limit - int64(c.buf.Len())
 	if room <= 0 {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +36,17 @@ var jailPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/
 // the error is non-nil only when the jail could not be set up, and then the
 // Result says so too (verdict "error").
 func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
+	p, err := Prepare(ctx, spec, st)
+	if err != nil {
+		return FailedResult(spec, err), err
+	}
+	defer p.Close()
+	return p.Start(ctx, StartOptions{})
+}
+
+// newResult is a run's Result before anything happened: an error until
+// the run says otherwise, with the isolation it goes without.
+func newResult(spec Spec) *Result {
 	res := &Result{Verdict: VerdictError, Cgroup: "none", Seccomp: spec.Seccomp,
 		Limits: limitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}}
 	if spec.Seccomp == SeccompOff {
@@ -45,19 +55,30 @@ func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
 	if spec.Cgroup.Disabled {
 		res.Degraded = append(res.Degraded, "cgroup: none (no memory, CPU or pids limit; rlimits only)")
 	}
-	err := run(ctx, spec, st, res)
-	if err != nil {
-		msg := err.Error()
-		res.Verdict, res.Error, res.ExitCode = VerdictError, &msg, ExitJailError
-		var se *SetupError
-		if errors.As(err, &se) {
-			res.ExitCode = se.ExitCode
-		}
-	}
-	return res, err
+	return res
 }
 
-func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
+// FailedResult is the Result of a run that could not be set up: verdict
+// "error", the reason, and the exit status the CLI uses for it.
+func FailedResult(spec Spec, err error) *Result {
+	res := newResult(spec)
+	setError(res, err)
+	return res
+}
+
+func setError(res *Result, err error) {
+	msg := err.Error()
+	res.Verdict, res.Error, res.ExitCode = VerdictError, &msg, ExitJailError
+	var se *SetupError
+	if errors.As(err, &se) {
+		res.ExitCode = se.ExitCode
+	}
+}
+
+// prepare sets up everything on the host side, then starts init (launch).
+// What it acquires is recorded in p, and Close releases it.
+func (p *Prepared) prepare(ctx context.Context) error {
+	spec, st := p.spec, p.st
 	if err := spec.Validate(); err != nil {
 		return &SetupError{Step: "spec", Message: err.Error(), ExitCode: ExitJailError}
 	}
@@ -69,7 +90,7 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 	if err != nil {
 		return &SetupError{Step: "run lock", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	defer own.release(st.Notices)
+	p.own = own
 	pol := hostSourcePolicy()
 	id, err := chooseIdentity(spec, own.lock.Slot(), pol)
 	if err != nil {
@@ -106,27 +127,12 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 		own.leftovers = true // perhaps half made; the record names it
 		return &SetupError{Step: "run directory", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	defer func() {
-		// Never silent: a run directory left behind is the host's disk.
-		if err := dir.remove(); err != nil {
-			own.leftovers = true
-			if st.Notices != nil {
-				fmt.Fprintf(st.Notices, "stockade: %v\n", err)
-			}
-		}
-	}()
-	var cg *runCgroup
+	p.dir = dir
 	if !spec.Cgroup.Disabled {
-		if cg, err = newRunCgroup(spec, own, filepath.Base(dir.path), st.Notices); err != nil {
+		if p.cg, err = newRunCgroup(spec, own, filepath.Base(dir.path), st.Notices); err != nil {
 			own.leftovers = true // the record may name a group Create could not remove
 			return &SetupError{Step: "cgroup", Message: err.Error(), ExitCode: ExitJailError}
 		}
-		defer func() {
-			// A no-op once finish has removed it.
-			if err := cg.group.Delete(); err != nil {
-				own.leftovers = true
-			}
-		}()
 	}
 	workdir := dir.work
 	if spec.Workdir != "" {
@@ -147,7 +153,7 @@ func run(ctx context.Context, spec Spec, st Streams, res *Result) error {
 			return &SetupError{Step: "rootfs", Message: err.Error(), ExitCode: ExitJailError}
 		}
 	}
-	return start(ctx, spec, st, id, cfg, cg, res)
+	return p.launch(ctx, id, cfg)
 }
 
 // checkRoot runs `stockade rootfs check` on a prepared root before every
@@ -250,28 +256,30 @@ func rlimitsFor(spec Spec) []rlimit {
 	return r
 }
 
-// start runs init and supervises it to the end.
-func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childConfig, cg *runCgroup, res *Result) error {
+// launch starts init, sends it the plan and waits until the payload has
+// started (or setup failed). Every file it opens is closed by Close.
+func (p *Prepared) launch(ctx context.Context, id identity, cfg *childConfig) error {
+	spec, st, cg := p.spec, p.st, p.cg
 	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	parentSock := socks[0]
+	parentSock := os.NewFile(uintptr(socks[0]), "control")
 	childSock := os.NewFile(uintptr(socks[1]), "control")
-	defer unix.Close(parentSock)
+	p.files = append(p.files, parentSock)
 	defer childSock.Close()
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	defer outR.Close()
+	p.files = append(p.files, outR)
 	defer outW.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	defer errR.Close()
+	p.files = append(p.files, errR)
 	defer errW.Close()
 
 	initExePath, initFile, err := initPath()
@@ -321,44 +329,53 @@ func start(ctx context.Context, spec Spec, st Streams, id identity, cfg *childCo
 		if pump, err = newStdinPump(st.Stdin); err != nil {
 			return &SetupError{Step: "start jail", Message: err.Error(), ExitCode: ExitJailError}
 		}
-		defer pump.stop()
+		p.pump = pump // Close stops it
 		cmd.Stdin = pump.jailEnd
 	}
-	stdout := &capture{limit: spec.OutputLimit, stream: st.Stdout}
-	stderr := &capture{limit: spec.OutputLimit, stream: st.Stderr}
+	p.stdout = &capture{limit: spec.OutputLimit, stream: st.Stdout}
+	p.stderr = &capture{limit: spec.OutputLimit, stream: st.Stderr}
 
-	// Pdeathsig fires when the starting *thread* exits; keep this
-	// goroutine on its thread until init has been reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	begin := time.Now()
-	if err := cmd.Start(); err != nil {
+	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg}
+	if err := sv.launch(); err != nil {
 		return &SetupError{Step: "start jail", Message: explainStart(err), ExitCode: ExitJailError}
 	}
+	p.sv = sv
 	outW.Close()
 	errW.Close()
 	childSock.Close()
 	if pump != nil {
 		pump.afterStart()
 	}
-	drained := make(chan struct{}, 2)
-	go func() { stdout.drain(outR); drained <- struct{}{} }()
-	go func() { stderr.drain(errR); drained <- struct{}{} }()
+	p.drained = make(chan struct{}, 2)
+	go func() { p.stdout.drain(outR); p.drained <- struct{}{} }()
+	go func() { p.stderr.drain(errR); p.drained <- struct{}{} }()
 
-	sv := &supervision{cmd: cmd, sock: parentSock, begin: begin, cg: cg}
 	var place func() error
 	if cfg.WaitPlacement {
 		place = func() error { return cg.group.AddProc(cmd.Process.Pid) }
 	}
 	sv.sendPlan(cfg, place)
-	sv.run(ctx, spec)
-	<-drained
-	<-drained
+	if !sv.waitReady(ctx, spec.Timeout) {
+		// Setup failed or was cut short: collect init's reason (or the
+		// timeout or cancellation that ended it, which Start then reports).
+		sv.kill()
+		sv.finish()
+		p.ended = true
+		return p.collect()
+	}
+	return nil
+}
 
-	res.Stdout, res.Stderr = stdout.buf.String(), stderr.buf.String()
-	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
-	res.StdoutTruncated, res.StderrTruncated = stdout.truncated(), stderr.truncated()
-	err = sv.result(res)
+// collect waits for the output and fills in the Result once init has been
+// reaped, then reads and removes the run's cgroup.
+func (p *Prepared) collect() error {
+	<-p.drained
+	<-p.drained
+	res, sv, cg := p.res, p.sv, p.cg
+	res.Stdout, res.Stderr = p.stdout.buf.String(), p.stderr.buf.String()
+	res.StdoutBytes, res.StderrBytes = p.stdout.total, p.stderr.total
+	res.StdoutTruncated, res.StderrTruncated = p.stdout.truncated(), p.stderr.truncated()
+	err := sv.result(res)
 	if cg != nil {
 		if cerr := cg.finish(res, sv.cpuOver); cerr != nil && err == nil {
 			err = &SetupError{Step: "cgroup", Message: cerr.Error(), ExitCode: ExitJailError}

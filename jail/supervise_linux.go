@@ -8,6 +8,7 @@ import (
 	"github.com/stockade/stockade/jail/internal/initproc"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"time"
 
@@ -20,6 +21,11 @@ type supervision struct {
 	cmd   *exec.Cmd
 	sock  int
 	begin time.Time
+
+	exited     chan struct{} // closed when init has been reaped
+	startedCh  chan struct{} // closed when init reports the payload started
+	readerDone chan struct{}
+	clock      time.Time // when the run's clock started (supervise)
 
 	mu       sync.Mutex
 	started  time.Time
@@ -38,21 +44,65 @@ type supervision struct {
 	end                         time.Time
 }
 
-// run sends the plan, then waits for init to exit, killing it on timeout or
-// cancellation. Killing init is enough to kill the whole jail: when a pid
-// namespace's init dies the kernel SIGKILLs every other process in it, and
-// init is only reaped after they are all gone.
-func (sv *supervision) run(ctx context.Context, spec Spec) {
-	readerDone := make(chan struct{})
-	go func() { sv.readMessages(); close(readerDone) }()
-	exited := make(chan struct{})
+// launch starts init from a goroutine that keeps its OS thread locked
+// until init is reaped: Pdeathsig fires when the starting *thread* exits,
+// and a prepared jail may wait far longer than the call that made it.
+func (sv *supervision) launch() error {
+	sv.exited = make(chan struct{})
+	sv.startedCh = make(chan struct{})
+	sv.readerDone = make(chan struct{})
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		sv.begin = time.Now()
+		if err := sv.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = sv.cmd.Wait()
 		sv.state = sv.cmd.ProcessState
 		sv.end = time.Now()
-		close(exited)
+		close(sv.exited)
 	}()
+	if err := <-started; err != nil {
+		return err
+	}
+	go func() { sv.readMessages(); close(sv.readerDone) }()
+	return nil
+}
 
+// waitReady waits until init reports the payload started (true), or init
+// ended, set-up outlasted limit, or ctx was canceled (false).
+func (sv *supervision) waitReady(ctx context.Context, limit time.Duration) bool {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-sv.startedCh:
+		return true
+	case <-sv.exited:
+		return false
+	case <-timer.C:
+		sv.mu.Lock()
+		sv.timedOut = true
+		sv.mu.Unlock()
+		return false
+	case <-ctx.Done():
+		sv.mu.Lock()
+		sv.canceled, sv.cancelCause = true, context.Cause(ctx)
+		sv.mu.Unlock()
+		return false
+	}
+}
+
+// supervise waits for init to exit, killing it on timeout or
+// cancellation; the run's clock starts now. Killing init is enough to kill
+// the whole jail: when a pid namespace's init dies the kernel SIGKILLs
+// every other process in it, and init is only reaped after they are all
+// gone.
+func (sv *supervision) supervise(ctx context.Context, spec Spec) {
+	sv.clock = time.Now()
 	// time.Timer runs on the monotonic clock: a wall-clock jump does not
 	// shorten or stretch the limit.
 	timer := time.NewTimer(spec.Timeout)
@@ -66,7 +116,7 @@ func (sv *supervision) run(ctx context.Context, spec Spec) {
 	}
 	for waiting := true; waiting; {
 		select {
-		case <-exited:
+		case <-sv.exited:
 			waiting = false
 		case <-timer.C:
 			sv.mu.Lock()
@@ -80,12 +130,21 @@ func (sv *supervision) run(ctx context.Context, spec Spec) {
 			sv.kill()
 			cpuOver = nil
 		case <-ctx.Done():
+			sv.mu.Lock()
 			sv.canceled, sv.cancelCause = true, context.Cause(ctx)
+			sv.mu.Unlock()
 			sv.kill()
 			ctx = context.Background() // fire once
 		}
 	}
-	<-readerDone
+	sv.finish()
+}
+
+// finish waits until init is reaped and its reports and refused calls are
+// all in.
+func (sv *supervision) finish() {
+	<-sv.exited
+	<-sv.readerDone
 	if sv.filter != nil {
 		// Every filtered task is dead once init is reaped, so the
 		// listener hangs up and Run returns; Close is for the path where
@@ -179,7 +238,10 @@ func (sv *supervision) readMessages() {
 		sv.mu.Lock()
 		switch m.Kind {
 		case msgStarted:
-			sv.started = time.Now()
+			if sv.started.IsZero() {
+				sv.started = time.Now()
+				close(sv.startedCh)
+			}
 		case msgExit:
 			mm := m
 			sv.exit = &mm
@@ -234,7 +296,9 @@ func (sv *supervision) result(res *Result) error {
 	}
 	res.BlockedSyscalls = blockedOf(sv.filter)
 	from := sv.begin
-	if !sv.started.IsZero() {
+	if !sv.clock.IsZero() {
+		from = sv.clock
+	} else if !sv.started.IsZero() {
 		from = sv.started
 	}
 	res.WallMs = ms(sv.end.Sub(from))

@@ -1,0 +1,141 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// Prepared is a jail set up ahead of its run: namespaces, cgroup and its
+// limits, mounts, privileges dropped, seccomp loaded and the payload
+// started, typically an interpreter blocked reading its program from the
+// stdin pipe its caller holds. Its clock has not started: Start starts
+// it. A Prepared is used once and then closed, never reused.
+type Prepared struct {
+	spec Spec
+	st   Streams
+	res  *Result
+
+	own            *ownership
+	dir            *runDir
+	pump           *stdinPump
+	cg             *runCgroup
+	sv             *supervision
+	stdout, stderr *capture
+	drained        chan struct{}
+	files          []*os.File
+
+	started, closed bool
+	ended           bool // collected during set-up: Start has nothing to wait for
+}
+
+// Prepare sets up spec's jail and starts its payload, then returns without
+// waiting for it: the wall-clock timeout and the CPU-time limit start with
+// Start. ctx bounds the set-up only. st.Stdout and st.Stderr receive output
+// as it comes unless Start names other writers. Prepare fails, leaving
+// nothing behind, if the jail cannot be set up (see FailedResult).
+func Prepare(ctx context.Context, spec Spec, st Streams) (*Prepared, error) {
+	p := &Prepared{spec: spec, st: st, res: newResult(spec)}
+	if err := p.prepare(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Done is closed when the jail's init has ended: a prepared jail that died
+// while waiting must not be started.
+func (p *Prepared) Done() <-chan struct{} { return p.sv.exited }
+
+// Workdir is the host directory the jail sees as /work when it is a fresh
+// one ("" otherwise). After Start returns the jail is gone and the
+// directory holds what the run left there, until Close removes it; read it
+// without following symlinks, since the jail made them.
+func (p *Prepared) Workdir() string {
+	if p.spec.Workdir != "" || p.dir == nil {
+		return ""
+	}
+	return p.dir.work
+}
+
+// StartOptions is what a run may still choose once its jail is prepared.
+type StartOptions struct {
+	Stdout, Stderr io.Writer     // nil: those given to Prepare
+	Timeout        time.Duration // 0 or longer than the spec's: the spec's
+}
+
+// Start starts the run's clock and waits for the jail to end, killing it
+// on timeout, CPU time or ctx's cancellation. Output goes to the writers
+// from now on (with what came before). The Result and error are Run's.
+func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
+	if p.started || p.closed {
+		return nil, errors.New("jail: a prepared jail is started once")
+	}
+	p.started = true
+	if p.ended {
+		return p.res, nil
+	}
+	if o.Stdout != nil {
+		p.stdout.setStream(o.Stdout)
+	}
+	if o.Stderr != nil {
+		p.stderr.setStream(o.Stderr)
+	}
+	spec := p.spec
+	if o.Timeout > 0 && o.Timeout < spec.Timeout {
+		spec.Timeout = o.Timeout
+	}
+	p.sv.supervise(ctx, spec)
+	err := p.collect()
+	if err != nil {
+		setError(p.res, err)
+	}
+	return p.res, err
+}
+
+// Close kills the jail if it never started, and removes everything it
+// held on the host: processes, cgroup, run directory, pipes, its run lock.
+// It is safe to call more than once.
+func (p *Prepared) Close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if !p.started && !p.ended && p.sv != nil {
+		p.sv.kill()
+		p.sv.finish()
+		<-p.drained
+		<-p.drained
+	}
+	if p.pump != nil {
+		p.pump.stop()
+	}
+	if p.cg != nil {
+		// A no-op once finish has removed it.
+		if err := p.cg.group.Delete(); err != nil && p.own != nil {
+			p.own.leftovers = true
+		}
+	}
+	for _, f := range p.files {
+		f.Close()
+	}
+	var err error
+	if p.dir != nil {
+		// Never silent: a run directory left behind is the host's disk.
+		if err = p.dir.remove(); err != nil {
+			if p.own != nil {
+				p.own.leftovers = true
+			}
+			if p.st.Notices != nil {
+				fmt.Fprintf(p.st.Notices, "stockade: %v\n", err)
+			}
+		}
+	}
+	if p.own != nil {
+		p.own.release(p.st.Notices)
+	}
+	return err
+}
