@@ -21,26 +21,8 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 		Name:  "doctor",
 		Usage: "show what this host supports and try the default jail",
 		Action: func(c *cli.Context) error {
-			p := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-			var u unix.Utsname
-			_ = unix.Uname(&u)
-			p("kernel: %s %s", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]))
-			p("running as: uid %d", os.Getuid())
-			p("user namespaces: user.max_user_namespaces = %s", sysctl("user/max_user_namespaces"))
-			if v := sysctl("kernel/unprivileged_userns_clone"); v != "" {
-				p("user namespaces: kernel.unprivileged_userns_clone = %s", v)
-			}
-			if v := sysctl("kernel/apparmor_restrict_unprivileged_userns"); v != "" {
-				p("user namespaces: kernel.apparmor_restrict_unprivileged_userns = %s%s", v,
-					map[bool]string{true: " (unprivileged users need an AppArmor profile allowing userns)", false: ""}[v == "1"])
-			}
-			p("seccomp: %s", seccompSupport())
-			if m, err := cgroup.NewManager(cgroup.Options{}); err != nil {
-				p("cgroup: NOT usable: %v", err)
-			} else {
-				for _, l := range m.Describe() {
-					p("%s", l)
-				}
+			for _, l := range hostFacts() {
+				fmt.Fprintln(stdout, l)
 			}
 			prof, err := loadProfile("")
 			if err != nil {
@@ -56,6 +38,34 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// hostFacts is what this host supports, one line a fact: what `stockade
+// doctor` prints and `stockade serve` reports in /v1/health.
+func hostFacts() []string {
+	var out []string
+	p := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
+	var u unix.Utsname
+	_ = unix.Uname(&u)
+	p("kernel: %s %s", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]))
+	p("running as: uid %d", os.Getuid())
+	p("user namespaces: user.max_user_namespaces = %s", sysctl("user/max_user_namespaces"))
+	if v := sysctl("kernel/unprivileged_userns_clone"); v != "" {
+		p("user namespaces: kernel.unprivileged_userns_clone = %s", v)
+	}
+	if v := sysctl("kernel/apparmor_restrict_unprivileged_userns"); v != "" {
+		p("user namespaces: kernel.apparmor_restrict_unprivileged_userns = %s%s", v,
+			map[bool]string{true: " (unprivileged users need an AppArmor profile allowing userns)", false: ""}[v == "1"])
+	}
+	p("seccomp: %s", seccompSupport())
+	if m, err := cgroup.NewManager(cgroup.Options{}); err != nil {
+		p("cgroup: NOT usable: %v", err)
+	} else {
+		for _, l := range m.Describe() {
+			p("%s", l)
+		}
+	}
+	return out
 }
 
 func sysctl(name string) string {

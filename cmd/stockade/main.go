@@ -77,6 +77,7 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 			selftestCommand(stdin, stdout, stderr),
 			doctorCommand(stdout),
 			rootfsCommand(stdout, stderr),
+			serveCommand(stderr),
 		},
 	}
 }

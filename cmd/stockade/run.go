@@ -69,10 +69,14 @@ func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Name:      "run",
 		Usage:     "run a command in a fresh jail",
 		ArgsUsage: "[flags] -- CMD [ARGS...]",
-		Flags:     jailFlags(),
+		Flags: append(jailFlags(),
+			&cli.StringFlag{Name: "server", Usage: "run it through `stockade serve` listening on this unix socket"}),
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
 				return &exitError{code: jail.ExitJailError, msg: "run: no command given (stockade run [flags] -- CMD ARGS)"}
+			}
+			if c.IsSet("server") {
+				return runRemote(c, c.Args().Slice(), stdin, stdout, stderr)
 			}
 			spec, err := specFromFlags(c, c.Args().Slice(), nil)
 			if err != nil {

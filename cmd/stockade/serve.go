@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/server"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+)
+
+// serveCommand is `stockade serve`: the flags become a server.Config, the
+// profiles are resolved here, and the server package does the rest.
+func serveCommand(stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "serve runs over HTTP/1.1 + JSON on a unix socket, from a pool of prepared jails",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "socket", Value: "/run/stockade/stockade.sock", Usage: "unix socket to listen on (ignored under systemd socket activation)"},
+			&cli.StringFlag{Name: "group", Usage: "group that owns the socket (mode 0660)"},
+			&cli.StringSliceFlag{Name: "profile", Usage: "profile to offer (repeatable; the first is the default)", DefaultText: "python"},
+			&cli.IntFlag{Name: "pool", Value: 2, Usage: "jails kept prepared per profile (0: none)"},
+			&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "runs at once"},
+			&cli.IntFlag{Name: "queue", Value: 64, Usage: "requests that may wait for a run slot"},
+			&cli.StringFlag{Name: "queue-wait", Value: "10s", Usage: "how long a request may wait before 503"},
+			&cli.IntFlag{Name: "per-caller", Usage: "runs and waits at once per caller uid (0: no cap)"},
+			&cli.StringFlag{Name: "max-body", Value: "16M", Usage: "largest request body"},
+			&cli.StringFlag{Name: "files-max", Value: "8M", Usage: "bytes of files and images one response returns"},
+			&cli.StringSliceFlag{Name: "allow-uid", Usage: "caller uid allowed (repeatable; default: anyone who can open the socket)"},
+			&cli.StringFlag{Name: "budget-memory", Usage: "memory all live jails (waiting and running) may hold together (0: no budget)"},
+			&cli.Int64Flag{Name: "budget-pids", Usage: "pids all live jails may hold together (0: no budget)"},
+			&cli.StringFlag{Name: "grace", Value: "10s", Usage: "on SIGTERM, how long running jails may finish before they are killed"},
+			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended), "-" for stderr, "" for none`},
+		},
+		Action: func(c *cli.Context) error {
+			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
+			cfg, closeAudit, err := serveConfig(c, stderr)
+			if err != nil {
+				return fail(err)
+			}
+			defer closeAudit()
+			srv, err := server.New(cfg)
+			if err != nil {
+				return fail(err)
+			}
+			ln, err := server.Listen(c.String("socket"), c.String("group"))
+			if err != nil {
+				return fail(err)
+			}
+			defer ln.Close()
+			// A client that went away mid-response must not kill the server.
+			signal.Ignore(syscall.SIGPIPE)
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			fmt.Fprintf(stderr, "stockade serve: listening on %s (pool %d per profile, %d at once)\n", ln.Addr(), cfg.Pool, cfg.Concurrency)
+			if err := srv.Serve(ctx, ln); err != nil {
+				return fail(err)
+			}
+			return nil
+		},
+	}
+}
+
+func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error) {
+	cfg := server.Config{Pool: c.Int("pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
+		PerCaller: c.Int("per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
+		Notices: os.Stderr, Facts: hostFacts(), Version: version}
+	noop := func() {}
+	var err error
+	if cfg.QueueWait, err = profiles.ParseDuration(c.String("queue-wait")); err != nil {
+		return cfg, noop, fmt.Errorf("--queue-wait: %w", err)
+	}
+	if cfg.Grace, err = profiles.ParseDuration(c.String("grace")); err != nil {
+		return cfg, noop, fmt.Errorf("--grace: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"max-body", &cfg.MaxBody}, {"files-max", &cfg.FilesMax}, {"budget-memory", &cfg.BudgetMemory}} {
+		if v := c.String(f.name); v != "" {
+			if *f.dst, err = profiles.ParseSize(v); err != nil {
+				return cfg, noop, fmt.Errorf("--%s: %w", f.name, err)
+			}
+		}
+	}
+	for _, u := range c.StringSlice("allow-uid") {
+		n, err := strconv.ParseUint(u, 10, 32)
+		if err != nil {
+			return cfg, noop, fmt.Errorf("--allow-uid %q: want a numeric uid", u)
+		}
+		cfg.AllowUIDs = append(cfg.AllowUIDs, uint32(n))
+	}
+	names := c.StringSlice("profile")
+	if len(names) == 0 {
+		names = []string{"python"}
+	}
+	for _, n := range names {
+		p, err := loadProfile(n)
+		if err != nil {
+			return cfg, noop, err
+		}
+		cfg.Profiles = append(cfg.Profiles, server.Profile{Name: n, Spec: p.Spec(nil)})
+	}
+	switch a := c.String("audit-log"); a {
+	case "":
+	case "-":
+		cfg.Audit = stderr
+	default:
+		f, err := os.OpenFile(a, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return cfg, noop, fmt.Errorf("--audit-log: %w", err)
+		}
+		cfg.Audit = f
+		return cfg, func() { f.Close() }, nil
+	}
+	return cfg, noop, nil
+}
+
+// runRemote is `stockade run --server SOCK`: the same run, by a server.
+// Only the limits a request may carry are sent; flags that change the
+// jail itself belong to the server's profiles.
+func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.Writer) error {
+	fail := func(format string, a ...any) error {
+		return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf(format, a...)}
+	}
+	for _, f := range []string{"env", "rootfs", "tmpfs-size", "workdir", "no-workdir", "exec-workdir", "ro",
+		"open-files", "file-size", "seccomp", "swap", "cgroup-parent", "no-cgroup"} {
+		if c.IsSet(f) {
+			return fail("--%s: not with --server (the server's profiles decide it)", f)
+		}
+	}
+	req := &server.RunRequest{Argv: argv, Profile: c.String("profile"), Limits: &server.Limits{
+		Timeout: c.String("timeout"), CPUTime: c.String("cpu-time"), Memory: c.String("memory"),
+		OutputLimit: c.String("output-limit")}}
+	if c.IsSet("cpus") {
+		v, err := strconv.ParseFloat(c.String("cpus"), 64)
+		if err != nil {
+			return fail("--cpus %q: not a number", c.String("cpus"))
+		}
+		req.Limits.CPUs = &v
+	}
+	if c.IsSet("pids") {
+		v, err := strconv.ParseInt(c.String("pids"), 10, 64)
+		if err != nil {
+			return fail("--pids %q: not a number", c.String("pids"))
+		}
+		req.Limits.Pids = &v
+	}
+	if stdin != nil && !isTerminal(stdin) {
+		b, err := io.ReadAll(io.LimitReader(stdin, 16<<20+1))
+		if err != nil {
+			return fail("read stdin: %v", err)
+		}
+		if len(b) > 16<<20 {
+			return fail("stdin: more than 16 MiB; a server run takes its stdin whole")
+		}
+		req.Stdin = string(b)
+	}
+	asJSON := c.Bool("json")
+	out, errw := stdout, stderr
+	if asJSON {
+		out, errw = io.Discard, io.Discard
+	}
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	res, err := server.NewClient(c.String("server")).Run(ctx, req, out, errw)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(res); err != nil {
+			return fail("write result: %v", err)
+		}
+		return &exitError{code: res.ExitCode}
+	}
+	if res.Error != nil {
+		return &exitError{code: res.ExitCode, msg: *res.Error}
+	}
+	for _, line := range explain(res.Result) {
+		fmt.Fprintln(stderr, "stockade:", line)
+	}
+	return &exitError{code: res.ExitCode}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// collectLimits bound what a run may hand back: the jail wrote these files
+// as it liked, so their number, depth and size are its choice, not ours.
+type collectLimits struct {
+	MaxBytes int64 // total bytes of files and images returned
+	MaxFiles int
+	MaxDepth int
+}
+
+// collected is what the run left in /work.
+type collected struct {
+	files     map[string]string
+	images    []Image
+	truncated bool
+	skipped   []string
+}
+
+// resolveHow is how every path below /work is opened on the host: beneath
+// the work directory, through no symlink (the jail planted them, pointing
+// at /etc/shadow or at another run's directory) and no magic link.
+var resolveHow = unix.OpenHow{
+	Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+}
+
+// collectWork reads what the run created or changed in the host directory
+// work (the jail is dead by now): every regular file whose bytes differ
+// from what the request put there, and the figures the bootstrap saved.
+// Symlinks, FIFOs, sockets and devices are listed as skipped, never read
+// or followed.
+func collectWork(work string, inputs map[string]string, lim collectLimits) (*collected, error) {
+	c := &collected{files: map[string]string{}, images: []Image{}, skipped: []string{}}
+	if work == "" {
+		return c, nil
+	}
+	root, err := unix.Open(work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", work, err)
+	}
+	defer unix.Close(root)
+	budget := lim.MaxBytes
+	var walk func(rel string, depth int) error
+	walk = func(rel string, depth int) error {
+		names, err := listDir(root, rel)
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			p := path.Join(rel, name)
+			if rel == "." {
+				p = name
+			}
+			if p == figureDir {
+				continue
+			}
+			fd, st, err := openBeneath(root, p)
+			if err != nil {
+				c.skipped = append(c.skipped, p+": "+err.Error())
+				continue
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFDIR:
+				unix.Close(fd)
+				if depth >= lim.MaxDepth {
+					c.skipped = append(c.skipped, p+"/: deeper than the limit")
+					c.truncated = true
+					continue
+				}
+				if err := walk(p, depth+1); err != nil {
+					return err
+				}
+			case unix.S_IFREG:
+				data, full, err := readCapped(fd, st.Size, budget)
+				unix.Close(fd)
+				switch {
+				case err != nil:
+					c.skipped = append(c.skipped, p+": "+err.Error())
+				case !full:
+					c.skipped = append(c.skipped, fmt.Sprintf("%s: %d bytes, over what is left of the %d-byte cap", p, st.Size, lim.MaxBytes))
+					c.truncated = true
+				case unchanged(inputs, p, data):
+				case len(c.files) >= lim.MaxFiles:
+					c.skipped = append(c.skipped, p+": over the file count cap")
+					c.truncated = true
+				default:
+					budget -= int64(len(data))
+					c.files[p] = base64.StdEncoding.EncodeToString(data)
+				}
+			default:
+				unix.Close(fd)
+				c.skipped = append(c.skipped, p+": not a regular file")
+			}
+		}
+		return nil
+	}
+	if err := walk(".", 0); err != nil {
+		return nil, err
+	}
+	c.images, c.truncated = collectFigures(root, &budget, c)
+	return c, nil
+}
+
+// collectFigures reads the PNGs the bootstrap saved, in order.
+func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
+	imgs, truncated := []Image{}, c.truncated
+	names, err := listDir(root, figureDir)
+	if err != nil {
+		return imgs, truncated
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fd, st, err := openBeneath(root, figureDir+"/"+name)
+		if err != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(fd)
+			continue
+		}
+		data, full, err := readCapped(fd, st.Size, *budget)
+		unix.Close(fd)
+		if err != nil || !full {
+			c.skipped = append(c.skipped, figureDir+"/"+name+": over the size cap")
+			truncated = true
+			continue
+		}
+		if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) {
+			continue // not a figure the bootstrap saved
+		}
+		*budget -= int64(len(data))
+		imgs = append(imgs, Image{Type: "png", Data: base64.StdEncoding.EncodeToString(data)})
+	}
+	return imgs, truncated
+}
+
+func unchanged(inputs map[string]string, name string, data []byte) bool {
+	in, ok := inputs[name]
+	if !ok {
+		return false
+	}
+	b, err := base64.StdEncoding.DecodeString(in)
+	return err == nil && bytes.Equal(b, data)
+}
+
+// openBeneath opens rel below root without following any symlink, and
+// says what it opened.
+func openBeneath(root int, rel string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	how := resolveHow
+	fd, err := unix.Openat2(root, rel, &how)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+		return -1, st, errors.New("a symlink (not followed)")
+	}
+	if err != nil {
+		return -1, st, err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
+}
+
+// listDir lists the directory rel below root, opened as openBeneath does.
+func listDir(root int, rel string) ([]string, error) {
+	how := resolveHow
+	how.Flags |= unix.O_DIRECTORY
+	fd, err := unix.Openat2(root, rel, &how)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	sort.Strings(names)
+	return names, err
+}
+
+// readCapped reads the whole file if it fits in budget (full true), and
+// never more than budget bytes whatever size fstat claimed.
+func readCapped(fd int, size, budget int64) ([]byte, bool, error) {
+	if size > budget {
+		return nil, false, nil
+	}
+	b := make([]byte, 0, size)
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, chunk)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if n == 0 {
+			return b, true, nil
+		}
+		if int64(len(b)+n) > budget {
+			return nil, false, nil
+		}
+		b = append(b, chunk[:n]...)
+	}
+}

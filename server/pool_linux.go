@@ -1,0 +1,189 @@
+package server
+
+import (
+	"context"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+)
+
+// ready is one prepared jail and the write end of its stdin pipe.
+type ready struct {
+	p     *jail.Prepared
+	stdin *os.File
+	spec  jail.Spec
+	made  time.Time
+	mem   int64 // what it holds of the budget
+	pids  int64
+}
+
+// close destroys the jail and gives back its share of the budget.
+func (r *ready) close(b *budget) {
+	r.stdin.Close()
+	r.p.Close()
+	b.give(r.mem, r.pids)
+}
+
+// prepareJail makes one jail that waits for its job on stdin. The caller
+// has taken its share of the budget.
+func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File) (*ready, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	p, err := jail.Prepare(ctx, spec, jail.Streams{Stdin: r, Notices: notices})
+	r.Close() // the jail holds its own copy
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return &ready{p: p, stdin: w, spec: spec, made: time.Now(),
+		mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}, nil
+}
+
+// pool keeps up to target jails of one profile prepared. A jail leaves it
+// once, to serve one request, and is destroyed after: never reused, never
+// reset, so nothing of one run can reach the next.
+type pool struct {
+	name   string
+	spec   jail.Spec
+	target int
+	budget *budget
+	logf   func(format string, a ...any)
+
+	mu        sync.Mutex
+	ready     []*ready
+	preparing int
+	stats     PoolStats
+	wake      chan struct{}
+	done      chan struct{}
+}
+
+// PoolStats is what GET /v1/health reports of one profile's pool.
+type PoolStats struct {
+	Target      int `json:"target"`
+	Ready       int `json:"ready"`
+	Preparing   int `json:"preparing"`
+	Hits        int `json:"hits"`
+	Misses      int `json:"misses"`
+	DiedWaiting int `json:"died_waiting"` // discarded: the jail ended while waiting
+	Failed      int `json:"failed"`       // set-ups that failed
+	Evicted     int `json:"evicted"`      // given up to make room in the budget
+}
+
+func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any)) *pool {
+	return &pool{name: name, spec: spec, target: target, budget: b, logf: logf,
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (p *pool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// refill runs until ctx ends, preparing one jail at a time (so refilling
+// never costs the host more than one cold run at once), while the pool is
+// short and the budget has room; then it closes every waiting jail.
+func (p *pool) refill(ctx context.Context, notices *os.File) {
+	defer close(p.done)
+	defer p.drain()
+	for {
+		freed := p.budget.changed()
+		p.mu.Lock()
+		short := len(p.ready)+p.preparing < p.target
+		p.mu.Unlock()
+		if short && ctx.Err() == nil && p.budget.tryTake(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax) {
+			p.mu.Lock()
+			p.preparing++
+			p.mu.Unlock()
+			r, err := prepareJail(ctx, p.spec, notices)
+			p.mu.Lock()
+			p.preparing--
+			if err != nil {
+				p.stats.Failed++
+				p.mu.Unlock()
+				p.budget.give(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax)
+				if ctx.Err() == nil {
+					p.logf("pool %s: prepare a jail: %v", p.name, err)
+				}
+				select { // do not spin on a host that cannot make jails
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			p.ready = append(p.ready, r)
+			p.mu.Unlock()
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-freed:
+		}
+	}
+}
+
+// take hands out the oldest waiting jail that is still alive, or nil.
+// A jail that died while waiting is discarded and reported, never handed
+// out.
+func (p *pool) take() *ready {
+	defer p.poke()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ready) > 0 {
+		r := p.ready[0]
+		p.ready = p.ready[1:]
+		select {
+		case <-r.p.Done():
+			p.stats.DiedWaiting++
+			p.logf("pool %s: discarded a jail that ended while waiting (made %v ago)", p.name, time.Since(r.made).Round(time.Millisecond))
+			go r.close(p.budget)
+			continue
+		default:
+		}
+		p.stats.Hits++
+		return r
+	}
+	p.stats.Misses++
+	return nil
+}
+
+// evict closes one waiting jail to make room in the budget for a request.
+func (p *pool) evict() bool {
+	p.mu.Lock()
+	if len(p.ready) == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	r := p.ready[len(p.ready)-1]
+	p.ready = p.ready[:len(p.ready)-1]
+	p.stats.Evicted++
+	p.mu.Unlock()
+	r.close(p.budget)
+	return true
+}
+
+func (p *pool) drain() {
+	p.mu.Lock()
+	rs := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, r := range rs {
+		r.close(p.budget)
+	}
+}
+
+func (p *pool) snapshot() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Target, s.Ready, s.Preparing = p.target, len(p.ready), p.preparing
+	return s
+}

@@ -1,0 +1,279 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+	"golang.org/x/sys/unix"
+)
+
+// Profile is one profile the server offers, as the complete spec of its
+// jails (the CLI resolves profiles; the server only runs them).
+type Profile struct {
+	Name string
+	Spec jail.Spec
+}
+
+// Config is the whole server. Zero fields get the defaults of Defaults.
+type Config struct {
+	Profiles    []Profile     // the first is the default
+	Pool        int           // jails kept prepared per profile (0: no pool)
+	Concurrency int           // runs at once
+	Queue       int           // requests waiting for a run slot
+	QueueWait   time.Duration // how long one may wait
+	PerCaller   int           // runs and waits of one caller uid at once (0: no cap)
+	MaxBody     int64         // request body bytes
+	AllowUIDs   []uint32      // callers admitted (empty: whoever can open the socket)
+	// The budget every live jail, waiting or running, counts against: its
+	// cgroup's memory and pids limits added up (0: no budget).
+	BudgetMemory, BudgetPids int64
+	FilesMax                 int64 // bytes of files and images a response returns
+	Grace                    time.Duration
+	Audit                    io.Writer // one JSON line per run (nil: none)
+	Log                      io.Writer // the operator's log (stderr)
+	Notices                  *os.File  // jail set-up remarks
+	Facts                    []string  // what the host supports (the doctor's facts)
+	Version                  string
+}
+
+// Defaults fills the zero fields of c.
+func (c Config) withDefaults() Config {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.Queue <= 0 {
+		c.Queue = 64
+	}
+	if c.QueueWait <= 0 {
+		c.QueueWait = 10 * time.Second
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = 16 << 20
+	}
+	if c.FilesMax <= 0 {
+		c.FilesMax = 8 << 20
+	}
+	if c.Grace <= 0 {
+		c.Grace = 10 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	return c
+}
+
+// Server is a running `stockade serve`.
+type Server struct {
+	cfg      Config
+	profiles map[string]jail.Spec
+	pools    map[string]*pool
+	gate     *gate
+	budget   *budget
+	audit    *auditLog
+	inflight sync.WaitGroup
+	logMu    sync.Mutex
+}
+
+// New checks the configuration; Serve starts the pools and the server.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.Profiles) == 0 {
+		return nil, errors.New("serve: no profile to offer")
+	}
+	s := &Server{cfg: cfg, profiles: map[string]jail.Spec{}, pools: map[string]*pool{},
+		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
+		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), audit: &auditLog{w: cfg.Audit}}
+	for _, p := range cfg.Profiles {
+		spec := p.Spec
+		if spec.Workdir != "" {
+			// One host directory for every request would carry files from
+			// one caller's run into the next.
+			return nil, fmt.Errorf("serve: profile %s binds the host directory %s at /work; the server needs a fresh /work per run (workdir = \"fresh\" or \"none\")", p.Name, spec.Workdir)
+		}
+		spec.Args = bootstrapArgs()
+		// matplotlib draws without a display and keeps its caches out of
+		// /work, where they would come back as the run's files.
+		spec.Env = append(spec.Env, "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/.matplotlib")
+		if err := spec.Validate(); err != nil {
+			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
+		}
+		if _, dup := s.profiles[p.Name]; dup {
+			return nil, fmt.Errorf("serve: profile %s given twice", p.Name)
+		}
+		s.profiles[p.Name] = spec
+		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf)
+	}
+	return s, nil
+}
+
+func (s *Server) logf(format string, a ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintf(s.cfg.Log, "stockade serve: "+format+"\n", a...)
+}
+
+type ctxKey struct{}
+
+// peer is the caller, from SO_PEERCRED: the kernel's word, taken when the
+// connection was made.
+type peer struct {
+	uid, gid uint32
+	pid      int32
+}
+
+func peerOf(c net.Conn) (peer, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return peer{}, errors.New("not a unix socket connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return peer{}, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return peer{}, err
+	}
+	if cerr != nil {
+		return peer{}, cerr
+	}
+	return peer{uid: cred.Uid, gid: cred.Gid, pid: cred.Pid}, nil
+}
+
+// Serve answers on ln until ctx ends, then shuts down gracefully: it stops
+// accepting, lets running jails finish for the grace period, kills the
+// rest, and returns once every jail, cgroup and run directory is gone.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	runCtx, killRuns := context.WithCancel(context.Background())
+	defer killRuns()
+	poolCtx, stopPools := context.WithCancel(context.Background())
+	for _, p := range s.pools {
+		go p.refill(poolCtx, s.cfg.Notices)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/run", s.handleRun)
+	mux.HandleFunc("/v1/health", s.handleHealth)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, GET /v1/health)"})
+	})
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return runCtx },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			p, err := peerOf(c)
+			if err != nil {
+				return ctx // no peer: refused in the handlers
+			}
+			return context.WithValue(ctx, ctxKey{}, p)
+		},
+		ErrorLog: nil,
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	}
+	s.logf("shutting down: no new requests; %v for running jails", s.cfg.Grace)
+	grace, cancel := context.WithTimeout(context.Background(), s.cfg.Grace)
+	if hs.Shutdown(grace) != nil {
+		s.logf("grace period over: killing the jails still running")
+		killRuns()
+		hs.Close()
+	}
+	cancel()
+	s.inflight.Wait()
+	stopPools()
+	for _, p := range s.pools {
+		<-p.done
+	}
+	s.logf("stopped: every jail, cgroup and run directory removed")
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	w.Write(marshal(e))
+}
+
+// admitPeer says whether the caller may use the server.
+func (s *Server) admitPeer(r *http.Request) (peer, *apiError) {
+	p, ok := r.Context().Value(ctxKey{}).(peer)
+	if !ok {
+		return p, &apiError{Status: 403, Msg: "caller unknown: no SO_PEERCRED on this connection"}
+	}
+	if len(s.cfg.AllowUIDs) == 0 || p.uid == uint32(os.Getuid()) {
+		return p, nil
+	}
+	for _, u := range s.cfg.AllowUIDs {
+		if u == p.uid {
+			return p, nil
+		}
+	}
+	return p, &apiError{Status: 403, Msg: fmt.Sprintf("uid %d may not use this server", p.uid)}
+}
+
+// Health is GET /v1/health.
+type Health struct {
+	Status   string               `json:"status"`
+	Version  string               `json:"version"`
+	Profiles []string             `json:"profiles"`
+	Pool     map[string]PoolStats `json:"pool"`
+	Running  int                  `json:"running"`
+	Queued   int                  `json:"queued"`
+	Budget   map[string]int64     `json:"budget"`
+	Host     []string             `json:"host"`
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET")
+		writeError(w, &apiError{Status: 405, Msg: "GET /v1/health"})
+		return
+	}
+	if _, e := s.admitPeer(r); e != nil {
+		writeError(w, e)
+		return
+	}
+	h := Health{Status: "ok", Version: s.cfg.Version, Pool: map[string]PoolStats{}, Host: s.cfg.Facts}
+	for _, p := range s.cfg.Profiles {
+		h.Profiles = append(h.Profiles, p.Name)
+		h.Pool[p.Name] = s.pools[p.Name].snapshot()
+	}
+	h.Running, h.Queued = s.gate.counts()
+	mem, pids := s.budget.used()
+	h.Budget = map[string]int64{"memory_used": mem, "memory_max": s.cfg.BudgetMemory, "pids_used": pids, "pids_max": s.cfg.BudgetPids}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(marshal(h))
+}
+
+func (s *Server) profileNames() string {
+	var n []string
+	for _, p := range s.cfg.Profiles {
+		n = append(n, p.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func retryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(d.Seconds()+0.999))))
+}
