@@ -13,8 +13,10 @@ import (
 // a byte of it is consumed. It writes the files into /work, then runs the
 // code as __main__ (or execs argv), and at the end saves the matplotlib
 // figures still open as PNGs in figureDir, where the server picks them up.
-// It runs as the jail user, inside the jail: nothing it does is trusted.
-const bootstrap = `import os, sys
+// The modules it needs are imported before it blocks, while the jail waits
+// in the pool. It runs as the jail user, inside the jail: nothing it does
+// is trusted.
+const bootstrap = `import os, sys, json, base64, linecache, traceback
 def _stockade_read(n):
     b = bytearray()
     while len(b) < n:
@@ -31,9 +33,7 @@ def _stockade_header():
             os._exit(0)
         h += c
     return _stockade_read(int(h))
-_job = _stockade_header()
-import json, base64
-_job = json.loads(_job)
+_job = json.loads(_stockade_header())
 for _n, _d in (_job.get("files") or {}).items():
     with open(os.path.join("/work", _n), "wb") as _f:
         _f.write(base64.b64decode(_d))
@@ -57,7 +57,6 @@ def _stockade_figures():
     except Exception as e:
         print("stockade: saving figures: %r" % e, file=sys.stderr)
 def _stockade_main(code):
-    import linecache, traceback
     linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
     g = {"__name__": "__main__", "__builtins__": __builtins__}
     status = 0
@@ -77,9 +76,11 @@ _stockade_main(_job["code"])
 // server returns them as images and leaves the directory out of files.
 const figureDir = ".stockade-figures"
 
-// bootstrapArgs is the jail's command line.
+// bootstrapArgs is the jail's command line: isolated mode (no user site,
+// no PYTHON* variables, no script directory on sys.path) and unbuffered,
+// so a streamed response carries output as it is written.
 func bootstrapArgs() []string {
-	return []string{"python3", "-I", "-c", "FIGDIR = " + fmt.Sprintf("%q", "/work/"+figureDir) + "\n" + bootstrap}
+	return []string{"python3", "-I", "-u", "-c", "FIGDIR = " + fmt.Sprintf("%q", "/work/"+figureDir) + "\n" + bootstrap}
 }
 
 // job is the bootstrap's header.

@@ -45,9 +45,14 @@ func (c *Client) Run(ctx context.Context, req *RunRequest, stdout, stderr io.Wri
 	}
 	defer resp.Body.Close()
 	if resp.Header.Get("Content-Type") != NDJSON {
-		var res RunResponse
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		if err := json.Unmarshal(b, &res); err == nil && res.Result != nil {
+		var res RunResponse
+		var probe struct {
+			Verdict *string `json:"verdict"`
+		}
+		// A refusal is {"error": ...}, which would also fill Result.Error:
+		// only a body with a verdict is a run's result.
+		if json.Unmarshal(b, &probe) == nil && probe.Verdict != nil && json.Unmarshal(b, &res) == nil {
 			return &res, nil
 		}
 		var e apiError

@@ -103,7 +103,14 @@ func New(cfg Config) (*Server, error) {
 		spec.Args = bootstrapArgs()
 		// matplotlib draws without a display and keeps its caches out of
 		// /work, where they would come back as the run's files.
-		spec.Env = append(spec.Env, "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/.matplotlib")
+		spec.Env = append(spec.Env, "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/.matplotlib", "XDG_CACHE_HOME=/tmp/.cache")
+		if spec.Rootfs == jail.RootfsHost {
+			if _, err := os.Stat(debianMatplotlibrc); err == nil {
+				// Debian's matplotlib reads /etc/matplotlibrc, which the
+				// jail's /etc does not carry; the same file is under /usr.
+				spec.Env = append(spec.Env, "MATPLOTLIBRC="+debianMatplotlibrc)
+			}
+		}
 		if err := spec.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
 		}
@@ -121,6 +128,8 @@ func (s *Server) logf(format string, a ...any) {
 	defer s.logMu.Unlock()
 	fmt.Fprintf(s.cfg.Log, "stockade serve: "+format+"\n", a...)
 }
+
+const debianMatplotlibrc = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 
 type ctxKey struct{}
 

@@ -1,0 +1,301 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests run a real `stockade serve` (the binary make build made,
+// STOCKADE_BIN) on a socket in a temporary directory and talk to it over
+// HTTP as any client would. They need root, as the jails do.
+func needServer(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("starts real jails: needs root")
+	}
+	bin := os.Getenv("STOCKADE_BIN")
+	if bin == "" {
+		t.Skip("needs the built binary: STOCKADE_BIN=$PWD/bin/stockade (make test sets it)")
+	}
+	return bin
+}
+
+type testServer struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	sock   string
+	log    *bytes.Buffer
+	hc     *http.Client
+	exited chan struct{}
+}
+
+// socketDir is a directory other users can traverse, for the tests that
+// connect as another uid.
+func socketDir(t *testing.T) string {
+	d, err := os.MkdirTemp("", "stockade-serve-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// startServer starts `stockade serve` with args and waits until its pool
+// is full. Cleanup stops it with SIGTERM and checks it removed its socket.
+func startServer(t *testing.T, args ...string) *testServer {
+	t.Helper()
+	bin := needServer(t)
+	sock := filepath.Join(socketDir(t), "s.sock")
+	return startServerAt(t, bin, sock, args...)
+}
+
+func startServerAt(t *testing.T, bin, sock string, args ...string) *testServer {
+	t.Helper()
+	s := &testServer{t: t, sock: sock, log: &bytes.Buffer{}, exited: make(chan struct{})}
+	s.cmd = exec.Command(bin, append([]string{"serve", "--socket", sock}, args...)...)
+	s.cmd.Stderr = &lockedWriter{w: s.log}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.cmd.Wait(); close(s.exited) }()
+	s.hc = unixClient(sock)
+	t.Cleanup(func() { s.stop() })
+	s.waitReady()
+	return s
+}
+
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+}
+
+// waitReady waits until every pool is full.
+func (s *testServer) waitReady() {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var h Health
+		if code := s.get("/v1/health", &h); code == 200 {
+			full := true
+			for _, p := range h.Pool {
+				full = full && p.Ready >= p.Target
+			}
+			if full {
+				return
+			}
+		}
+		select {
+		case <-s.exited:
+			s.t.Fatalf("server exited: %v\n%s", s.cmd.ProcessState, s.log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	s.t.Fatalf("server not ready in 30s:\n%s", s.log)
+}
+
+func (s *testServer) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		s.t.Errorf("server did not stop within 30s of SIGTERM:\n%s", s.log)
+		<-s.exited
+	}
+	if _, err := os.Lstat(s.sock); !os.IsNotExist(err) {
+		s.t.Errorf("socket %s left after shutdown: %v", s.sock, err)
+	}
+	if left := leftovers(s.cmd.Process.Pid); len(left) > 0 {
+		s.t.Errorf("left behind by the server: %v", left)
+	}
+}
+
+func (s *testServer) get(path string, into any) int {
+	resp, err := s.hc.Get("http://stockade" + path)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	if into != nil {
+		json.NewDecoder(resp.Body).Decode(into)
+	}
+	return resp.StatusCode
+}
+
+// post sends body (a string, or anything else marshalled) to /v1/run.
+func (s *testServer) post(body any) (int, http.Header, []byte) {
+	s.t.Helper()
+	return postTo(s.t, s.hc, body, nil)
+}
+
+func postTo(t *testing.T, hc *http.Client, body any, hdr map[string]string) (int, http.Header, []byte) {
+	t.Helper()
+	var b []byte
+	if str, ok := body.(string); ok {
+		b = []byte(str)
+	} else {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, _ := http.NewRequest("POST", "http://stockade/v1/run", bytes.NewReader(b))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("POST /v1/run: %v", err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, out
+}
+
+// run posts req and decodes the result, failing on anything but 200.
+func (s *testServer) run(req RunRequest) *RunResponse {
+	s.t.Helper()
+	code, _, body := s.post(req)
+	if code != 200 {
+		s.t.Fatalf("POST /v1/run: %d %s", code, body)
+	}
+	var r RunResponse
+	if err := json.Unmarshal(body, &r); err != nil || r.Result == nil {
+		s.t.Fatalf("decode %s: %v", body, err)
+	}
+	return &r
+}
+
+func code(s string) *string { return &s }
+
+// leftovers lists the run directories and cgroups of runs that process
+// pid made (their names carry it), and its jails' processes.
+func leftovers(pid int) []string {
+	var left []string
+	mark := "-" + strconv.Itoa(pid) + "-"
+	ents, _ := os.ReadDir(filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Getuid())))
+	for _, e := range ents {
+		if strings.Contains(e.Name(), mark) {
+			left = append(left, "run dir "+e.Name())
+		}
+	}
+	f, err := os.Open("/proc/self/cgroup")
+	if err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			parts := strings.SplitN(sc.Text(), ":", 3)
+			if len(parts) != 3 || strings.HasPrefix(parts[1], "name=") {
+				continue
+			}
+			mnt := "/sys/fs/cgroup"
+			if parts[1] != "" {
+				mnt = "/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0]
+			}
+			dir := filepath.Join(mnt, parts[2])
+			for _, d := range []string{dir, filepath.Dir(dir)} {
+				ents, _ := os.ReadDir(d)
+				for _, e := range ents {
+					if e.IsDir() && strings.HasPrefix(e.Name(), "stockade") && strings.Contains(e.Name(), mark) {
+						left = append(left, "cgroup "+filepath.Join(d, e.Name()))
+					}
+				}
+			}
+		}
+	}
+	for _, p := range childrenOf(pid) {
+		left = append(left, "process "+p)
+	}
+	return left
+}
+
+// childrenOf lists the live processes whose parent is pid.
+func childrenOf(pid int) []string {
+	var kids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, e.Name())
+		}
+	}
+	return kids
+}
+
+// processesWith lists live processes whose command line contains mark.
+func processesWith(mark string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(mark)) {
+			found = append(found, e.Name())
+		}
+	}
+	return found
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if f() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("%s: not within 10s", what)
+}
+
+
+type netListenConfig struct{}
+
+func (netListenConfig) listen(path string) (*net.UnixListener, error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	l.SetUnlinkOnClose(false)
+	return l, nil
+}
