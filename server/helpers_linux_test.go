@@ -288,7 +288,6 @@ func eventually(t *testing.T, what string, f func() bool) {
 	t.Errorf("%s: not within 10s", what)
 }
 
-
 type netListenConfig struct{}
 
 func (netListenConfig) listen(path string) (*net.UnixListener, error) {
