@@ -60,6 +60,7 @@ func TestServeRunCodeAndArgv(t *testing.T) {
 	if r.ExitCode != 127 {
 		t.Errorf("missing command: %+v", r)
 	}
+	s.waitReady()
 	r = s.run(RunRequest{Code: code("while True: pass"), Limits: &Limits{Timeout: "500ms"}})
 	if r.Verdict != "timeout" || r.Pool.Hit != true {
 		t.Errorf("a tighter timeout is taken by a pooled jail: %+v", r)
@@ -78,6 +79,7 @@ func ptr[T any](v T) *T { return &v }
 func TestServePooledJailsAreSingleUse(t *testing.T) {
 	s := startServer(t, "--pool", "2")
 	for i := 0; i < 4; i++ {
+		s.waitReady()
 		r := s.run(RunRequest{Code: code(`import os
 print(os.path.exists('/tmp/left'), os.path.exists('/work/left'))
 open('/tmp/left', 'w').write('x'); open('/work/left', 'w').write('x')`)})
