@@ -2,6 +2,7 @@ package selftest
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,12 @@ func networkAttacks() []Attack {
 			judge: andHost(heldLine, noAccept(func(fx *fixtures) *listener { return fx.abstract }))},
 		{Door: "network", Name: "the host's unix socket by path (mode 0777)", Expect: refused, program: "net_unix.py",
 			args:  func(fx *fixtures, _ jail.Spec) []string { return []string{fx.pathSock.Addr().String()} },
+			judge: andHost(heldLine, noAccept(func(fx *fixtures) *listener { return fx.pathSock }))},
+		{Door: "network", Name: "the host's unix socket in a directory bound with --ro", Expect: refused, program: "net_unix.py",
+			ro: func(fx *fixtures) []jail.Bind { return []jail.Bind{{Source: fx.dir, Dest: "/selftest-ro"}} },
+			args: func(fx *fixtures, _ jail.Spec) []string {
+				return []string{"/selftest-ro/" + filepath.Base(fx.pathSock.Addr().String())}
+			},
 			judge: andHost(heldLine, noAccept(func(fx *fixtures) *listener { return fx.pathSock }))},
 		{Door: "network", Name: "interfaces other than lo", Expect: "only lo", program: "net_ifaces.py", judge: heldLine},
 		{Door: "network", Name: "raw and packet sockets", Expect: "socket() refused", program: "net_raw.py", judge: heldLine},

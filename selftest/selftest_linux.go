@@ -30,6 +30,8 @@ type Attack struct {
 	adjust func(s *jail.Spec)
 	judge  func(o *outcome) (happened string, held bool)
 	pty    bool // run with a pseudo-terminal as stdin
+	// ro are read-only binds of the host fixtures the attack needs.
+	ro func(fx *fixtures) []jail.Bind
 }
 
 // Options narrow a suite run.
@@ -101,6 +103,9 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 	if a.adjust != nil {
 		a.adjust(&spec)
 		row.Expected += " [" + limitsNote(spec) + "]"
+	}
+	if a.ro != nil {
+		spec.ReadOnly = append(spec.ReadOnly, a.ro(fx)...)
 	}
 	src, err := programs.ReadFile("attacks/" + a.program)
 	if err != nil {
