@@ -68,7 +68,29 @@ def _stockade_main(code):
         traceback.print_exception(type(e), e, e.__traceback__.tb_next)
         status = 1
     _stockade_figures()
-    sys.exit(status)
+    _stockade_exit(status)
+def _stockade_exit(status):
+    # What the interpreter's own exit does that a program can see (atexit,
+    # non-daemon threads, flushed streams), then os._exit: the module
+    # teardown and collection that follow would only delay the result.
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os._exit(status & 0xff)
 _stockade_main(_job["code"])
 `
 

@@ -52,6 +52,10 @@ func TestServeRunCodeAndArgv(t *testing.T) {
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "ValueError: boom") || strings.Contains(r.Stderr, "_stockade") {
 		t.Errorf("traceback: %q", r.Stderr)
 	}
+	r = s.run(RunRequest{Code: code("import atexit, threading, time, sys\natexit.register(lambda: print('atexit'))\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\nsys.exit('bye')")})
+	if r.ExitCode != 1 || r.Stdout != "thread\natexit\n" || r.Stderr != "bye\n" {
+		t.Errorf("exit as python's own: threads joined, atexit run, sys.exit(str): %+v", r)
+	}
 	r = s.run(RunRequest{Argv: []string{"sh", "-c", "read x; echo got $x; pwd"}, Stdin: "hello\n"})
 	if r.Verdict != "ok" || r.Stdout != "got hello\n/work\n" {
 		t.Errorf("argv run: %+v", r)
