@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -66,6 +67,10 @@ func Listen(path, group string) (*Listener, error) {
 			return nil, fmt.Errorf("--group %s: %w", group, err)
 		}
 		gid, _ = strconv.Atoi(g.Gid)
+	}
+	// As systemd's DirectoryMode does: /run/stockade is gone after a reboot.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
 	}
 	if err := removeStale(path); err != nil {
 		return nil, err
