@@ -3,6 +3,8 @@ package jail
 import (
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/stockade/stockade/cgroup"
@@ -27,12 +29,12 @@ func newRunCgroup(spec Spec, own *ownership, id string, notices io.Writer) (*run
 	}
 	m, err := cgroup.NewManager(cgroup.Options{Parent: spec.Cgroup.Parent, Logf: logf})
 	if err != nil {
-		return nil, fmt.Errorf("%w (use --no-cgroup to run with rlimits only)", err)
+		return nil, fmt.Errorf("%w (%s)", err, cgroupFix(err))
 	}
 	l := cgroup.Limits{MemoryMax: spec.Cgroup.MemoryMax, SwapMax: spec.Cgroup.SwapMax,
 		CPUs: spec.Cgroup.CPUs, PidsMax: spec.Cgroup.PidsMax}
 	if err := m.Check(l); err != nil {
-		return nil, fmt.Errorf("%w (use --no-cgroup to run with rlimits only)", err)
+		return nil, fmt.Errorf("%w (%s)", err, cgroupFix(err))
 	}
 	// Recorded before they exist: a SIGKILL between the record and the
 	// mkdir leaves a record of nothing, never a group nobody knows of.
@@ -94,4 +96,17 @@ func (c *runCgroup) finish(res *Result, cpuOver bool) error {
 		return fmt.Errorf("remove cgroup: %w", delErr)
 	}
 	return nil
+}
+
+// cgroupFix is the way out when no usable cgroup is found: a normal user
+// cannot write to cgroups it was not given, and needs one delegated.
+func cgroupFix(err error) string {
+	if strings.Contains(err.Error(), "is a read-only mount") {
+		// The shape of a container runtime's default: cgroupfs mounted ro.
+		return "the container's cgroupfs is read-only: give it a writable one (runc/crun: drop \"ro\" from the /sys/fs/cgroup mount in config.json; docker/podman: --privileged, or a private cgroup namespace with a read-write /sys/fs/cgroup), or use --no-cgroup to run with rlimits only"
+	}
+	if os.Getuid() != 0 {
+		return "a normal user needs a delegated cgroup: `stockade doctor` prints how to get one; or use --no-cgroup to run with rlimits only"
+	}
+	return "use --no-cgroup to run with rlimits only"
 }

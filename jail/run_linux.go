@@ -94,7 +94,11 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	pol := hostSourcePolicy()
 	id, err := chooseIdentity(spec, own.lock.Slot(), pol)
 	if err != nil {
-		return &SetupError{Step: "workdir", Message: err.Error(), ExitCode: ExitJailError}
+		var se *SetupError
+		if errors.As(err, &se) {
+			return se
+		}
+		return &SetupError{Step: "identity", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	for _, b := range spec.ReadOnly {
 		if _, err := pol.checkSource("--ro", b.Source); err != nil {
@@ -171,41 +175,6 @@ func checkRoot(dir string) error {
 		return nil
 	}
 	return fmt.Errorf("--rootfs %s cannot serve as a jail's root: %s (%d problems in all; `stockade rootfs check %s` lists them)", dir, probs[0], len(probs), dir)
-}
-
-// identity is who the jail user is on the host.
-type identity struct {
-	hostUID, hostGID int
-	setGroups        bool
-}
-
-// chooseIdentity maps the jail user. As root: to the run's own unprivileged
-// id (hostIDFor the run's slot), or with --workdir to the directory's
-// owner, so the jail can write there without stockade chowning anyone's
-// files. As a normal user: to that user (the only mapping an unprivileged
-// user namespace allows).
-func chooseIdentity(spec Spec, slot int, pol sourcePolicy) (identity, error) {
-	id := identity{hostUID: os.Getuid(), hostGID: os.Getgid()}
-	if spec.Workdir != "" {
-		fi, err := pol.checkWorkdir(spec.Workdir)
-		if err != nil {
-			return id, err
-		}
-		if os.Geteuid() == 0 {
-			if err := pol.checkOwner(spec.Workdir, fi.Uid); err != nil {
-				return id, err
-			}
-			id.hostUID, id.hostGID = int(fi.Uid), int(fi.Gid)
-			if fi.Gid == 0 {
-				// Host root is never mapped, the group included.
-				id.hostGID = hostIDFor(slot)
-			}
-		}
-	} else if os.Geteuid() == 0 {
-		id.hostUID, id.hostGID = hostIDFor(slot), hostIDFor(slot)
-	}
-	id.setGroups = os.Geteuid() == 0
-	return id, nil
 }
 
 // jailEnv is the payload's environment: the fixed variables, each replaced

@@ -44,6 +44,9 @@ type Report struct {
 	// Error is set when the suite could not set up its host fixtures; then
 	// no door has been shown to hold.
 	Error string `json:"error,omitempty"`
+	// NoJail is set, with Error, when not even a harmless jail could start
+	// under the base spec: nothing was tested, no door is known open.
+	NoJail bool `json:"no_jail,omitempty"`
 }
 
 // OK reports whether every door held: no row failed and the suite ran.
@@ -86,6 +89,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if row.Status == Fail && row.Output != "" {
 			fmt.Fprintf(w, "\n--- FAIL %s / %s: the attack's output\n%s\n", row.Door, row.Attack, strings.TrimRight(row.Output, "\n"))
 		}
+	}
+	if r.NoJail {
+		_, err := fmt.Fprintf(w, "could not start a jail: %s\nnothing was tested\n", r.Error)
+		return err
 	}
 	if r.Error != "" {
 		fmt.Fprintf(w, "\nselftest could not run: %s\n", r.Error)

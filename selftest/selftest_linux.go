@@ -66,6 +66,14 @@ func Run(ctx context.Context, base jail.Spec, opts Options) Report {
 	if def.Cgroup.Disabled {
 		rep.Cgroup = "off"
 	}
+	// A jail that cannot start fails every attack for the same reason,
+	// which would read as every door open: find out first, in one run.
+	probe := base
+	probe.Args = []string{"python3", "-c", "pass"}
+	if _, err := jail.Run(ctx, probe, jail.Streams{}); err != nil {
+		rep.Error, rep.NoJail = err.Error(), true
+		return rep
+	}
 	fx, err := newFixtures()
 	if err != nil {
 		rep.Error = "host fixtures: " + err.Error()

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
+	"strconv"
 	"strings"
 
 	"github.com/stockade/stockade/cgroup"
+	"github.com/stockade/stockade/hostenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -58,12 +61,24 @@ func hostFacts() []string {
 			map[bool]string{true: " (unprivileged users need an AppArmor profile allowing userns)", false: ""}[v == "1"])
 	}
 	p("seccomp: %s", seccompSupport())
+	if sh, err := hostenv.Detect(); err != nil {
+		p("shape: unknown: %v", err)
+	} else {
+		out = append(out, sh.Describe()...)
+	}
+	cgOK := false
 	if m, err := cgroup.NewManager(cgroup.Options{}); err != nil {
 		p("cgroup: NOT usable: %v", err)
 	} else {
-		for _, l := range m.Describe() {
-			p("%s", l)
+		cgOK = m.Check(cgroup.Limits{MemoryMax: 1 << 30, CPUs: 1, PidsMax: 64}) == nil
+		out = append(out, m.Describe()...)
+	}
+	if !cgOK && os.Getuid() != 0 {
+		name := strconv.Itoa(os.Getuid())
+		if u, err := user.Current(); err == nil {
+			name = u.Username
 		}
+		out = append(out, cgroup.DelegationHelp(name, os.Getuid())...)
 	}
 	return out
 }

@@ -18,10 +18,12 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Usage: "attack the jail with the built-in escape suite under a profile",
 		Description: "Each attack is a small Python program run in its own jail under the profile: network, files,\n" +
 			"identity, kernel surface (the never-allowed system calls, raw), resources and the terminal.\n" +
-			"Exit status: 0 every door held, 1 a door is open, 125 the profile is bad.",
+			"Exit status: 0 every door held, 1 a door is open, 125 the profile is bad or no jail could start.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "profile", Usage: "profile to test (NAME or FILE)", DefaultText: "python"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+			&cli.StringFlag{Name: "cgroup-parent", Usage: "create each attack's cgroup below this path (a delegated cgroup when not root)"},
+			&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only (the resource attacks then show what that leaves)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -36,7 +38,17 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 				fmt.Fprintf(stderr, "stockade selftest: profile %s: %s\n", p.Name, p.Description)
 				opts.Progress = stderr
 			}
-			rep := selftest.Run(c.Context, p.Spec(nil), opts)
+			spec := p.Spec(nil)
+			// Where the cgroups go is this host's business, not the policy's.
+			spec.Cgroup.Parent = c.String("cgroup-parent")
+			spec.Cgroup.Disabled = c.Bool("no-cgroup")
+			rep := selftest.Run(c.Context, spec, opts)
+			if rep.NoJail {
+				if c.Bool("json") {
+					_ = rep.WriteJSON(stdout)
+				}
+				return &exitError{code: jail.ExitJailError, msg: "selftest: could not start a jail: " + rep.Error}
+			}
 			if c.Bool("json") {
 				err = rep.WriteJSON(stdout)
 			} else {

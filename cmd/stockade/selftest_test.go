@@ -54,3 +54,45 @@ func TestSelftestBadProfileExits125(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
 }
+
+// When no jail can start at all, every attack would fail for that one
+// reason and read as every door open. The suite must say it tested nothing,
+// with the reason, and exit 125 instead.
+func TestSelftestCouldNotStartAJailExits125(t *testing.T) {
+	needJail(t)
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"selftest", "--cgroup-parent", "stockade-no-such-parent-" + t.Name()}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		code, out, errs := invoke(t, "", args...)
+		if code != jail.ExitJailError || !strings.Contains(errs, "could not start a jail: cgroup:") ||
+			strings.Contains(out+errs, "DOORS OPEN") || strings.Contains(out, " passed, ") ||
+			(asJSON && !strings.Contains(out, `"no_jail": true`)) {
+			t.Fatalf("json %v: exit %d, stdout %q, stderr %q", asJSON, code, out, errs)
+		}
+	}
+}
+
+// --no-cgroup reaches every attack: the report says cgroup off and each run
+// is degraded, and the doors that do not need a cgroup still hold.
+func TestSelftestNoCgroupRunsWithoutCgroups(t *testing.T) {
+	needJail(t)
+	code, out, errs := invoke(t, "", "selftest", "--no-cgroup", "--json")
+	var rep struct {
+		Cgroup         string
+		Passed, Failed int
+		Rows           []struct{ Door, Attack, Status, Happened string }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
+	}
+	if rep.Cgroup != "off" || rep.Passed < 30 {
+		t.Fatalf("exit %d, cgroup %q, %d passed, %d failed", code, rep.Cgroup, rep.Passed, rep.Failed)
+	}
+	for _, r := range rep.Rows {
+		if r.Status == "FAIL" && r.Door != "resources" {
+			t.Errorf("without a cgroup, %s / %s failed: %s", r.Door, r.Attack, r.Happened)
+		}
+	}
+}

@@ -14,8 +14,11 @@ except OSError:
 for path in ("/proc/self/fd/0", "/dev/tty"):
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
-        os.write(fd, b"\x1b[2J")
-        reached.append("write " + path)
+        # Run as a normal user, the jail owns its stdin pipe and may
+        # reopen it: a write end of its own pipe, not a terminal.
+        if os.isatty(fd):
+            os.write(fd, b"\x1b[2J")
+            reached.append("write " + path)
         os.close(fd)
     except OSError:
         pass

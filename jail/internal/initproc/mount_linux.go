@@ -64,7 +64,7 @@ func (b *rootBuilder) do(st Step) error {
 	case StepProc:
 		err := b.mountNew("proc", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, nil)
 		if errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("%w: the kernel refuses a new procfs in a user namespace while parts of the host's /proc are masked or over-mounted (as in most containers); run stockade where /proc is fully visible", err)
+			return fmt.Errorf("%w: the kernel refuses a new procfs in a user namespace while parts of the host's /proc are masked or over-mounted (as in most containers); fix: unmask /proc for the container (docker: --security-opt systempaths=unconfined; podman: --security-opt unmask=ALL; runc/crun: empty linux.maskedPaths and linux.readonlyPaths in config.json)", err)
 		}
 		return err
 	case StepDevpts:
