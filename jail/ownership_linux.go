@@ -67,8 +67,13 @@ func (o *ownership) release(notices io.Writer) {
 // bytes, inotify watches, keys) are not shared between jails, and one jail
 // exhausting its own cannot starve another. A slot, and with it the id, is
 // handed out again only after everything of its previous run is dead.
+// HostID itself is left out: every jail of an older stockade was HostID.
+//
+// This is the one place a run's host id is chosen from its slot; a mapping
+// that must follow the caller's own uid_map (stockade inside a user
+// namespace) belongs here too.
 func hostIDFor(slot int) int {
-	return HostID + slot
+	return HostID + 1 + slot
 }
 
 // removeLeftovers kills and removes what a dead stockade's slot recorded:

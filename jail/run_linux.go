@@ -204,6 +204,30 @@ func jailEnv(spec Spec) []string {
 	return env
 }
 
+// jailMsgQueueBytes is what one jail may hold in POSIX message queues, the
+// kernel's default RLIMIT_MSGQUEUE.
+const jailMsgQueueBytes = 819200
+
+// uncapJailQueues lifts stockade's own RLIMIT_MSGQUEUE. Since Linux 5.14 a
+// jail's message queue bytes are counted twice: for the jail user in the
+// jail's user namespace, against the payload's own RLIMIT_MSGQUEUE, and for
+// the namespace's creator (root, for every jail) in the host's, against the
+// creator's RLIMIT_MSGQUEUE at the time of the clone. With the default
+// there, one jail's queues made mq_open fail with EMFILE in every other
+// jail. Without a cap at the creator, each jail keeps its own allowance
+// (restored by init, see rlimitsFor), and the messages themselves are
+// charged to the jail's memory cgroup. Raising it takes CAP_SYS_RESOURCE;
+// without it (a container's root) the jails keep sharing one allowance, a
+// limit the README lists, and the run goes ahead: queues are a nicety, not
+// isolation. A normal user's jails are all that user anyway.
+func uncapJailQueues() {
+	if os.Geteuid() != 0 {
+		return
+	}
+	inf := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+	_ = unix.Setrlimit(unix.RLIMIT_MSGQUEUE, &inf)
+}
+
 func rlimitsFor(spec Spec) []rlimit {
 	fsize := spec.Rlimits.FileSize
 	if fsize == 0 {
@@ -251,6 +275,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *childConfig) er
 	p.files = append(p.files, errR)
 	defer errW.Close()
 
+	uncapJailQueues()
 	initExePath, initFile, err := initPath()
 	if err != nil {
 		return &SetupError{Step: "start jail", Message: err.Error(), ExitCode: ExitJailError}

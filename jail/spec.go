@@ -18,9 +18,9 @@ const (
 	JailUID  = initproc.JailUID
 	JailGID  = initproc.JailGID
 	JailUser = "sandbox"
-	// HostID is the first of the host uids and gids the jail user becomes
-	// when stockade runs as root, one per concurrent run (HostID plus the
-	// run's runlock slot, below HostID+runlock.MaxSlots): far above any range
+	// HostID is the base of the host uids and gids the jail user becomes
+	// when stockade runs as root, one per concurrent run (HostID+1 plus the
+	// run's runlock slot, up to HostID+runlock.MaxSlots): far above any range
 	// useradd, systemd's dynamic users or subuid(5) hand out, so it owns
 	// nothing on the host but the run's /work.
 	HostID = initproc.HostID
