@@ -63,6 +63,7 @@ bench: deps-bench build
 soak: build
 	STOCKADE_SOAK=$${STOCKADE_SOAK:-2000} $(GO) test -count=1 -run '^TestSoak$$' -timeout 60m -v ./jail/
 	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_SERVE_SOAK=$${STOCKADE_SERVE_SOAK:-500} $(GO) test -count=1 -run '^TestServeSoak$$' -timeout 30m -v ./server/
+	STOCKADE_SOAK=$${STOCKADE_SIBLING_SOAK:-500} $(GO) test -count=1 -run '^TestSoakSiblingCgroups$$' -timeout 60m -v ./cmd/stockade/
 
 clean:
 	rm -rf bin build $(INIT)
