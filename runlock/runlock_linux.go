@@ -33,12 +33,22 @@ type Lock struct {
 	size int64
 }
 
-// DefaultDir is the lock directory for this effective uid: /run/stockade/runs
-// for root (on tmpfs, emptied on reboot together with every cgroup, and not
-// private to a systemd service with PrivateTmp=, as /tmp is), and a
-// directory in XDG_RUNTIME_DIR or the temp directory for anyone else (whose
-// cgroups, if any, are delegated to them alone).
+// DirEnv names the environment variable that overrides DefaultDir. Every
+// stockade that shares cgroup parents should share the directory; one with
+// a directory of its own never removes, and never has removed, another's
+// leftovers (tests use that to keep the host's other stockades off theirs).
+const DirEnv = "STOCKADE_LOCK_DIR"
+
+// DefaultDir is the lock directory for this effective uid: $STOCKADE_LOCK_DIR
+// if set, else /run/stockade/runs for root (emptied on reboot together with
+// every cgroup where /run is a tmpfs, and not private to a systemd service
+// with PrivateTmp=, as /tmp is), and a directory in XDG_RUNTIME_DIR or the
+// temp directory for anyone else (whose cgroups, if any, are delegated to
+// them alone).
 func DefaultDir() string {
+	if d := os.Getenv(DirEnv); filepath.IsAbs(d) {
+		return filepath.Clean(d)
+	}
 	if os.Geteuid() == 0 {
 		return "/run/stockade/runs"
 	}

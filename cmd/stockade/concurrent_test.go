@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/runlock"
 )
 
 // ownCgroupDirs maps each cgroup hierarchy's mount (v1: by controller) to
@@ -240,13 +241,21 @@ func TestAttackConcurrentStockadesKillEachOther(t *testing.T) {
 	}
 }
 
+// privateLockDir gives this test's stockades a lock directory of their own:
+// the host's other stockades (other test runs, other users of the machine)
+// sweep every dead run's leftovers in theirs, and would sweep the ones this
+// test means to watch before it looks.
+func privateLockDir(t *testing.T) {
+	t.Setenv(runlock.DirEnv, filepath.Join(t.TempDir(), "runs"))
+}
+
 // slotRecord finds the run lock slot a stockade process holds (an open
-// fd on a file in /run/stockade/runs; made with O_TMPFILE, its fd link
+// fd on a file in the lock directory; made with O_TMPFILE, its fd link
 // reads "#<inode> (deleted)" even once it has a name) and returns the
 // slot's path and what it recorded.
 func slotRecord(t *testing.T, pid int) (string, []string) {
 	t.Helper()
-	const dir = "/run/stockade/runs/"
+	dir := runlock.DefaultDir() + "/"
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, fd := range fds {
 		link := fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())
@@ -312,6 +321,7 @@ func startUntilUp(t *testing.T, dir, marker string) *exec.Cmd {
 // notice.
 func TestSIGKILLedStockadeSweptFromAnotherParent(t *testing.T) {
 	needJail(t)
+	privateLockDir(t)
 	sibs := siblingMemoryCgroups(t, 2)
 	marker := fmt.Sprintf("stockade-sweep-%d", time.Now().UnixNano())
 	cmd := startUntilUp(t, sibs[0], marker)
@@ -477,9 +487,9 @@ func TestSoakSiblingCgroups(t *testing.T) {
 	if left := leftoversOfAny(t, pids, sibs...); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
-	slots, _ := os.ReadDir("/run/stockade/runs")
+	slots, _ := os.ReadDir(runlock.DefaultDir())
 	for _, s := range slots {
-		b, _ := os.ReadFile(filepath.Join("/run/stockade/runs", s.Name()))
+		b, _ := os.ReadFile(filepath.Join(runlock.DefaultDir(), s.Name()))
 		for _, f := range strings.Fields(string(b)) {
 			if pid, ok := ranByAny(filepath.Base(f), pids); ok {
 				t.Errorf("slot %s still records a run of stockade %d: %s", s.Name(), pid, f)

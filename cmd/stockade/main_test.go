@@ -173,6 +173,7 @@ func TestPythonShortcut(t *testing.T) {
 
 func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
 	needJail(t)
+	privateLockDir(t)
 	marker := fmt.Sprintf("stockade-sigkill-%d", time.Now().UnixNano())
 	cmd := exec.Command("/proc/self/exe", "run", "--timeout", "60s", "--", "python3", "-c",
 		"import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(1000)", marker)
