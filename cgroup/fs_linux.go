@@ -157,41 +157,6 @@ func removeTree(dir string) error {
 	return nil
 }
 
-// lockDir opens dir and takes an exclusive flock on it. With wait false it
-// fails with unix.EWOULDBLOCK if another stockade holds the lock.
-func lockDir(dir string, wait bool) (int, error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	how := unix.LOCK_EX
-	if !wait {
-		how |= unix.LOCK_NB
-	}
-	for {
-		err = unix.Flock(fd, how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, &os.PathError{Op: "flock", Path: dir, Err: err}
-	}
-	return fd, nil
-}
-
-// stillAt reports whether fd is still the directory at path: a stale-group
-// sweep in another stockade may have removed a group between our mkdir and
-// our lock.
-func stillAt(fd int, path string) bool {
-	var a, b unix.Stat_t
-	if unix.Fstat(fd, &a) != nil || unix.Stat(path, &b) != nil {
-		return false
-	}
-	return a.Dev == b.Dev && a.Ino == b.Ino
-}
-
 // backoff sleeps a little longer on each call, from 1ms up to 20ms, so a
 // wait for the kernel finishes quickly when the kernel is quick.
 type backoff struct{ d time.Duration }

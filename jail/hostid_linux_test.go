@@ -185,3 +185,14 @@ func TestConcurrentRunsHaveDistinctHostUIDs(t *testing.T) {
 		seen[l] = true
 	}
 }
+
+// TestPayloadMessageQueueLimit: stockade may run with RLIMIT_MSGQUEUE
+// lifted (uncapJailQueues), but the payload gets the kernel's default back,
+// so one jail's queues stay bounded by its own allowance.
+func TestPayloadMessageQueueLimit(t *testing.T) {
+	needJail(t)
+	r := mustRun(t, py("import resource; print(resource.getrlimit(resource.RLIMIT_MSGQUEUE))"))
+	if want := fmt.Sprintf("(%d, %d)\n", jailMsgQueueBytes, jailMsgQueueBytes); r.Verdict != VerdictOK || r.Stdout != want {
+		t.Errorf("payload's RLIMIT_MSGQUEUE: %s %q, want %q", r.Verdict, r.Stdout, want)
+	}
+}

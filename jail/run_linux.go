@@ -237,6 +237,9 @@ func rlimitsFor(spec Spec) []rlimit {
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_NOFILE, Cur: spec.Rlimits.OpenFiles, Max: spec.Rlimits.OpenFiles},
 		{Resource: unix.RLIMIT_FSIZE, Cur: fsize, Max: fsize},
+		// The kernel's default, restored here for the payload: stockade
+		// itself runs without one (see uncapJailQueues).
+		{Resource: unix.RLIMIT_MSGQUEUE, Cur: jailMsgQueueBytes, Max: jailMsgQueueBytes},
 	}
 	if c := spec.Cgroup.CPUTime; c > 0 {
 		// The per-process backstop under the cgroup poll (and the only CPU
