@@ -6,9 +6,11 @@ import (
 )
 
 // bootstrap is the program every jail of the server runs with `python3 -I
-// -c`. It starts with the jail and blocks reading its job from stdin: a
-// decimal length and a newline, then that many bytes of JSON ({"code"} or
-// {"argv"}, and "files"). Whatever follows on stdin is the job's own
+// -c`. It starts with the jail and reads two frames from stdin, each a
+// decimal length and a newline, then that many bytes of JSON: the preamble
+// (written as soon as the jail is made: matplotlib's font list, so that a
+// plot does not scan every font on the host in every run), then, blocking
+// until a request comes, the job ({"code"} or {"argv"}, and "files"). Whatever follows on stdin is the job's own
 // stdin: the bootstrap reads the header with os.read, unbuffered, so not
 // a byte of it is consumed. It writes the files into /work, then runs the
 // code as __main__ (or execs argv), and at the end saves the matplotlib
@@ -33,6 +35,16 @@ def _stockade_header():
             os._exit(0)
         h += c
     return _stockade_read(int(h))
+_pre = json.loads(_stockade_header())
+if _pre.get("mpl_fontlist"):
+    try:
+        _d = os.environ.get("MPLCONFIGDIR") or "/tmp/.matplotlib"
+        os.makedirs(_d, exist_ok=True)
+        with open(os.path.join(_d, os.path.basename(_pre["mpl_fontlist"]["name"])), "wb") as _f:
+            _f.write(base64.b64decode(_pre["mpl_fontlist"]["data"]))
+    except Exception:
+        pass
+del _pre
 _job = json.loads(_stockade_header())
 for _n, _d in (_job.get("files") or {}).items():
     with open(os.path.join("/work", _n), "wb") as _f:
@@ -112,11 +124,24 @@ type job struct {
 	Files map[string]string `json:"files,omitempty"` // base64, as the request had them
 }
 
-// encodeJob is the bytes the bootstrap reads before the job's own stdin.
-func encodeJob(j job) ([]byte, error) {
-	b, err := json.Marshal(j)
+// preamble is what a jail gets as soon as it is made.
+type preamble struct {
+	MplFontlist *namedFile `json:"mpl_fontlist,omitempty"`
+}
+
+type namedFile struct {
+	Name string `json:"name"`
+	Data []byte `json:"data"` // base64 in JSON
+}
+
+// frame is one length-prefixed JSON frame the bootstrap reads.
+func frame(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
 	return append([]byte(fmt.Sprintf("%d\n", len(b))), b...), nil
 }
+
+// encodeJob is the bytes the bootstrap reads before the job's own stdin.
+func encodeJob(j job) ([]byte, error) { return frame(j) }

@@ -112,6 +112,13 @@ func (s *testServer) waitReady() {
 	s.t.Fatalf("server not ready in 30s:\n%s", s.log)
 }
 
+func (s *testServer) logString() string {
+	w := s.cmd.Stderr.(*lockedWriter)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return s.log.String()
+}
+
 func (s *testServer) stop() {
 	select {
 	case <-s.exited:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockade/stockade/jail"
@@ -82,6 +83,7 @@ type Server struct {
 	audit    *auditLog
 	inflight sync.WaitGroup
 	logMu    sync.Mutex
+	fontlist atomic.Pointer[namedFile] // matplotlib's, once built
 }
 
 // New checks the configuration; Serve starts the pools and the server.
@@ -118,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serve: profile %s given twice", p.Name)
 		}
 		s.profiles[p.Name] = spec
-		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf)
+		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.preamble)
 	}
 	return s, nil
 }
@@ -172,6 +174,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for _, p := range s.pools {
 		go p.refill(poolCtx, s.cfg.Notices)
 	}
+	fontsDone := make(chan struct{})
+	go func() { s.buildFontlist(poolCtx); close(fontsDone) }()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/run", s.handleRun)
 	mux.HandleFunc("/v1/health", s.handleHealth)
@@ -211,6 +215,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for _, p := range s.pools {
 		<-p.done
 	}
+	<-fontsDone
 	s.logf("stopped: every jail, cgroup and run directory removed")
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

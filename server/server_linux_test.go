@@ -199,6 +199,15 @@ func TestServePlotReturnsPNG(t *testing.T) {
 	if len(r.Files) != 0 {
 		t.Errorf("matplotlib's caches came back as files: %v", keys(r.Files))
 	}
+	// Jails made once the server has matplotlib's font list get it before
+	// their job, so a plot does not scan the host's fonts in every run.
+	eventually(t, "font list cached", func() bool { return strings.Contains(s.logString(), "font list cached") })
+	s.run(RunRequest{Code: code("pass")}) // a jail made before, perhaps
+	s.waitReady()
+	r = s.run(RunRequest{Code: code("import glob; print(len(glob.glob('/tmp/.matplotlib/fontlist-*.json')))")})
+	if r.Stdout != "1\n" {
+		t.Errorf("font list in a new jail: %q %q", r.Stdout, r.Stderr)
+	}
 }
 
 func TestServeStreamsNDJSON(t *testing.T) {
