@@ -305,3 +305,27 @@ func (netListenConfig) listen(path string) (*net.UnixListener, error) {
 	l.SetUnlinkOnClose(false)
 	return l, nil
 }
+
+// descendantsWith lists live descendants of pid whose command line
+// contains mark: this test's own jails, never another server's.
+func descendantsWith(pid int, mark string) []string {
+	var found []string
+	for _, p := range processesWith(mark) {
+		for q, hops := p, 0; q != "" && hops < 8; hops++ {
+			b, err := os.ReadFile(filepath.Join("/proc", q, "stat"))
+			if err != nil {
+				break
+			}
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+			if len(f) < 2 {
+				break
+			}
+			if f[1] == strconv.Itoa(pid) {
+				found = append(found, p)
+				break
+			}
+			q = f[1]
+		}
+	}
+	return found
+}

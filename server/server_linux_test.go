@@ -551,3 +551,91 @@ func keys(m map[string]string) []string {
 	}
 	return k
 }
+
+// A pooled jail that dies while waiting is discarded and reported, never
+// handed out: its interpreter is killed from the host, and the next
+// request is still served.
+func TestServePooledJailDiedWhileWaiting(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	// One interpreter waits in the pool (the font scan's jail ends soon).
+	var waiting []string
+	eventually(t, "one waiting interpreter", func() bool {
+		waiting = descendantsWith(s.cmd.Process.Pid, "_stockade_header")
+		return len(waiting) == 1
+	})
+	if len(waiting) != 1 {
+		t.Fatalf("want one waiting interpreter, found %v", waiting)
+	}
+	pid, _ := strconv.Atoi(waiting[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	r := s.run(RunRequest{Code: code("print('served')")})
+	if r.Verdict != "ok" || r.Stdout != "served\n" {
+		t.Fatalf("%+v", r)
+	}
+	var h Health
+	s.get("/v1/health", &h)
+	if h.Pool["python"].DiedWaiting != 1 {
+		t.Errorf("died_waiting %d, want 1", h.Pool["python"].DiedWaiting)
+	}
+	if !strings.Contains(s.logString(), "ended while waiting") {
+		t.Errorf("not reported in the log:\n%s", s.logString())
+	}
+}
+
+// Waiting jails count against the budget; a request that needs a jail of
+// its own gets room by giving up a waiting one.
+func TestServeBudgetEvictsWaitingJails(t *testing.T) {
+	s := startServer(t, "--pool", "2", "--budget-memory", "1G")
+	var h Health
+	s.get("/v1/health", &h)
+	if h.Budget["memory_used"] != 1<<30 {
+		t.Errorf("two waiting jails of 512M: budget used %d", h.Budget["memory_used"])
+	}
+	r := s.run(RunRequest{Code: code("print(1)"), Limits: &Limits{Memory: "256M"}})
+	if r.Verdict != "ok" || r.Pool.Hit {
+		t.Fatalf("%+v", r)
+	}
+	s.get("/v1/health", &h)
+	if h.Pool["python"].Evicted < 1 || h.Budget["memory_used"] > 1<<30 {
+		t.Errorf("after a cold run within a full budget: %+v", h)
+	}
+}
+
+// SIGTERM lets a running jail finish within the grace period, and kills
+// one that outlasts it; the server then exits, leaving nothing (stop
+// checks).
+func TestServeGracefulShutdown(t *testing.T) {
+	s := startServer(t, "--pool", "1", "--grace", "5s")
+	done := make(chan string, 1)
+	go func() {
+		_, _, body := postTo(t, s.hc, RunRequest{Code: code("import time; time.sleep(1); print('finished')")}, nil)
+		done <- string(body)
+	}()
+	time.Sleep(400 * time.Millisecond)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if body := <-done; !strings.Contains(body, `"stdout":"finished\n"`) {
+		t.Errorf("a run within the grace period: %s", body)
+	}
+	s.stop()
+
+	k := startServer(t, "--pool", "1", "--grace", "500ms")
+	mark := fmt.Sprintf("stockade-grace-%d", time.Now().UnixNano())
+	go func() {
+		b, _ := json.Marshal(RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}})
+		if resp, err := k.hc.Post("http://stockade/v1/run", "application/json", bytes.NewReader(b)); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, "the jail started", func() bool { return len(processesWith(mark)) > 0 })
+	begin := time.Now()
+	k.stop()
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("shutdown took %v with a 500ms grace", took)
+	}
+	if left := processesWith(mark); len(left) > 0 {
+		t.Errorf("jail processes after shutdown: %v", left)
+	}
+}
