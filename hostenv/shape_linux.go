@@ -45,18 +45,27 @@ var MappingCaps = []struct {
 // container runtime's default set does (runc's default spec keeps only
 // CAP_AUDIT_WRITE, CAP_KILL and CAP_NET_BIND_SERVICE).
 func MissingMappingCaps() ([]string, error) {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return nil, fmt.Errorf("capget: %w", err)
-	}
 	var missing []string
 	for _, c := range MappingCaps {
-		if data[c.Bit/32].Effective&(1<<(uint(c.Bit)%32)) == 0 {
+		ok, err := HasEffectiveCap(c.Bit)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
 			missing = append(missing, c.Name)
 		}
 	}
 	return missing, nil
+}
+
+// HasEffectiveCap reports whether capability bit is in the effective set.
+func HasEffectiveCap(bit int) (bool, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false, fmt.Errorf("capget: %w", err)
+	}
+	return data[bit/32].Effective&(1<<(uint(bit)%32)) != 0, nil
 }
 
 // Detect reads the shape from /proc.
@@ -146,7 +155,7 @@ func (s Shape) Describe() []string {
 	case !s.InUserNamespace():
 		add("initial user namespace (a host, or a container without a user namespace)")
 	case len(s.UIDMap) == 1 && s.UIDMap[0].Count == 1:
-		add("user namespace mapping only one id (%s): the rootless-podman / CI-runner shape; the jail user becomes that id", s.UIDMap.Describe())
+		add("user namespace mapping only one id (%s): the rootless-podman / CI-runner shape; the jail user becomes that id, which needs CAP_SETFCAP (--cap-add=SETFCAP)", s.UIDMap.Describe())
 	default:
 		var n uint64
 		for _, r := range s.UIDMap {

@@ -3,6 +3,7 @@ package jail
 import (
 	"fmt"
 	"github.com/stockade/stockade/hostenv"
+	"golang.org/x/sys/unix"
 	"os"
 	"strings"
 )
@@ -47,6 +48,9 @@ type idEnv struct {
 	// setgroupsDenied: /proc/self/setgroups says "deny", which a nested
 	// namespace inherits and cannot undo, so init must not call setgroups.
 	setgroupsDenied bool
+	// setfcap: CAP_SETFCAP is effective, which mapping root of the
+	// namespace above requires.
+	setfcap bool
 	// groups are stockade's supplementary groups, which the jail keeps
 	// whenever init cannot clear them.
 	groups []int
@@ -78,6 +82,9 @@ func currentIDEnv() (idEnv, error) {
 			return env, err
 		}
 	}
+	if env.setfcap, err = hostenv.HasEffectiveCap(unix.CAP_SETFCAP); err != nil {
+		return env, err
+	}
 	// Absent before Linux 3.19: setgroups is then allowed.
 	if b, err := os.ReadFile("/proc/self/setgroups"); err == nil {
 		env.setgroupsDenied = strings.TrimSpace(string(b)) == "deny"
@@ -86,6 +93,17 @@ func currentIDEnv() (idEnv, error) {
 }
 
 func chooseIdentityIn(spec Spec, env idEnv, pol sourcePolicy) (identity, error) {
+	id, err := pickIdentity(spec, env, pol)
+	if err == nil && id.hostUID == 0 && !env.setfcap {
+		// Since Linux 5.12 a map that holds root of the namespace above
+		// needs CAP_SETFCAP there: a file capability written by such a
+		// namespace would otherwise hold above it.
+		return id, fmt.Errorf("the jail must become this user namespace's root, the only id it maps (uid_map: %s), and the kernel allows that mapping only with CAP_SETFCAP, which stockade lacks; fix: grant the container CAP_SETFCAP (docker/podman --cap-add=SETFCAP; runc/crun: process.capabilities), or map more ids into it (podman --userns=auto)", env.uidMap.Describe())
+	}
+	return id, err
+}
+
+func pickIdentity(spec Spec, env idEnv, pol sourcePolicy) (identity, error) {
 	id := identity{hostUID: env.uid, hostGID: env.gid}
 	if !env.privileged() || env.setgroupsDenied {
 		// The jail keeps these groups: none may be root above.

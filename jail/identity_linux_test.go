@@ -63,12 +63,13 @@ func TestChooseIdentityInEachNamespaceShape(t *testing.T) {
 		{"host root", idEnv{uid: 0, gid: 0, uidMap: hostMap, gidMap: hostMap}, HostID, HostID, true, ""},
 		{"host user", idEnv{uid: 1000, gid: 1000, uidMap: hostMap, gidMap: hostMap, groups: []int{1000, 27}}, 1000, 1000, false, ""},
 		{"host user in the root group", idEnv{uid: 1000, gid: 1000, uidMap: hostMap, gidMap: hostMap, groups: []int{0}}, 0, 0, false, "supplementary group 0"},
-		{"root of a root-only namespace", idEnv{uid: 0, gid: 0, uidMap: rootOnlyMap, gidMap: rootOnlyMap}, 0, 0, true, ""},
+		{"root of a root-only namespace", idEnv{uid: 0, gid: 0, uidMap: rootOnlyMap, gidMap: rootOnlyMap, setfcap: true}, 0, 0, true, ""},
+		{"root of a root-only namespace without CAP_SETFCAP", idEnv{uid: 0, gid: 0, uidMap: rootOnlyMap, gidMap: rootOnlyMap}, 0, 0, false, "--cap-add=SETFCAP"},
 		{"root of a rootless podman namespace", idEnv{uid: 0, gid: 0, uidMap: podmanMap, gidMap: podmanMap}, 65536, 65536, true, ""},
 		{"setgroups denied keeps groups", idEnv{uid: 0, gid: 0, uidMap: podmanMap, gidMap: podmanMap, setgroupsDenied: true, groups: []int{0}}, 65536, 65536, false, ""},
 		{"namespace mapping only host root", idEnv{uid: 0, gid: 0, uidMap: hostRootOnlyMap, gidMap: hostRootOnlyMap}, 0, 0, false, "no unprivileged uid"},
 		{"host root without the mapping capabilities", idEnv{uid: 0, gid: 0, uidMap: hostMap, gidMap: hostMap, missingCaps: []string{"CAP_SETUID"}}, 0, 0, false, "--cap-add=SETUID"},
-		{"namespace root without the capabilities", idEnv{uid: 0, gid: 0, uidMap: rootOnlyMap, gidMap: rootOnlyMap, missingCaps: []string{"CAP_CHOWN"}}, 0, 0, false, ""},
+		{"namespace root without the capabilities", idEnv{uid: 0, gid: 0, uidMap: rootOnlyMap, gidMap: rootOnlyMap, missingCaps: []string{"CAP_CHOWN"}, setfcap: true}, 0, 0, false, ""},
 	}
 	for _, c := range cases {
 		id, err := chooseIdentityIn(Spec{}, c.env, sourcePolicy{})
