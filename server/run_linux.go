@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stockade/stockade/jail"
 )
@@ -213,7 +214,10 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 	}()
 	opts := jail.StartOptions{Timeout: spec.Timeout}
 	if out != nil {
-		opts.Stdout, opts.Stderr = out.stream("stdout"), out.stream("stderr")
+		o, e := out.stream("stdout"), out.stream("stderr")
+		opts.Stdout, opts.Stderr = o, e
+		defer o.flush()
+		defer e.flush()
 	}
 	res, _ := jl.p.Start(ctx, opts)
 	return res
@@ -249,17 +253,47 @@ func (n *ndjson) write(line []byte) {
 	}
 }
 
+// streamWriter sends one stream's chunks as lines. A chunk boundary can
+// fall inside a UTF-8 character; the incomplete tail waits for the next
+// chunk, so that the JSON encoder does not turn each half into U+FFFD.
 type streamWriter struct {
-	n   *ndjson
-	typ string
+	n       *ndjson
+	typ     string
+	pending []byte
 }
 
-func (n *ndjson) stream(typ string) io.Writer { return &streamWriter{n: n, typ: typ} }
+func (n *ndjson) stream(typ string) *streamWriter { return &streamWriter{n: n, typ: typ} }
 
 func (s *streamWriter) Write(p []byte) (int, error) {
+	b := append(s.pending, p...)
+	cut := len(b)
+	// At most 3 bytes of a character can be missing its end.
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	s.pending = append([]byte(nil), b[cut:]...)
+	if cut > 0 {
+		s.send(b[:cut])
+	}
+	return len(p), nil
+}
+
+// flush sends what is left at the end of the run, whole or not.
+func (s *streamWriter) flush() {
+	if len(s.pending) > 0 {
+		s.send(s.pending)
+		s.pending = nil
+	}
+}
+
+func (s *streamWriter) send(b []byte) {
 	s.n.write(marshal(struct {
 		Type string `json:"type"`
 		Data string `json:"data"`
-	}{s.typ, string(p)}))
-	return len(p), nil
+	}{s.typ, string(b)}))
 }
