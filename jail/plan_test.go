@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"github.com/stockade/stockade/jail/internal/initproc"
 	"strings"
 	"testing"
 
@@ -15,13 +16,13 @@ func hostRoot() []rootfs.Entry {
 	}
 }
 
-func find(p []step, dest string) (step, bool) {
+func find(p []initproc.Step, dest string) (initproc.Step, bool) {
 	for _, s := range p {
 		if s.Dest == dest {
 			return s, true
 		}
 	}
-	return step{}, false
+	return initproc.Step{}, false
 }
 
 func TestPlanLayout(t *testing.T) {
@@ -31,23 +32,23 @@ func TestPlanLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p[0].Kind != stepTmpfs || p[0].Dest != "/" {
+	if p[0].Kind != initproc.StepTmpfs || p[0].Dest != "/" {
 		t.Fatalf("plan must start with the root tmpfs, got %+v", p[0])
 	}
 	usr, _ := find(p, "/usr")
-	if usr.Kind != stepBind || usr.Writable || !usr.Exec || usr.User {
+	if usr.Kind != initproc.StepBind || usr.Writable || !usr.Exec || usr.User {
 		t.Errorf("/usr: %+v, want a read-only exec bind of a trusted source", usr)
 	}
 	work, _ := find(p, "/work")
-	if work.Kind != stepBind || !work.Writable || work.Exec {
+	if work.Kind != initproc.StepBind || !work.Writable || work.Exec {
 		t.Errorf("/work: %+v, want writable and noexec", work)
 	}
 	tmp, _ := find(p, "/tmp")
-	if tmp.Kind != stepTmpfs || tmp.Size != 64<<20 || tmp.Mode != 0o1777 {
+	if tmp.Kind != initproc.StepTmpfs || tmp.Size != 64<<20 || tmp.Mode != 0o1777 {
 		t.Errorf("/tmp: %+v", tmp)
 	}
 	models, _ := find(p, "/models")
-	if models.Kind != stepBind || models.Writable || models.Exec || !models.User {
+	if models.Kind != initproc.StepBind || models.Writable || models.Exec || !models.User {
 		t.Errorf("--ro bind: %+v, want read-only, noexec, resolved as a user path", models)
 	}
 	passwd, _ := find(p, "/etc/passwd")
@@ -76,7 +77,7 @@ func TestPlanNoWorkdir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := find(p, "/work"); w.Kind != stepDir {
+	if w, _ := find(p, "/work"); w.Kind != initproc.StepDir {
 		t.Fatalf("/work: %+v, want a plain (read-only) directory", w)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade/stockade/rootfs"
+	"github.com/stockade/stockade/rootimage"
 )
 
 // TestRunInBuiltRootfs runs Python in a root that `stockade rootfs build`
@@ -44,10 +44,10 @@ func builtRootfs(t *testing.T) string {
 		wd, _ := os.Getwd()
 		cache = filepath.Join(filepath.Dir(wd), cache) // go test runs in jail/
 	}
-	dir := filepath.Join(cache, rootfs.DefaultSuite)
+	dir := filepath.Join(cache, rootimage.DefaultSuite)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if _, err := rootfs.EnsureBuilt(ctx, dir, rootfs.BuildOptions{}); err != nil {
+	if _, err := rootimage.EnsureBuilt(ctx, dir, rootimage.BuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return dir

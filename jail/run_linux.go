@@ -80,15 +80,15 @@ func setError(res *Result, err error) {
 func (p *Prepared) prepare(ctx context.Context) error {
 	spec, st := p.spec, p.st
 	if err := spec.Validate(); err != nil {
-		return &SetupError{Step: "spec", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("spec", err)
 	}
 	bpf, err := compileSeccomp(spec.Seccomp)
 	if err != nil {
-		return &SetupError{Step: "seccomp", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("seccomp", err)
 	}
 	own, err := acquireOwnership(st.Notices)
 	if err != nil {
-		return &SetupError{Step: "run lock", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("run lock", err)
 	}
 	p.own = own
 	pol := hostSourcePolicy()
@@ -98,11 +98,11 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		if errors.As(err, &se) {
 			return se
 		}
-		return &SetupError{Step: "identity", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("identity", err)
 	}
 	for _, b := range spec.ReadOnly {
 		if _, err := pol.checkSource("--ro", b.Source); err != nil {
-			return &SetupError{Step: "bind", Message: err.Error(), ExitCode: ExitJailError}
+			return setupError("bind", err)
 		}
 	}
 	var root []rootfs.Entry
@@ -111,7 +111,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		root, err = rootfs.Host()
 	} else {
 		if _, err := pol.checkSource("--rootfs", spec.Rootfs); err != nil {
-			return &SetupError{Step: "rootfs", Message: err.Error(), ExitCode: ExitJailError}
+			return setupError("rootfs", err)
 		}
 		// The check walks the whole tree: let it run while the run
 		// directory and the cgroup are made.
@@ -120,7 +120,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		root, err = rootfs.Dir(spec.Rootfs)
 	}
 	if err != nil {
-		return &SetupError{Step: "rootfs", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("rootfs", err)
 	}
 	workUID := -1
 	if spec.Workdir == "" && spec.WorkdirMode == WorkdirFresh {
@@ -129,13 +129,13 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	dir, err := newRunDir(own, workUID, id.hostGID)
 	if err != nil {
 		own.leftovers = true // perhaps half made; the record names it
-		return &SetupError{Step: "run directory", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("run directory", err)
 	}
 	p.dir = dir
 	if !spec.Cgroup.Disabled {
 		if p.cg, err = newRunCgroup(spec, own, filepath.Base(dir.path), st.Notices); err != nil {
 			own.leftovers = true // the record may name a group Create could not remove
-			return &SetupError{Step: "cgroup", Message: err.Error(), ExitCode: ExitJailError}
+			return setupError("cgroup", err)
 		}
 	}
 	workdir := dir.work
@@ -145,16 +145,16 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: workdir,
 		custom: spec.Rootfs != RootfsHost})
 	if err != nil {
-		return &SetupError{Step: "mount plan", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("mount plan", err)
 	}
-	cfg := &childConfig{
+	cfg := &initproc.Config{
 		NewRoot: dir.root, Steps: steps, Hostname: spec.Hostname,
 		Args: spec.Args, Env: jailEnv(spec), Path: jailPath,
 		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: bpf,
 	}
 	if rootChecked != nil {
 		if err := <-rootChecked; err != nil {
-			return &SetupError{Step: "rootfs", Message: err.Error(), ExitCode: ExitJailError}
+			return setupError("rootfs", err)
 		}
 	}
 	return p.launch(ctx, id, cfg)
@@ -228,12 +228,12 @@ func uncapJailQueues() {
 	_ = unix.Setrlimit(unix.RLIMIT_MSGQUEUE, &inf)
 }
 
-func rlimitsFor(spec Spec) []rlimit {
+func rlimitsFor(spec Spec) []initproc.Rlimit {
 	fsize := spec.Rlimits.FileSize
 	if fsize == 0 {
 		fsize = unix.RLIM_INFINITY
 	}
-	r := []rlimit{
+	r := []initproc.Rlimit{
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_NOFILE, Cur: spec.Rlimits.OpenFiles, Max: spec.Rlimits.OpenFiles},
 		{Resource: unix.RLIMIT_FSIZE, Cur: fsize, Max: fsize},
@@ -247,14 +247,14 @@ func rlimitsFor(spec Spec) []rlimit {
 		// the poll normally ends the run first. The soft limit sends
 		// SIGXCPU, the hard one a second later SIGKILL.
 		s := uint64(c/time.Second) + 2
-		r = append(r, rlimit{Resource: unix.RLIMIT_CPU, Cur: s, Max: s + 1})
+		r = append(r, initproc.Rlimit{Resource: unix.RLIMIT_CPU, Cur: s, Max: s + 1})
 	}
 	return r
 }
 
 // launch starts init, sends it the plan and waits until the payload has
 // started (or setup failed). Every file it opens is closed by Close.
-func (p *Prepared) launch(ctx context.Context, id identity, cfg *childConfig) error {
+func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config) error {
 	spec, st, cg := p.spec, p.st, p.cg
 	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -281,7 +281,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *childConfig) er
 	uncapJailQueues()
 	initExePath, initFile, err := initPath()
 	if err != nil {
-		return &SetupError{Step: "start jail", Message: err.Error(), ExitCode: ExitJailError}
+		return setupError("start jail", err)
 	}
 	if initFile != nil {
 		defer initFile.Close()
@@ -324,7 +324,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *childConfig) er
 	var pump *stdinPump
 	if st.Stdin != nil {
 		if pump, err = newStdinPump(st.Stdin); err != nil {
-			return &SetupError{Step: "start jail", Message: err.Error(), ExitCode: ExitJailError}
+			return setupError("start jail", err)
 		}
 		p.pump = pump // Close stops it
 		cmd.Stdin = pump.jailEnd
@@ -334,7 +334,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *childConfig) er
 
 	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg}
 	if err := sv.launch(); err != nil {
-		return &SetupError{Step: "start jail", Message: explainStart(err), ExitCode: ExitJailError}
+		return setupError("start jail", explainStart(err))
 	}
 	p.sv = sv
 	outW.Close()
@@ -375,28 +375,28 @@ func (p *Prepared) collect() error {
 	err := sv.result(res)
 	if cg != nil {
 		if cerr := cg.finish(res, sv.cpuOver); cerr != nil && err == nil {
-			err = &SetupError{Step: "cgroup", Message: cerr.Error(), ExitCode: ExitJailError}
+			err = setupError("cgroup", cerr)
 		}
 	}
 	return err
 }
 
 // explainStart turns a failed clone into the reason a user can act on.
-func explainStart(err error) string {
+func explainStart(err error) error {
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOSPC) {
 		hint := readSysctl("/proc/sys/user/max_user_namespaces")
 		if hint == "0" {
-			return fmt.Sprintf("%v: user namespaces are disabled (user.max_user_namespaces = 0)", err)
+			return fmt.Errorf("%w: user namespaces are disabled (user.max_user_namespaces = 0)", err)
 		}
 		if readSysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" && os.Geteuid() != 0 {
-			return fmt.Sprintf("%v: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1, as on Ubuntu 24.04); allow it with an AppArmor profile for stockade granting `userns`, or run as root", err)
+			return fmt.Errorf("%w: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1, as on Ubuntu 24.04); allow it with an AppArmor profile for stockade granting `userns`, or run as root", err)
 		}
 		if readSysctl("/proc/sys/kernel/unprivileged_userns_clone") == "0" && os.Geteuid() != 0 {
-			return fmt.Sprintf("%v: unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)", err)
+			return fmt.Errorf("%w: unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)", err)
 		}
-		return fmt.Sprintf("%v: the kernel refused new namespaces (inside a container, its seccomp profile or missing CAP_SYS_ADMIN usually forbids them); see `stockade doctor`", err)
+		return fmt.Errorf("%w: the kernel refused new namespaces (inside a container, its seccomp profile or missing CAP_SYS_ADMIN usually forbids them); see `stockade doctor`", err)
 	}
-	return err.Error()
+	return err
 }
 
 func readSysctl(p string) string {

@@ -29,8 +29,8 @@ type supervision struct {
 
 	mu       sync.Mutex
 	started  time.Time
-	exit     *childMsg
-	setupErr *childMsg
+	exit     *initproc.Msg
+	setupErr *initproc.Msg
 	badMsg   error
 
 	filter     *seccomp.Supervisor // answers refused system calls
@@ -183,7 +183,7 @@ func (sv *supervision) noteBad(err error) {
 // more under load); doing it beside init's mount work hides most of that.
 // Init waits for "go" before it unshares its cgroup namespace and before
 // anything of the payload runs.
-func (sv *supervision) sendPlan(cfg *childConfig, place func() error) {
+func (sv *supervision) sendPlan(cfg *initproc.Config, place func() error) {
 	b, err := json.Marshal(cfg)
 	if err == nil && len(b) > initproc.MaxMsg {
 		err = fmt.Errorf("the command, its environment and the mount plan take %d bytes, more than the %d a jail's plan may", len(b), initproc.MaxMsg)
@@ -237,18 +237,18 @@ func (sv *supervision) readMessages() {
 		fds := parseFDs(oob[:oobn])
 		sv.mu.Lock()
 		switch m.Kind {
-		case msgStarted:
+		case initproc.MsgStarted:
 			if sv.started.IsZero() {
 				sv.started = time.Now()
 				close(sv.startedCh)
 			}
-		case msgExit:
+		case initproc.MsgExit:
 			mm := m
 			sv.exit = &mm
-		case msgError:
+		case initproc.MsgError:
 			mm := m
 			sv.setupErr = &mm
-		case msgSeccomp:
+		case initproc.MsgSeccomp:
 			if len(fds) == 1 && sv.filter == nil {
 				sv.filter = seccomp.NewSupervisor(fds[0])
 				sv.filterDone = make(chan struct{})
@@ -292,7 +292,7 @@ func (sv *supervision) result(res *Result) error {
 		return &SetupError{Step: sv.setupErr.Step, Message: sv.setupErr.Message, ExitCode: sv.setupErr.ExitCode}
 	}
 	if sv.badMsg != nil && sv.exit == nil {
-		return &SetupError{Step: "supervise", Message: sv.badMsg.Error(), ExitCode: ExitJailError}
+		return setupError("supervise", sv.badMsg)
 	}
 	res.BlockedSyscalls = blockedOf(sv.filter)
 	from := sv.begin
@@ -346,7 +346,7 @@ func (sv *supervision) result(res *Result) error {
 		sig := int(unix.SIGKILL)
 		res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
 	default:
-		return &SetupError{Step: "supervise", Message: fmt.Sprintf("jail init ended without a report (%v)", sv.state), ExitCode: ExitJailError}
+		return setupError("supervise", fmt.Errorf("jail init ended without a report (%v)", sv.state))
 	}
 	if (res.StdoutTruncated || res.StderrTruncated) && (res.Verdict == VerdictOK || res.Verdict == VerdictExit) {
 		res.Verdict = VerdictOutput

@@ -105,11 +105,11 @@ func modeProblems(fi fs.FileInfo) []string {
 		msgs = append(msgs, fmt.Sprintf("world-writable (%04o)", m.Perm()))
 	}
 	if uid, gid, ok := owner(fi); ok {
-		if uid == jailUID && m.Perm()&0o200 != 0 {
-			msgs = append(msgs, fmt.Sprintf("writable by the jail user (owner uid %d)", jailUID))
+		if uid == JailUID && m.Perm()&0o200 != 0 {
+			msgs = append(msgs, fmt.Sprintf("writable by the jail user (owner uid %d)", JailUID))
 		}
-		if gid == jailGID && m.Perm()&0o020 != 0 {
-			msgs = append(msgs, fmt.Sprintf("writable by the jail user's group (group gid %d)", jailGID))
+		if gid == JailGID && m.Perm()&0o020 != 0 {
+			msgs = append(msgs, fmt.Sprintf("writable by the jail user's group (group gid %d)", JailGID))
 		}
 	}
 	return msgs

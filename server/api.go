@@ -240,3 +240,6 @@ func marshal(v any) []byte {
 	_ = enc.Encode(v)
 	return b.Bytes()
 }
+
+// NDJSON is the media type of a streamed response.
+const NDJSON = "application/x-ndjson"

@@ -16,9 +16,6 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-// NDJSON is the media type of a streamed response.
-const NDJSON = "application/x-ndjson"
-
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command gen compiles the built-in seccomp policies for this machine's
 // architecture into seccomp/precompiled/, so that a jail's start does not
 // pay libseccomp's compilation (over 10 ms for the python policy) on every

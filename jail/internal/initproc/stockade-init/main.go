@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command stockade-init is a jail's init as a small static binary. The
 // Makefile embeds it in stockade, which runs it from a sealed memfd: it
 // starts in a fraction of the time the whole stockade binary takes, and

@@ -1,4 +1,4 @@
-package rootfs
+package rootimage
 
 import (
 	"archive/tar"
@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stockade/stockade/rootfs"
 	"io"
 	"io/fs"
 	"os"
@@ -433,7 +434,7 @@ func TestImportBuiltRoot(t *testing.T) {
 	if err := Import(context.Background(), writeDockerSave(t, image(t, l)), dst); err != nil {
 		t.Fatal(err)
 	}
-	if ps := Check(dst); len(ps) != 0 {
+	if ps := rootfs.Check(dst); len(ps) != 0 {
 		t.Errorf("Check of the imported root:\n%s", strings.Join(problemStrings(ps), "\n"))
 	}
 	out, err := exec.Command("chroot", dst, "/usr/bin/python3", "-c", "import json; print(json.dumps([2]))").CombinedOutput()

@@ -1,4 +1,4 @@
-package rootfs
+package rootimage
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package rootfs
+package rootimage
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/rootfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -269,7 +270,7 @@ func TestBuildReal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("built=%v in %v", built, time.Since(start).Round(100*time.Millisecond))
-	if ps := Check(dir); len(ps) != 0 {
+	if ps := rootfs.Check(dir); len(ps) != 0 {
 		t.Errorf("Check of the built root:\n%s", strings.Join(problemStrings(ps), "\n"))
 	}
 	passwd, _ := os.ReadFile(filepath.Join(dir, "etc/passwd"))
@@ -338,4 +339,19 @@ func TestDiscardLeavesMountsAlone(t *testing.T) {
 	if _, err := os.Stat(work); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("discard left %s after unmounting: %v", work, err)
 	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func problemStrings(ps []rootfs.Problem) []string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.String())
+	}
+	return s
 }

@@ -1,15 +1,16 @@
-package rootfs
+package rootimage
 
-import "fmt"
+import (
+	"fmt"
 
-// The jail user, as jail.JailUser, jail.JailUID and jail.JailGID define it
-// (jail imports rootfs, so the values are repeated, not imported): a built
-// root names the jail user as the host-derived root does, so that
-// getpass.getuser() and pwd.getpwuid() inside agree either way.
+	"github.com/stockade/stockade/rootfs"
+)
+
+// The jail user, named in a built root as in the host-derived one.
 const (
-	jailUser = "sandbox"
-	jailUID  = 1000
-	jailGID  = 1000
+	jailUser = rootfs.JailUser
+	jailUID  = rootfs.JailUID
+	jailGID  = rootfs.JailGID
 )
 
 // identityFiles are the /etc files Build generates, replacing what the

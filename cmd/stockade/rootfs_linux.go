@@ -7,6 +7,7 @@ import (
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/rootfs"
+	"github.com/stockade/stockade/rootimage"
 	"github.com/urfave/cli/v2"
 )
 
@@ -22,7 +23,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 				Usage:     "debootstrap a minimal Debian with python3 into DIR",
 				ArgsUsage: "DIR",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "suite", Value: rootfs.DefaultSuite, Usage: "Debian suite"},
+					&cli.StringFlag{Name: "suite", Value: rootimage.DefaultSuite, Usage: "Debian suite"},
 					&cli.StringFlag{Name: "packages", Usage: "comma-separated packages to add (python3-numpy,...)"},
 					&cli.StringFlag{Name: "mirror", Usage: "Debian mirror (default: the one apt uses on this host)"},
 				},
@@ -36,7 +37,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 							pkgs = append(pkgs, p)
 						}
 					}
-					err := rootfs.Build(c.Context, c.Args().First(), rootfs.BuildOptions{
+					err := rootimage.Build(c.Context, c.Args().First(), rootimage.BuildOptions{
 						Suite: c.String("suite"), Packages: pkgs, Mirror: c.String("mirror"), Progress: stderr})
 					if err != nil {
 						return fail(err)
@@ -53,7 +54,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 					if c.NArg() != 2 {
 						return fail(fmt.Errorf("rootfs import: give IMAGE and DIR"))
 					}
-					err := rootfs.ImportWith(c.Context, c.Args().Get(0), c.Args().Get(1), rootfs.ImportOptions{Progress: stderr})
+					err := rootimage.ImportWith(c.Context, c.Args().Get(0), c.Args().Get(1), rootimage.ImportOptions{Progress: stderr})
 					if err != nil {
 						return fail(err)
 					}
