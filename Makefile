@@ -7,8 +7,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export GOFLAGS := -tags=urfave_cli_no_docs
 GO ?= go
 BIN := bin/stockade
-STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
-STATICCHECK_VERSION := 2026.2.2
+# staticcheck by its module version (the release 2026.2.2 is module
+# v0.8.2, the form the module proxy serves), installed into build/tools under
+# a versioned name: a fresh machine with an empty GOPATH gets exactly this
+# one, and a staticcheck installed by hand is never picked up instead.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := build/tools/staticcheck-$(STATICCHECK_VERSION)
 FUZZTIME ?= 5s
 
 .PHONY: all build demo check test lint fuzz vmtest bench soak clean deps-%
@@ -31,11 +35,16 @@ demo: deps-demo build
 check: deps-check lint test fuzz vmtest
 	@echo "make check: all passed"
 
-lint: build
+lint: build $(STATICCHECK)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet ./...
-	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOOS=darwin $(GO) vet ./...
 	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	@mkdir -p build/tools
+	GOBIN=$(CURDIR)/build/tools $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv build/tools/staticcheck $@
 
 # Host tests: real jails, as root; tests that need root or the VM skip
 # cleanly elsewhere. One package at a time (-p 1): the timing bounds of the
