@@ -73,7 +73,7 @@ func (c *runCgroup) pollCPU(limit time.Duration, stop <-chan struct{}, over func
 }
 
 // finish reads what the cgroup saw into res and removes the cgroup.
-func (c *runCgroup) finish(res *Result, cpuOver bool) error {
+func (c *runCgroup) finish(res *Result, end *ending) error {
 	st, err := c.group.Stats()
 	delErr := c.group.Delete()
 	if err != nil {
@@ -83,15 +83,7 @@ func (c *runCgroup) finish(res *Result, cpuOver bool) error {
 	res.PeakMemoryBytes = st.MemoryPeak
 	res.CPUMs = ms(st.CPUUsage)
 	res.PidsPeak = st.PidsPeak
-	switch {
-	case res.Verdict == VerdictError, res.Verdict == VerdictCancelled:
-	case st.OOMKills > 0:
-		res.Verdict = VerdictMemory
-	case st.PidsLimitHit:
-		res.Verdict = VerdictPids
-	case cpuOver:
-		res.Verdict = VerdictCPU
-	}
+	end.OOMKilled, end.PidsLimitHit = st.OOMKills > 0, st.PidsLimitHit
 	if delErr != nil {
 		return fmt.Errorf("remove cgroup: %w", delErr)
 	}

@@ -10,7 +10,8 @@ import (
 
 // Verdict says why a run ended. The order of the constants is the order of
 // precedence when more than one applies: a fork bomb that also ran out of
-// time is reported as "pids", because that is what the user has to fix.
+// time is reported as "pids", because that is what the user has to fix;
+// ending.verdict (verdict.go) is the one place that order is applied.
 type Verdict string
 
 const (

@@ -372,13 +372,18 @@ func (p *Prepared) collect() error {
 	res.Stdout, res.Stderr = p.stdout.buf.String(), p.stderr.buf.String()
 	res.StdoutBytes, res.StderrBytes = p.stdout.total, p.stderr.total
 	res.StdoutTruncated, res.StderrTruncated = p.stdout.truncated(), p.stderr.truncated()
-	err := sv.result(res)
+	var end ending
+	err := sv.result(res, &end)
 	if cg != nil {
-		if cerr := cg.finish(res, sv.cpuOver); cerr != nil && err == nil {
+		if cerr := cg.finish(res, &end); cerr != nil && err == nil {
 			err = setupError("cgroup", cerr)
 		}
 	}
-	return err
+	if err != nil {
+		return err // Run makes the verdict "error"
+	}
+	res.Verdict = end.verdict()
+	return nil
 }
 
 // explainStart turns a failed clone into the reason a user can act on.

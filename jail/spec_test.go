@@ -75,10 +75,12 @@ func TestCheckBindDest(t *testing.T) {
 }
 
 // testSpec is a complete spec for tests: the values are the tests' own, not
-// defaults (a Spec has none; the CLI's come from the python profile).
+// defaults (a Spec has none; the CLI's come from the python profile, whose
+// thread-pool variables for one CPU are copied here).
 func testSpec(args ...string) Spec {
 	return Spec{
 		Args:        args,
+		Env:         []string{"MKL_NUM_THREADS=1", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"},
 		Timeout:     20 * time.Second,
 		OutputLimit: 1 << 20,
 		Rootfs:      RootfsHost,

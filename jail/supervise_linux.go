@@ -287,7 +287,7 @@ func parseFDs(oob []byte) []int {
 
 // result fills in how the run ended. Called after init is reaped and the
 // reader has finished, so no lock is needed.
-func (sv *supervision) result(res *Result) error {
+func (sv *supervision) result(res *Result, end *ending) error {
 	if sv.setupErr != nil {
 		return &SetupError{Step: sv.setupErr.Step, Message: sv.setupErr.Message, ExitCode: sv.setupErr.ExitCode}
 	}
@@ -305,13 +305,13 @@ func (sv *supervision) result(res *Result) error {
 	switch {
 	case sv.cpuOver:
 		// A CPU-time limit is a time limit: the same status as a timeout.
-		res.Verdict, res.ExitCode = VerdictCPU, ExitTimeout
+		end.CPUOver, res.ExitCode = true, ExitTimeout
 	case sv.timedOut:
-		res.Verdict, res.ExitCode = VerdictTimeout, ExitTimeout
+		end.TimedOut, res.ExitCode = true, ExitTimeout
 	case sv.canceled && (sv.exit == nil || unix.WaitStatus(sv.exit.Status).Signaled()):
 		// The payload did not end by itself: our kill ended it. Say so,
 		// not "killed by signal 9", which reads like the jail's doing.
-		res.Verdict, res.ExitCode = VerdictCancelled, ExitCancelled
+		end.Cancelled, res.ExitCode = true, ExitCancelled
 		why := "cancelled"
 		var cs CancelSignal
 		if errors.As(sv.cancelCause, &cs) {
@@ -329,28 +329,22 @@ func (sv *supervision) result(res *Result) error {
 		res.PeakMemoryBytes = uint64(sv.exit.MaxRSS) * 1024
 		if ws.Signaled() {
 			sig := int(ws.Signal())
-			res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
-			if ws.Signal() == unix.SIGSYS && sv.filter != nil {
-				// The policy kills only for a foreign ABI (i386, x32).
-				res.Verdict = VerdictSeccomp
-			}
-		} else if ws.ExitStatus() != 0 {
-			res.Verdict, res.ExitCode = VerdictExit, ws.ExitStatus()
+			end.Signaled, res.ExitCode, res.Signal = true, ExitSignalOffset+sig, &sig
+			// The policy kills only for a foreign ABI (i386, x32).
+			end.SeccompKilled = ws.Signal() == unix.SIGSYS && sv.filter != nil
 		} else {
-			res.Verdict, res.ExitCode = VerdictOK, 0
+			end.ExitStatus, res.ExitCode = ws.ExitStatus(), ws.ExitStatus()
 		}
 	case !sv.started.IsZero():
 		// The jail's init died after the payload started (and took the
 		// payload with it): what the payload saw is a SIGKILL, not a jail
 		// that could not be set up.
 		sig := int(unix.SIGKILL)
-		res.Verdict, res.ExitCode, res.Signal = VerdictSignal, ExitSignalOffset+sig, &sig
+		end.Signaled, res.ExitCode, res.Signal = true, ExitSignalOffset+sig, &sig
 	default:
 		return setupError("supervise", fmt.Errorf("jail init ended without a report (%v)", sv.state))
 	}
-	if (res.StdoutTruncated || res.StderrTruncated) && (res.Verdict == VerdictOK || res.Verdict == VerdictExit) {
-		res.Verdict = VerdictOutput
-	}
+	end.OutputCut = res.StdoutTruncated || res.StderrTruncated
 	return nil
 }
 

@@ -77,48 +77,68 @@ func Main() {
 	reap(pid)
 }
 
-// contain is the jail's setup, one call per step in the order the kernel
-// requires: the cgroup namespace after the parent placed us in the cgroup,
-// mounts while still privileged, pivot_root, then identity, limits and the
-// privilege drop, seccomp last, and the payload forked from this thread.
+// contain is the jail's setup, one step per line in the order the kernel
+// requires, through the payload's exec: the cgroup namespace after the
+// parent placed us in the cgroup, mounts while still privileged,
+// pivot_root, then identity and limits, the command looked up while init
+// can still read everything, the privilege drop, seccomp last, and the
+// payload forked from this thread. It returns the payload's pid.
 func contain(cfg *Config) (int, error) {
-	steps := []struct {
-		name string
-		fn   func(*Config) error
-	}{
-		{"protect init", protectInit},
-		{"make mounts private", func(*Config) error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
-		{"build root", func(c *Config) error { return buildRoot(c.NewRoot, c.Steps) }},
-		{"pivot_root", func(c *Config) error { return pivotInto(c.NewRoot) }},
-		{"set hostname", func(c *Config) error { return unix.Sethostname([]byte(c.Hostname)) }},
-		{"bring up loopback", func(*Config) error { return loopbackUp() }},
-		{"chdir /work", func(*Config) error { return unix.Chdir("/work") }},
-		{"set rlimits", setRlimits},
-		{"wait for cgroup placement", waitPlacement},
-		// After placement: a cgroup namespace is rooted where its creator
-		// stands when it is made, so the jail sees its own cgroup as /.
-		{"unshare cgroup namespace", func(*Config) error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
-		// Last: it also forbids new namespaces, init's own included.
-		{"limit per-user kernel objects", limitUserCounts},
-	}
-	for _, s := range steps {
-		if err := s.fn(cfg); err != nil {
+	var argv0 string
+	var pid int
+	for _, s := range containSteps(cfg, &argv0, &pid) {
+		if err := s.fn(); err != nil {
+			var se *SetupError
+			if errors.As(err, &se) {
+				return 0, se // carries its own step and exit status (126, 127)
+			}
 			return 0, &SetupError{Step: s.name, Message: err.Error(), ExitCode: ExitJailError}
 		}
 	}
-	argv0, err := lookPath(cfg.Args[0], cfg.Path)
-	if err != nil {
-		return 0, err
+	send(Msg{Kind: MsgStarted})
+	return pid, nil
+}
+
+// step is one line of the containment sequence.
+type step struct {
+	name string
+	fn   func() error
+}
+
+// containSteps is the containment sequence. lookPath stores the command's
+// path in argv0 and the exec step the payload's pid in pid.
+func containSteps(c *Config, argv0 *string, pid *int) []step {
+	return []step{
+		{"protect init", protectInit},
+		{"make mounts private", func() error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
+		{"build root", func() error { return buildRoot(c.NewRoot, c.Steps) }},
+		{"pivot_root", func() error { return pivotInto(c.NewRoot) }},
+		{"set hostname", func() error { return unix.Sethostname([]byte(c.Hostname)) }},
+		{"bring up loopback", loopbackUp},
+		{"chdir /work", func() error { return unix.Chdir("/work") }},
+		{"set rlimits", func() error { return setRlimits(c) }},
+		{"wait for cgroup placement", func() error { return waitPlacement(c) }},
+		// After placement: a cgroup namespace is rooted where its creator
+		// stands when it is made, so the jail sees its own cgroup as /.
+		{"unshare cgroup namespace", func() error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
+		// It also forbids new namespaces, init's own included.
+		{"limit per-user kernel objects", limitUserCounts},
+		{"find command", func() (err error) { *argv0, err = lookPath(c.Args[0], c.Path); return err }},
+		// From here this thread is the jail user with nothing left, and
+		// only this thread: the payload must be forked from it.
+		{"drop privileges", func() error { return becomeJailUser(c.SetGroups) }},
+		// Last before exec: the filter applies to init's thread too, and it
+		// needs nothing more than fork and exec.
+		{"load seccomp", func() error { return loadSeccomp(c.Seccomp, c.SeccompBPF) }},
+		{"exec", func() (err error) { *pid, err = startPayload(*argv0, c); return err }},
 	}
-	if err := becomeJailUser(cfg.SetGroups); err != nil {
-		return 0, &SetupError{Step: "drop privileges", Message: err.Error(), ExitCode: ExitJailError}
-	}
-	if err := loadSeccomp(cfg.Seccomp, cfg.SeccompBPF); err != nil {
-		return 0, &SetupError{Step: "load seccomp", Message: err.Error(), ExitCode: ExitJailError}
-	}
-	pid, err := syscall.ForkExec(argv0, cfg.Args, &syscall.ProcAttr{
+}
+
+// startPayload forks and execs the payload from the current thread.
+func startPayload(argv0 string, c *Config) (int, error) {
+	pid, err := syscall.ForkExec(argv0, c.Args, &syscall.ProcAttr{
 		Dir:   "/work",
-		Env:   cfg.Env,
+		Env:   c.Env,
 		Files: []uintptr{0, 1, 2},
 		// A new session: the payload has no controlling terminal, so a
 		// TIOCSTI on an inherited tty fd cannot type into the caller's
@@ -126,9 +146,8 @@ func contain(cfg *Config) (int, error) {
 		Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
-		return 0, execError(cfg.Args[0], err)
+		return 0, execError(c.Args[0], err)
 	}
-	send(Msg{Kind: MsgStarted})
 	return pid, nil
 }
 
@@ -136,7 +155,7 @@ func contain(cfg *Config) (int, error) {
 // inaccessible to the payload, which runs as another uid with no
 // capabilities, so it can neither read init's memory nor open /proc/1/exe
 // (the path back to the stockade binary on the host, CVE-2019-5736).
-func protectInit(*Config) error {
+func protectInit() error {
 	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 }
 
@@ -199,7 +218,7 @@ var userCounts = []struct {
 // limitUserCounts writes userCounts into /proc/sys/user of the jail's user
 // namespace (the new /proc; needs CAP_SYS_RESOURCE there). A kernel that
 // lacks one of the files lacks that object; any other failure stops the run.
-func limitUserCounts(*Config) error {
+func limitUserCounts() error {
 	for _, u := range userCounts {
 		err := os.WriteFile("/proc/sys/user/"+u.file, []byte(u.value), 0)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
