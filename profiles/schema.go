@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,9 +191,10 @@ func (s fieldSpec) decode(p *Profile, v any) error {
 // Set sets field f from its text as a command-line flag gives it, recording
 // origin o (say, Origin{File: "--memory"}): a size, duration, number, true or
 // false, or string as the field's kind is. filesystem.ro takes one
-// "SRC[:DST]" and appends it (replacing a bind to the same destination);
-// environment.vars takes one "NAME=VALUE" and adds it. Values are checked as
-// Parse checks them; ranges are left to Validate.
+// "SRC[:DST]" and appends it; environment.vars takes one "NAME=VALUE" and
+// adds it. A layer is one source, so a destination or a variable given
+// twice in it is an error, as a key given twice in a TOML file is. Values
+// are checked as Parse checks them; ranges are left to Validate.
 func (p *Profile) Set(f Field, value string, o Origin) error {
 	spec, ok := lookupSpec(f)
 	if !ok {
@@ -226,13 +228,19 @@ func (p *Profile) Set(f Field, value string, o Origin) error {
 		if err != nil {
 			return fail(err)
 		}
-		p.Filesystem.RO = mergeBinds(p.Filesystem.RO, []Bind{b})
+		if slices.ContainsFunc(p.Filesystem.RO, func(x Bind) bool { return x.Dest == b.Dest }) {
+			return fail(fmt.Errorf("destination %q is bound twice", b.Dest))
+		}
+		p.Filesystem.RO = append(p.Filesystem.RO, b)
 		p.Mark(f, o)
 		return nil
 	case kindVars:
 		name, val, ok := strings.Cut(value, "=")
 		if !ok {
 			return fail(fmt.Errorf("%q is not NAME=VALUE", value))
+		}
+		if _, dup := p.Environment.Vars[name]; dup {
+			return fail(fmt.Errorf("%s is given twice", name))
 		}
 		if err := decodeVar(p, name, val); err != nil {
 			return fail(err)
@@ -256,6 +264,11 @@ func decodeBind(p *Profile, v any) error {
 	b, err := ParseBind(str)
 	if err != nil {
 		return err
+	}
+	// Merging goes per destination, so a second bind to the same one would
+	// silently replace the first: say so instead.
+	if slices.ContainsFunc(p.Filesystem.RO, func(x Bind) bool { return x.Dest == b.Dest }) {
+		return fmt.Errorf("destination %q is bound twice", b.Dest)
 	}
 	p.Filesystem.RO = append(p.Filesystem.RO, b)
 	return nil

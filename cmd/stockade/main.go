@@ -70,6 +70,9 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {},
+		// --env A=1,2 is one variable and --ro /data/a,b one path: the
+		// library would split repeatable flags at commas otherwise.
+		DisableSliceFlagSeparator: true,
 		Commands: []*cli.Command{
 			runCommand(stdin, stdout, stderr),
 			pythonCommand(stdin, stdout, stderr),

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stockade/stockade/jail"
+	"github.com/urfave/cli/v2"
+)
+
+// badFlagValues are, per flag, values that must be refused before any jail
+// starts: zero where zero means nothing, negative, huge, a missing unit,
+// not a number, relative, "..", NUL, reserved paths, duplicates.
+var badFlagValues = map[string][]string{
+	"timeout":      {"0", "0s", "-1s", "soon", "10 parsecs", "", "99999999999999999", "9999999999h", "1e3"},
+	"cpu-time":     {"-1s", "later", "", "99999999999999999", "10 parsecs"},
+	"memory":       {"0", "1", "4095K", "-1", "-512M", "lots", "", "512 parsecs", "9999999T", "1e9", "NaN"},
+	"swap":         {"-1", "lots", "", "9999999T", "1.5.5G"},
+	"cpus":         {"0", "-1", "NaN", "nan", "Inf", "-Inf", "1025", "1e400", "one", "", "0x"},
+	"pids":         {"0", "-1", "1", "2", "15", "4194305", "99999999999999999999", "1.5", "many", ""},
+	"output-limit": {"0", "-1", "lots", "", "9999999T"},
+	"open-files":   {"0", "2", "-1", "1048577", "1M", "many", ""},
+	"file-size":    {"-1", "lots", "", "9999999T"},
+	"tmpfs-size":   {"0", "-1", "lots", "", "9999999T"},
+	"rootfs":       {"", "root", "./root", "/srv/../etc", "/srv/root/", "/srv/\x00root"},
+	"seccomp":      {"", "none", "Python", "python "},
+	"workdir":      {"", "work", "./work", "/", "/srv/../etc", "/srv/work/", "/srv/\x00work"},
+	"ro": {"", ":", "rel:/x", "/usr/share:rel", "/usr/share:", ":/x", "/usr/share:/", "/usr/share:/work",
+		"/usr/share:/work/x", "/usr/share:/proc", "/usr/share:/proc/1", "/usr/share:/dev/x", "/usr/share:/sys",
+		"/usr/share:/tmp", "/usr/share:/etc/passwd", "/usr/share:/etc/hostname", "/usr/../etc:/x",
+		"/usr/share:/x/../y", "/usr/\x00share:/x", "/usr/share:/x\x00"},
+	"env": {"", "NOEQUALS", "=v", "1A=x", "A-B=x", "A B=x", "A=\x00", "\x00=x"},
+}
+
+// Every bad value: exit 125, one line, naming the flag, no jail started.
+func TestBadFlagValuesExit125NamingTheFlag(t *testing.T) {
+	for flag, values := range badFlagValues {
+		for _, v := range values {
+			code, out, stderr := invoke(t, "", "run", "--json", "--"+flag, v, "--", "true")
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+			if code != jail.ExitJailError || len(lines) != 1 || !strings.HasPrefix(lines[0], "stockade: --"+flag) || out != "" {
+				t.Errorf("--%s %q: exit %d, stdout %q, stderr %q; want 125 and one line naming --%s", flag, v, code, out, stderr, flag)
+			}
+		}
+	}
+	for _, args := range [][]string{
+		{"--env", "A=1", "--env", "A=2"},
+		{"--env", "A=1,A=2", "--env", "A=3"}, // one variable "1,A=2", then A again
+		{"--ro", "/usr/share:/m", "--ro", "/usr/lib:/m"},
+		{"--workdir", "/srv", "--no-workdir"},
+	} {
+		code, _, stderr := invoke(t, "", append(append([]string{"run"}, args...), "--", "true")...)
+		if code != jail.ExitJailError || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "stockade: "+args[0]) {
+			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}
+
+// A comma is part of a value, not a separator between two.
+func TestCommaIsPartOfAFlagValue(t *testing.T) {
+	spec, err := parseRun([]string{"--env", "LIST=a,b", "--ro", "/usr/share/a,b:/data", "--", "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(spec.Env, "LIST=a,b") || len(spec.ReadOnly) != 1 || spec.ReadOnly[0].Source != "/usr/share/a,b" {
+		t.Errorf("env %q, ro %+v", spec.Env, spec.ReadOnly)
+	}
+}
+
+// parseRun runs the flag path of `stockade run` (profile, flags, merge,
+// validate, Spec) without starting a jail.
+func parseRun(args []string) (jail.Spec, error) {
+	var spec jail.Spec
+	var specErr error
+	app := &cli.App{
+		Name: "stockade", Writer: &strings.Builder{}, ErrWriter: &strings.Builder{},
+		ExitErrHandler: func(*cli.Context, error) {}, DisableSliceFlagSeparator: true,
+		Commands: []*cli.Command{{Name: "run", Flags: jailFlags(), Action: func(c *cli.Context) error {
+			spec, specErr = specFromFlags(c, c.Args().Slice(), nil)
+			return specErr
+		}}},
+	}
+	if err := app.Run(append([]string{"stockade", "run"}, args...)); err != nil {
+		return spec, err
+	}
+	return spec, specErr
+}
+
+// FuzzFlags feeds the flag path any value for any flag. It must never
+// panic; what it refuses it refuses in one line naming the flag; and what
+// it accepts, the jail accepts too: the profile's validator and the Spec's
+// must not disagree.
+func FuzzFlags(f *testing.F) {
+	var names []string
+	for n := range badFlagValues {
+		names = append(names, n)
+	}
+	for i, n := range names {
+		for _, v := range badFlagValues[n] {
+			f.Add(uint8(i), v)
+		}
+	}
+	f.Add(uint8(0), "1")
+	f.Add(uint8(1), "512M")
+	f.Fuzz(func(t *testing.T, which uint8, value string) {
+		flag := names[int(which)%len(names)]
+		spec, err := parseRun([]string{"--" + flag, value, "--", "true"})
+		if err != nil {
+			msg := err.Error()
+			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "--"+flag) {
+				t.Fatalf("--%s %q: error %q is not one line naming the flag", flag, value, msg)
+			}
+			return
+		}
+		if verr := spec.Validate(); verr != nil {
+			t.Fatalf("--%s %q: accepted, but the jail refuses the Spec: %v", flag, value, verr)
+		}
+	})
+}
