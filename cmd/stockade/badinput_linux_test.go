@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -117,4 +118,19 @@ func FuzzFlags(f *testing.F) {
 			t.Fatalf("--%s %q: accepted, but the jail refuses the Spec: %v", flag, value, verr)
 		}
 	})
+}
+
+// A bind below /work would make its mount point inside /work, which with
+// --workdir is the user's own directory: refused before anything is made.
+func TestAttackBindBelowWorkdirPlantsNothing(t *testing.T) {
+	dir := t.TempDir()
+	for _, dest := range []string{"/work/x", "/work/a/b"} {
+		code, _, stderr := invoke(t, "", "run", "--workdir", dir, "--ro", "/usr/share:"+dest, "--", "true")
+		if code != jail.ExitJailError || !strings.Contains(stderr, "inside /work") {
+			t.Errorf("--ro /usr/share:%s: exit %d, %q", dest, code, stderr)
+		}
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("the user's directory holds %v (%v), want nothing", ents, err)
+	}
 }
