@@ -36,6 +36,11 @@ var badFlagValues = map[string][]string{
 
 // Every bad value: exit 125, one line, naming the flag, no jail started.
 func TestBadFlagValuesExit125NamingTheFlag(t *testing.T) {
+	for _, f := range policyFlags {
+		if _, ok := badFlagValues[f.name]; !ok {
+			t.Errorf("no bad values tried for --%s", f.name)
+		}
+	}
 	for flag, values := range badFlagValues {
 		for _, v := range values {
 			code, out, stderr := invoke(t, "", "run", "--json", "--"+flag, v, "--", "true")
