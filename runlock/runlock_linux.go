@@ -235,6 +235,11 @@ func linkFD(fd int, path string) error {
 // real directory owned by us and writable by nobody else: its records name
 // paths that a sweep kills and removes, so nobody else may write them.
 func ensureDir(dir string) error {
+	// Above the two levels we own (a bare system without /run, a fresh
+	// XDG_RUNTIME_DIR): made as any directory would be, not trusted.
+	if err := os.MkdirAll(filepath.Dir(filepath.Dir(dir)), 0o755); err != nil {
+		return fmt.Errorf("run locks: %w", err)
+	}
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := unix.Mkdir(d, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("run locks: mkdir %s: %w", d, err)
