@@ -15,7 +15,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := build/tools/staticcheck-$(STATICCHECK_VERSION)
 FUZZTIME ?= 5s
 
-.PHONY: all build demo check test lint fuzz vmtest bench soak clean deps-%
+.PHONY: all build demo check test lint fuzz vmtest bench soak clean install uninstall install-check deps-%
 
 all: build
 
@@ -28,11 +28,19 @@ INIT := jail/initexe/stockade-init
 build: deps-build
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(INIT) ./jail/internal/initproc/stockade-init
 	$(GO) build -tags urfave_cli_no_docs,stockade_embed_init -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/stockade
+	@# stockade(1) and the completions come from the same command tables. The
+	@# man page needs the CLI library's document generator, which the shipped
+	@# binary leaves out, so a separate build makes it (tag stockade_genman).
+	@mkdir -p build/man build/completions
+	GOFLAGS= $(GO) run -tags stockade_genman ./cmd/stockade __man > build/man/stockade.1
+	$(BIN) completion bash > build/completions/stockade.bash
+	$(BIN) completion zsh > build/completions/_stockade
+	$(BIN) completion fish > build/completions/stockade.fish
 
 demo: deps-demo build
 	@scripts/demo $(BIN)
 
-check: deps-check lint test fuzz vmtest
+check: deps-check lint test install-check fuzz vmtest
 	@echo "make check: all passed"
 
 lint: build $(STATICCHECK)
@@ -74,6 +82,40 @@ soak: build
 	STOCKADE_SOAK=$${STOCKADE_SOAK:-2000} $(GO) test -count=1 -run '^TestSoak$$' -timeout 60m -v ./jail/
 	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_SERVE_SOAK=$${STOCKADE_SERVE_SOAK:-500} $(GO) test -count=1 -run '^TestServeSoak$$' -timeout 30m -v ./server/
 	STOCKADE_SOAK=$${STOCKADE_SIBLING_SOAK:-500} $(GO) test -count=1 -run '^TestSoakSiblingCgroups$$' -timeout 60m -v ./cmd/stockade/
+
+# make install PREFIX=/usr/local (DESTDIR for staging): the binary, stockade(1),
+# bash/zsh/fish completions and the examples. make uninstall removes exactly those.
+PREFIX ?= /usr/local
+INSTALLED := bin/stockade share/man/man1/stockade.1 share/bash-completion/completions/stockade \
+	share/zsh/site-functions/_stockade share/fish/vendor_completions.d/stockade.fish
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/stockade
+	install -D -m 0644 build/man/stockade.1 $(DESTDIR)$(PREFIX)/share/man/man1/stockade.1
+	install -D -m 0644 build/completions/stockade.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/stockade
+	install -D -m 0644 build/completions/_stockade $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_stockade
+	install -D -m 0644 build/completions/stockade.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/stockade.fish
+	install -d $(DESTDIR)$(PREFIX)/share/doc/stockade/examples/systemd
+	install -m 0644 examples/systemd/* $(DESTDIR)$(PREFIX)/share/doc/stockade/examples/systemd/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+	rm -rf $(DESTDIR)$(PREFIX)/share/doc/stockade
+
+# install into a staging directory, check every file, uninstall, check that
+# nothing is left.
+install-check: build
+	@rm -rf build/install-check
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/build/install-check PREFIX=/usr/local >/dev/null
+	@d=build/install-check/usr/local; for f in $(INSTALLED) share/doc/stockade/examples/systemd; do \
+		test -e $$d/$$f || { echo "install-check: $$f not installed"; exit 1; }; done; \
+	$$d/bin/stockade --version >/dev/null; \
+	grep -q '^.TH stockade 1' $$d/share/man/man1/stockade.1 || { echo "install-check: stockade.1 is not section 1"; exit 1; }; \
+	! command -v man >/dev/null || man -l $$d/share/man/man1/stockade.1 2>/dev/null | grep -q "stockade - run untrusted code" || { echo "install-check: stockade(1) does not render"; exit 1; }; \
+	bash -c 'source '$$d'/share/bash-completion/completions/stockade; COMP_WORDS=(stockade ru); COMP_CWORD=1; _stockade; [[ "$${COMPREPLY[*]}" == run ]]' || { echo "install-check: bash completion of \"ru\" is not \"run\""; exit 1; }
+	$(MAKE) --no-print-directory uninstall DESTDIR=$(CURDIR)/build/install-check PREFIX=/usr/local >/dev/null
+	@test -z "$$(find build/install-check -type f)" || { echo "install-check: uninstall left:"; find build/install-check -type f; exit 1; }
+	@rm -rf build/install-check
+	@echo "install-check: ok"
 
 clean:
 	rm -rf bin build $(INIT)

@@ -62,7 +62,7 @@ func printError(w io.Writer, msg string) {
 }
 
 func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:            "stockade",
 		Usage:           "run untrusted code in a fresh Linux jail",
 		Version:         version,
@@ -81,6 +81,11 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 			doctorCommand(stdout),
 			rootfsCommand(stdout, stderr),
 			serveCommand(stderr),
+			completionCommand(stdout),
 		},
 	}
+	if m := manCommand(stdout); m != nil {
+		app.Commands = append(app.Commands, m)
+	}
+	return app
 }

@@ -280,3 +280,40 @@ func TestBuiltBinaryRunsSealedInit(t *testing.T) {
 		t.Fatal("the jail's init binary is writable")
 	}
 }
+
+// The completion scripts complete commands and each command's flags, and
+// stop completing after "--" (the payload's own arguments).
+func TestCompletionScripts(t *testing.T) {
+	code, script, errs := invoke(t, "", "completion", "bash")
+	if code != 0 || !strings.Contains(script, "complete -F _stockade stockade") {
+		t.Fatalf("bash: exit %d, %q", code, errs)
+	}
+	f := filepath.Join(t.TempDir(), "stockade.bash")
+	os.WriteFile(f, []byte(script), 0o644)
+	for words, want := range map[string]string{
+		"stockade ru":                 "run",
+		"stockade run --memo":         "--memory",
+		"stockade selftest --no-cg":   "--no-cgroup",
+		"stockade profile sh":         "show",
+		"stockade run -- python3 --m": "",
+	} {
+		w := strings.Fields(words)
+		if strings.HasSuffix(words, " ") {
+			w = append(w, "")
+		}
+		out, err := exec.Command("bash", "-c", fmt.Sprintf(`source %s; COMP_WORDS=(%s); COMP_CWORD=%d; _stockade; echo "${COMPREPLY[*]}"`,
+			f, strings.Join(w, " "), len(w)-1)).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Errorf("%q completes to %q (%v), want %q", words, out, err, want)
+		}
+	}
+	for shell, marker := range map[string]string{"zsh": "#compdef stockade", "fish": "complete -c stockade"} {
+		code, out, errs := invoke(t, "", "completion", shell)
+		if code != 0 || !strings.Contains(out, marker) {
+			t.Errorf("%s: exit %d, %q, stderr %q", shell, code, out, errs)
+		}
+	}
+	if code, _, errs := invoke(t, "", "completion", "tcsh"); code != jail.ExitJailError || !strings.Contains(errs, "bash, zsh or fish") {
+		t.Errorf("tcsh: exit %d, %q", code, errs)
+	}
+}
