@@ -1,7 +1,10 @@
 // Package jail runs one command in a fresh Linux jail and reports how it ended.
 //
 // The parent side (Run) owns every host resource of a run: the run directory,
-// the cgroup, the pipes and the control socket. It starts a re-executed copy of
+// the cgroup, the pipes and the control socket. It holds a runlock slot for
+// the whole run, recording the run directory and the cgroup before they are
+// made, which is how every other stockade on the host knows they are in use
+// and, once the slot's lock is free, that they are leftovers to remove. It starts a re-executed copy of
 // the binary as pid 1 of new user, mount, pid, network, ipc and uts namespaces
 // (the "init"), sends it the plan, and waits. The child side (ChildMain) is a
 // straight line in the order the kernel requires: build the new root, pivot

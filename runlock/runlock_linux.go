@@ -73,16 +73,16 @@ func Acquire(dir string, clean func(Stale) error, notice func(error)) (*Lock, er
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
-	taken, err := Sweep(dir, clean, notice)
+	taken, err := sweep(dir, clean, notice)
 	if err != nil {
 		return nil, err
 	}
 	return take(dir, taken)
 }
 
-// Sweep cleans every stale slot in dir and returns the slots that are live
+// sweep cleans every stale slot in dir and returns the slots that are live
 // (or were, a moment ago).
-func Sweep(dir string, clean func(Stale) error, notice func(error)) (map[int]bool, error) {
+func sweep(dir string, clean func(Stale) error, notice func(error)) (map[int]bool, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("run locks: read %s: %w", dir, err)
