@@ -13,6 +13,11 @@
 // the payload exits, which makes the kernel kill whatever the payload left
 // behind in the pid namespace.
 //
+// Run is Prepare then Start: Prepare sets the jail up and starts its payload
+// (for a server's warm pool, an interpreter blocked reading its program from
+// the stdin pipe), Start starts the run's clock and waits, Close removes it
+// all. A prepared jail is started once, never reused.
+//
 // Spec is plain data; a limit that ends a run is a Verdict in the Result, not
 // an error. Run returns an error only when the jail itself could not be set up.
 package jail
