@@ -2,6 +2,7 @@ package jail
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -343,5 +344,46 @@ func TestAttackStaleRootfsVerdict(t *testing.T) {
 	os.Remove(planted)
 	if r := mustRun(t, s); r.Stdout != "ok\n" {
 		t.Fatalf("built root after the fix: %+v", r)
+	}
+}
+
+// TestAttackProcTellsAboutTheHost: what the jail's /proc says about the
+// host where the kernel does not namespace it and stockade can hide it
+// cheaply: the boot id (which identifies the host across runs), the kernel
+// command line, the load average, and the uptime.
+func TestAttackProcTellsAboutTheHost(t *testing.T) {
+	needJail(t)
+	read := `
+import sys
+for p in ["/proc/sys/kernel/random/boot_id", "/proc/cmdline", "/proc/loadavg", "/proc/uptime"]:
+    print(open(p).read().strip())
+`
+	a := mustRun(t, doorSpec("python3", "-c", read))
+	b := mustRun(t, doorSpec("python3", "-c", read))
+	la, lb := strings.Split(a.Stdout, "\n"), strings.Split(b.Stdout, "\n")
+	if len(la) < 4 || len(lb) < 4 {
+		t.Fatalf("runs: %+v %+v", a, b)
+	}
+	host := func(p string) string {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(data))
+	}
+	if la[0] == host("/proc/sys/kernel/random/boot_id") || la[0] == lb[0] || len(la[0]) != 36 {
+		t.Errorf("boot_id: jail %q, next jail %q, host %q: want a fresh id per run", la[0], lb[0], host("/proc/sys/kernel/random/boot_id"))
+	}
+	if la[1] != "" {
+		t.Errorf("the host's kernel command line: %q", la[1])
+	}
+	if !strings.HasPrefix(la[2], "0.00 0.00 0.00 ") {
+		t.Errorf("the host's load average: %q", la[2])
+	}
+	var up, hostUp float64
+	fmt.Sscan(la[3], &up)
+	fmt.Sscan(host("/proc/uptime"), &hostUp)
+	if up > 10 || (hostUp > 60 && up > hostUp/2) {
+		t.Errorf("uptime %q in the jail, %v on the host: want the jail's own", la[3], hostUp)
 	}
 }

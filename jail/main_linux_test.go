@@ -2,8 +2,13 @@ package jail
 
 import (
 	"os"
+	"runtime"
 	"testing"
 )
+
+// init keeps the main goroutine on the main thread, as stockade-init
+// does: this binary doubles as a jail's init (see initproc.unshareTime).
+func init() { runtime.LockOSThread() }
 
 // TestMain lets the test binary serve as a jail's init: Run re-executes
 // /proc/self/exe, which here is this binary.

@@ -20,6 +20,7 @@ type planInput struct {
 	root    []rootfs.Entry
 	workdir string // host directory for /work; "" for a read-only empty /work
 	custom  bool   // root is a prepared directory (not host-derived)
+	bootID  string // the run's own /proc/sys/kernel/random/boot_id
 }
 
 // buildPlan returns the steps that make the jail's root, in order. It is
@@ -78,6 +79,9 @@ func buildPlan(in planInput) ([]initproc.Step, error) {
 		initproc.Step{Kind: initproc.StepSymlink, Dest: "/dev/stdout", Link: "/proc/self/fd/1"},
 		initproc.Step{Kind: initproc.StepSymlink, Dest: "/dev/stderr", Link: "/proc/self/fd/2"},
 		initproc.Step{Kind: initproc.StepProc, Dest: "/proc"},
+	)
+	p = append(p, procMasks(in.bootID)...)
+	p = append(p,
 		initproc.Step{Kind: initproc.StepTmpfs, Dest: "/tmp", Mode: 0o1777, Size: s.TmpfsSize},
 	)
 	if in.workdir != "" {
@@ -119,4 +123,18 @@ func checkPlan(p []initproc.Step) error {
 		}
 	}
 	return nil
+}
+
+// procMasks hide figures of the host that the kernel shows in every procfs,
+// its own pid namespace's included: the boot id (which identifies the host
+// and its boot across runs), the kernel command line, and the load average
+// (what the host's other tenants are doing). The jail gets its own boot id,
+// an empty command line and an idle load. /proc/uptime is the jail's own
+// through a time namespace instead (initproc).
+func procMasks(bootID string) []initproc.Step {
+	return []initproc.Step{
+		{Kind: initproc.StepMask, Dest: "/proc/sys/kernel/random/boot_id", Data: bootID + "\n"},
+		{Kind: initproc.StepMask, Dest: "/proc/cmdline", Data: "\n"},
+		{Kind: initproc.StepMask, Dest: "/proc/loadavg", Data: "0.00 0.00 0.00 1/1 1\n"},
+	}
 }

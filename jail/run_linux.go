@@ -2,6 +2,7 @@ package jail
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"github.com/stockade/stockade/jail/internal/initproc"
@@ -142,8 +143,12 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	if spec.Workdir != "" {
 		workdir = spec.Workdir
 	}
+	bootID, err := newBootID()
+	if err != nil {
+		return &SetupError{Step: "mount plan", Message: err.Error(), ExitCode: ExitJailError}
+	}
 	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: workdir,
-		custom: spec.Rootfs != RootfsHost})
+		custom: spec.Rootfs != RootfsHost, bootID: bootID})
 	if err != nil {
 		return setupError("mount plan", err)
 	}
@@ -410,4 +415,15 @@ func readSysctl(p string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// newBootID is a random version 4 UUID in the kernel's boot_id format.
+func newBootID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("boot id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }

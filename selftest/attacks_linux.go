@@ -2,6 +2,7 @@ package selftest
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -78,6 +79,8 @@ func networkAttacks() []Attack {
 func fileAttacks() []Attack {
 	unreadable := "absent or unreadable"
 	return []Attack{
+		{Door: "files", Name: "the host's boot id, kernel command line, load and uptime in /proc", Expect: "the jail's own",
+			program: "files_hostproc.py", judge: hostProcJudge},
 		{Door: "files", Name: "read /etc/shadow", Expect: unreadable, program: "files_read.py",
 			args: fixed("/etc/shadow", "/etc/gshadow"), judge: heldLine},
 		{Door: "files", Name: "read a canary file the host wrote (mode 0644)", Expect: unreadable, program: "files_read.py",
@@ -318,4 +321,34 @@ func terminalAttacks() []Attack {
 				return ""
 			})},
 	}
+}
+
+// hostProcJudge compares what the jail read in /proc with the host's own.
+func hostProcJudge(o *outcome) (string, bool) {
+	seen := map[string]string{}
+	for _, line := range strings.Split(o.res.Stdout, "\n") {
+		if p, v, ok := strings.Cut(line, " "); ok {
+			seen[p] = v
+		}
+	}
+	host := func(p string) string {
+		b, _ := os.ReadFile(p)
+		return strings.TrimSpace(string(b))
+	}
+	var leaked []string
+	for _, p := range []string{"/proc/sys/kernel/random/boot_id", "/proc/cmdline", "/proc/loadavg"} {
+		if v, ok := seen[p]; !ok || (v == host(p) && v != "") {
+			leaked = append(leaked, p)
+		}
+	}
+	var up, hostUp float64
+	fmt.Sscan(seen["/proc/uptime"], &up)
+	fmt.Sscan(host("/proc/uptime"), &hostUp)
+	if hostUp > 120 && up > hostUp/2 {
+		leaked = append(leaked, "/proc/uptime")
+	}
+	if len(leaked) > 0 {
+		return "the host's own: " + strings.Join(leaked, ", "), false
+	}
+	return fmt.Sprintf("the jail's own (uptime %.0f s, host %.0f s)", up, hostUp), o.res.Verdict == jail.VerdictOK
 }

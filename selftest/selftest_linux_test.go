@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -24,6 +25,10 @@ func defaultSpec(mod func(*jail.Spec)) jail.Spec {
 	}
 	return s
 }
+
+// init keeps the main goroutine on the main thread, as stockade-init
+// does: this binary doubles as a jail's init (see initproc.unshareTime).
+func init() { runtime.LockOSThread() }
 
 // TestMain lets the test binary serve as a jail's init.
 func TestMain(m *testing.M) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,10 @@ import (
 
 	"github.com/stockade/stockade/jail"
 )
+
+// init keeps the main goroutine on the main thread, as stockade-init
+// does: this binary doubles as a jail's init (see initproc.unshareTime).
+func init() { runtime.LockOSThread() }
 
 // TestMain makes the test binary double as stockade itself: as a jail's
 // init (jail.Run re-executes /proc/self/exe), and as the CLI when a test

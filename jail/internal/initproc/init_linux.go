@@ -1,12 +1,14 @@
 package initproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -121,6 +123,7 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		// After placement: a cgroup namespace is rooted where its creator
 		// stands when it is made, so the jail sees its own cgroup as /.
 		{"unshare cgroup namespace", func() error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
+		{"unshare time namespace", unshareTime},
 		// It also forbids new namespaces, init's own included.
 		{"limit per-user kernel objects", limitUserCounts},
 		{"find command", func() (err error) { *argv0, err = lookPath(c.Args[0], c.Path); return err }},
@@ -350,4 +353,64 @@ func sendRaw(b, oob []byte) {
 func fail(step string, err error, code int) {
 	send(Msg{Kind: MsgError, Step: step, Message: err.Error(), ExitCode: code})
 	os.Exit(code)
+}
+
+// unshareTime gives the payload (init's children; init itself stays where
+// it is) a time namespace whose CLOCK_BOOTTIME starts at the jail's start.
+// /proc/uptime and the start times in /proc/PID/stat read that clock, and
+// the host's would tell how long the host has been up (its last reboot,
+// so its patch level). CLOCK_MONOTONIC is left alone. A kernel without
+// time namespaces (CONFIG_TIME_NS, Linux 5.6) shows the host's uptime, as
+// before; any other failure stops the run.
+//
+// The kernel keeps the offsets with the thread group leader only
+// (/proc/PID/timens_offsets has no per-thread twin), while unshare moves
+// the calling thread: this works only on the main thread, where an init()
+// of the program that runs Main locks it (stockade-init does, and so do
+// the test binaries that double as init). Elsewhere it is skipped.
+func unshareTime() error {
+	if unix.Gettid() != unix.Getpid() {
+		return nil
+	}
+	if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return nil
+		}
+		return err
+	}
+	// Zero is init's own start (in clock ticks of 10 ms, rounded down), so
+	// that init's start time, seen from the payload, is not negative.
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 20 {
+		return fmt.Errorf("/proc/self/stat: %q", stat)
+	}
+	ticks, err := strconv.ParseInt(f[19], 10, 64) // field 22, starttime
+	if err != nil {
+		return fmt.Errorf("/proc/self/stat starttime: %w", err)
+	}
+	start := ticks * 10_000_000 // USER_HZ is 100 on every Linux
+	// The offset's nanoseconds must lie in [0, 1e9).
+	sec, nsec := -(start/1_000_000_000)-1, 1_000_000_000-start%1_000_000_000
+	if nsec == 1_000_000_000 {
+		sec, nsec = sec+1, 0
+	}
+	off := fmt.Sprintf("%d %d %d\n", unix.CLOCK_BOOTTIME, sec, nsec)
+	// Init is not dumpable (protectInit), which makes its /proc files
+	// root's; for this one write it is, while nothing else runs in the
+	// jail yet.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	werr := os.WriteFile("/proc/self/timens_offsets", []byte(off), 0)
+	if err := protectInit(); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("boottime offset: %w", werr)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -88,6 +89,8 @@ func (b *rootBuilder) do(st Step) error {
 		return err
 	case StepFile:
 		return b.file(st)
+	case StepMask:
+		return b.mask(st)
 	}
 	return fmt.Errorf("unknown step kind %q", st.Kind)
 }
@@ -276,4 +279,22 @@ func (b *rootBuilder) file(st Step) error {
 		return err
 	}
 	return b.bind(Step{Kind: StepBind, Dest: st.Dest, Source: b.newDir + "/.stockade/" + base})
+}
+
+// mask binds a generated file read-only over a file of the jail's procfs
+// whose content is the host's, not the jail's (boot_id, cmdline, loadavg).
+// The staged copy lives on the root tmpfs, so mountinfo names only
+// /.stockade/masks/NAME. The payload cannot remove it: it has no
+// capabilities and the filter refuses the mount family.
+func (b *rootBuilder) mask(st Step) error {
+	stage, err := mkdirAllBeneath(b.root, ".stockade/masks", 0o755)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(stage)
+	name := strings.ReplaceAll(strings.Trim(st.Dest, "/"), "/", "_")
+	if err := b.createFile(stage, name, 0o444, []byte(st.Data)); err != nil {
+		return err
+	}
+	return b.bind(Step{Kind: StepBind, Dest: st.Dest, Source: b.newDir + "/.stockade/masks/" + name})
 }

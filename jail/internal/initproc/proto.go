@@ -119,6 +119,7 @@ const (
 	StepDir     StepKind = "dir"     // an empty directory
 	StepProc    StepKind = "proc"    // procfs of the jail's pid namespace
 	StepDevpts  StepKind = "devpts"  // a private devpts instance
+	StepMask    StepKind = "mask"    // a generated read-only file bound over Dest (a host figure in /proc)
 )
 
 // Step is plain data sent to init. Dest is a path inside the jail; init

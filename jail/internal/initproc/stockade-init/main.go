@@ -10,9 +10,14 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/stockade/stockade/jail/internal/initproc"
 )
+
+// init keeps the main goroutine on the main thread, where Main locks it:
+// the time namespace's offsets belong to the thread group leader.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if !initproc.IsInit() {
