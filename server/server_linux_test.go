@@ -494,6 +494,7 @@ func TestServeSoak(t *testing.T) {
 		n = v
 	}
 	s := startServer(t, "--pool", "2", "--concurrency", "8", "--queue", "1000", "--queue-wait", "5m")
+	rssBefore := rssKiB(s.cmd.Process.Pid)
 	var wg sync.WaitGroup
 	jobs := make(chan int)
 	var mu sync.Mutex
@@ -528,13 +529,29 @@ func TestServeSoak(t *testing.T) {
 	if len(bad) > 0 {
 		t.Errorf("%d of %d runs failed; first: %s", len(bad), n, bad[0])
 	}
-	t.Logf("%d runs at concurrency 8 in %v (%.1f runs/s), %d from the pool", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), hits)
+	rssAfter := rssKiB(s.cmd.Process.Pid)
+	t.Logf("%d runs at concurrency 8 in %v (%.1f runs/s), %d from the pool; server RSS %d -> %d KiB", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), hits, rssBefore, rssAfter)
+	if rssAfter > rssBefore+64<<10 {
+		t.Errorf("server RSS grew from %d to %d KiB over %d runs", rssBefore, rssAfter, n)
+	}
 	var h Health
 	s.get("/v1/health", &h)
 	if h.Running != 0 || h.Queued != 0 {
 		t.Errorf("after the soak: %+v", h)
 	}
 	// stop (in Cleanup) checks that no run directory, cgroup or process is left.
+}
+
+// rssKiB is a process's resident set, from /proc.
+func rssKiB(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
