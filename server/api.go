@@ -231,7 +231,7 @@ func sameLimits(a, b jail.Spec) bool {
 	return a.Cgroup == b.Cgroup && a.OutputLimit == b.OutputLimit
 }
 
-// writeJSON writes v with status, as the JSON encoder writes it (no HTML
+// marshal encodes v as the JSON encoder writes it (no HTML
 // escaping: the output is for programs, and stdout may hold "<").
 func marshal(v any) []byte {
 	var b bytes.Buffer

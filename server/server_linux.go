@@ -47,7 +47,7 @@ type Config struct {
 	Version                  string
 }
 
-// Defaults fills the zero fields of c.
+// withDefaults fills the zero fields of c.
 func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 8
@@ -193,7 +193,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return context.WithValue(ctx, ctxKey{}, p)
 		},
-		ErrorLog: nil,
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
