@@ -1,0 +1,122 @@
+package netproxy
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// addrClass is a range of addresses a jail must not reach through its
+// proxy. A private class can be opened by an explicit --allow-private CIDR
+// (an internal package mirror, a service in the office network); the
+// others never: whatever a rule or --allow-private lists, loopback is the
+// host itself, link-local is the cloud's metadata service and the local
+// segment, and the rest are not unicast destinations at all.
+type addrClass struct {
+	prefix  netip.Prefix
+	reason  string
+	private bool
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// classes are checked in order, so the most specific reason comes first
+// (the metadata addresses before their link-local or ULA range).
+var classes = []addrClass{
+	{mustPrefix("169.254.169.254/32"), "link-local address (cloud metadata)", false},
+	{mustPrefix("168.63.129.16/32"), "cloud metadata address (Azure wire server)", false},
+	{mustPrefix("fd00:ec2::254/128"), "cloud metadata address (AWS IPv6)", false},
+	{mustPrefix("fd00:ec2::/32"), "cloud metadata range (AWS fd00:ec2::/32)", false},
+	{mustPrefix("0.0.0.0/8"), "this-network address (0.0.0.0/8)", false},
+	{mustPrefix("127.0.0.0/8"), "loopback address", false},
+	{mustPrefix("169.254.0.0/16"), "link-local address", false},
+	{mustPrefix("224.0.0.0/4"), "multicast address", false},
+	{mustPrefix("240.0.0.0/4"), "reserved address (240.0.0.0/4, broadcast)", false},
+	{mustPrefix("10.0.0.0/8"), "private address (RFC 1918)", true},
+	{mustPrefix("172.16.0.0/12"), "private address (RFC 1918)", true},
+	{mustPrefix("192.168.0.0/16"), "private address (RFC 1918)", true},
+	{mustPrefix("100.64.0.0/10"), "shared address space (CGNAT, RFC 6598)", true},
+	{mustPrefix("192.0.0.0/24"), "IETF protocol assignment (192.0.0.0/24)", true},
+	{mustPrefix("198.18.0.0/15"), "benchmarking address (198.18.0.0/15)", true},
+	{mustPrefix("::/128"), "unspecified address", false},
+	{mustPrefix("::1/128"), "loopback address", false},
+	{mustPrefix("::ffff:0:0/96"), "IPv4-mapped IPv6 address", false},
+	{mustPrefix("::/96"), "IPv4-compatible IPv6 address", false},
+	{mustPrefix("64:ff9b::/96"), "NAT64 address (64:ff9b::/96)", false},
+	{mustPrefix("64:ff9b:1::/48"), "NAT64 address (64:ff9b:1::/48)", false},
+	{mustPrefix("100::/64"), "discard-only address (100::/64)", false},
+	{mustPrefix("2001::/32"), "Teredo address (2001::/32)", false},
+	{mustPrefix("2002::/16"), "6to4 address (2002::/16)", false},
+	{mustPrefix("fe80::/10"), "link-local address", false},
+	{mustPrefix("ff00::/8"), "multicast address", false},
+	{mustPrefix("fc00::/7"), "unique local address (fc00::/7)", true},
+	{mustPrefix("fec0::/10"), "site-local address (fec0::/10)", true},
+}
+
+// AddrPolicy decides which resolved addresses the proxy may dial.
+type AddrPolicy struct {
+	// AllowPrivate lists the --allow-private ranges: an address inside one
+	// is allowed although its class is private (never loopback,
+	// link-local, metadata or the host's own addresses).
+	AllowPrivate []netip.Prefix
+	// Own holds the host's interface addresses: the proxy runs on the
+	// host, so one of them would reach the host's own services.
+	Own []netip.Addr
+}
+
+// ParsePrivate parses --allow-private CIDRs. An entry that holds nothing
+// but never-reachable addresses is an error, so that a user who writes
+// --allow-private 169.254.169.254/32 learns it does nothing.
+func ParsePrivate(entries []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, e := range entries {
+		for _, s := range strings.Split(e, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			p, err := parsePrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("allow-private %q: want an address or CIDR: %v", s, err)
+			}
+			if c, ok := classOf(p.Addr()); ok && !c.private && c.prefix.Bits() <= p.Bits() {
+				return nil, fmt.Errorf("allow-private %q: %s is never reachable from a jail", s, c.reason)
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func classOf(a netip.Addr) (addrClass, bool) {
+	for _, c := range classes {
+		if c.prefix.Contains(a) {
+			return c, true
+		}
+	}
+	return addrClass{}, false
+}
+
+// Check returns why addr must not be dialled, or "" when it may be; via
+// names the --allow-private range that opened a private address.
+func (p AddrPolicy) Check(addr netip.Addr) (reason, via string) {
+	addr = addr.WithZone("")
+	for _, o := range p.Own {
+		if o.WithZone("") == addr {
+			return "an address of this host", ""
+		}
+	}
+	c, ok := classOf(addr)
+	if !ok {
+		return "", ""
+	}
+	if c.private {
+		for _, pfx := range p.AllowPrivate {
+			if pfx.Contains(addr) {
+				return "", pfx.String()
+			}
+		}
+		return c.reason + "; allow it with --allow-private", ""
+	}
+	return c.reason, ""
+}

@@ -1,0 +1,143 @@
+package netproxy
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"sync"
+)
+
+// Decision is one kind of network attempt of a run and what became of it:
+// an entry of the result's "network" list. Identical attempts (same host,
+// port, address, way and outcome) are one entry with a count, so a loop
+// cannot grow the result without bound.
+type Decision struct {
+	Host      string `json:"host"`
+	Port      uint16 `json:"port"`
+	Address   string `json:"address,omitempty"` // the address dialled (or refused)
+	Via       string `json:"via"`               // CONNECT, GET, HEAD, connect, sendto, sendmsg
+	Allowed   bool   `json:"allowed"`
+	Reason    string `json:"reason,omitempty"`  // why refused, or why a tunnel was cut
+	Rule      string `json:"rule,omitempty"`    // the allowlist entry that allowed it
+	Private   string `json:"private,omitempty"` // the --allow-private range that opened its address
+	Count     int    `json:"count"`             // how many such attempts
+	BytesUp   int64  `json:"bytes_up"`          // from the jail
+	BytesDown int64  `json:"bytes_down"`        // to the jail
+	Error     string `json:"error,omitempty"`   // allowed, but the upstream failed
+	Cut       string `json:"cut,omitempty"`     // a limit ended the tunnel
+}
+
+// maxDecisions bounds the distinct entries one run keeps.
+const maxDecisions = 256
+
+// Log collects a run's decisions; it is safe for concurrent use. Notices,
+// if set, receives one line the first time each distinct refusal happens.
+type Log struct {
+	mu       sync.Mutex
+	entries  []*Decision
+	byKey    map[string]*Decision
+	dropped  int
+	notices  io.Writer
+	noNet    bool // the jail has no proxy: a direct attempt gets the one "no network" notice
+	noticed  bool
+	refusals int
+}
+
+// NewLog returns a Log. noNetwork says the jail has no allowlist, which
+// changes what a direct connection attempt is told.
+func NewLog(notices io.Writer, noNetwork bool) *Log {
+	return &Log{byKey: map[string]*Decision{}, notices: notices, noNet: noNetwork}
+}
+
+// entry returns the aggregate for d's kind, creating it; nil when the log
+// is full (the attempt is then only counted).
+func (l *Log) entry(d Decision) (*Decision, bool) {
+	k := d.Host + "\x00" + strconv.Itoa(int(d.Port)) + "\x00" + d.Address + "\x00" + d.Via + "\x00" +
+		strconv.FormatBool(d.Allowed) + "\x00" + d.Reason + "\x00" + d.Error + "\x00" + d.Cut
+	if e, ok := l.byKey[k]; ok {
+		return e, false
+	}
+	if len(l.entries) >= maxDecisions {
+		return nil, false
+	}
+	e := d
+	e.Count, e.BytesUp, e.BytesDown = 0, 0, 0
+	l.byKey[k] = &e
+	l.entries = append(l.entries, &e)
+	return &e, true
+}
+
+// Add records one attempt and its bytes.
+func (l *Log) Add(d Decision) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, fresh := l.entry(d)
+	if e == nil {
+		l.dropped++
+		return
+	}
+	e.Count++
+	e.BytesUp += d.BytesUp
+	e.BytesDown += d.BytesDown
+	if !d.Allowed {
+		l.refusals++
+	}
+	if fresh && l.notices != nil {
+		if line := l.noticeFor(d); line != "" {
+			fmt.Fprintln(l.notices, line)
+		}
+	}
+}
+
+func (l *Log) noticeFor(d Decision) string {
+	target := hostPort(d.Host, d.Port)
+	switch {
+	case d.Cut != "":
+		return fmt.Sprintf("stockade: network: cut %s %s: %s", d.Via, target, d.Cut)
+	case d.Allowed:
+		return ""
+	case isDirect(d.Via) && l.noNet:
+		// One notice for the whole run: the cause is the same every time.
+		if l.noticed {
+			return ""
+		}
+		l.noticed = true
+		return fmt.Sprintf("stockade: network: this jail has no network (%s to %s refused); see --allow-net", d.Via, target)
+	default:
+		return fmt.Sprintf("stockade: network: refused %s %s: %s", d.Via, target, d.Reason)
+	}
+}
+
+func isDirect(via string) bool {
+	return via == "connect" || via == "sendto" || via == "sendmsg" || via == "sendmmsg"
+}
+
+func hostPort(host string, port uint16) string {
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+		return "[" + host + "]:" + strconv.Itoa(int(port))
+	}
+	return host + ":" + strconv.Itoa(int(port))
+}
+
+// Decisions returns the entries in the order they first happened, with a
+// last entry counting what did not fit.
+func (l *Log) Decisions() []Decision {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Decision, 0, len(l.entries)+1)
+	for _, e := range l.entries {
+		out = append(out, *e)
+	}
+	if l.dropped > 0 {
+		out = append(out, Decision{Via: "log", Reason: fmt.Sprintf("%d more attempts of kinds past the first %d not itemised", l.dropped, maxDecisions), Count: l.dropped})
+	}
+	return out
+}
+
+// Refusals counts refused attempts.
+func (l *Log) Refusals() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refusals
+}

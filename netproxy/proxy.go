@@ -1,0 +1,538 @@
+package netproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for a Config's zero limits.
+const (
+	DefaultMaxTunnels  = 32
+	DefaultMaxUpload   = 256 << 20 // bytes from the jail, per run
+	DefaultMaxDownload = 4 << 30   // bytes to the jail, per run
+	headTimeout        = 30 * time.Second
+	dialTimeout        = 15 * time.Second
+	maxHead            = 16 << 10
+)
+
+// Config is one run's proxy: what it allows and how it reaches out.
+type Config struct {
+	Rules Rules
+	Addrs AddrPolicy
+	// MaxTunnels bounds the connections served at once; MaxUpload and
+	// MaxDownload the bytes each way over the whole run. Zero: the default.
+	MaxTunnels  int
+	MaxUpload   int64
+	MaxDownload int64
+	// Upstream is stockade's own proxy (its HTTPS_PROXY), through which
+	// every allowed connection is tunnelled; nil dials directly. The jail
+	// never sees its address or credentials.
+	Upstream *url.URL
+	// Resolve returns the addresses of a normalised name; nil uses the
+	// host's resolver. Whatever it returns is checked like any lookup.
+	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
+	// DialContext opens the upstream connection to a checked address (or
+	// to Upstream); nil uses net.Dialer. Tests substitute it.
+	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+	Log         *Log
+}
+
+// Proxy serves one run's listeners. Close ends every connection.
+type Proxy struct {
+	cfg     Config
+	resolve func(ctx context.Context, name string) ([]netip.Addr, error)
+
+	up, down atomic.Int64 // bytes over the run
+
+	mu        sync.Mutex
+	active    int
+	conns     map[net.Conn]struct{}
+	listeners []net.Listener
+	closed    bool
+	wg        sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
+}
+
+// New returns a proxy for cfg with the zero limits defaulted.
+func New(cfg Config) *Proxy {
+	if cfg.MaxTunnels <= 0 {
+		cfg.MaxTunnels = DefaultMaxTunnels
+	}
+	if cfg.MaxUpload <= 0 {
+		cfg.MaxUpload = DefaultMaxUpload
+	}
+	if cfg.MaxDownload <= 0 {
+		cfg.MaxDownload = DefaultMaxDownload
+	}
+	if cfg.Log == nil {
+		cfg.Log = NewLog(nil, false)
+	}
+	p := &Proxy{cfg: cfg, conns: map[net.Conn]struct{}{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.resolve = cfg.Resolve
+	if p.resolve == nil {
+		p.resolve = func(ctx context.Context, name string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", name)
+		}
+	}
+	return p
+}
+
+// Serve accepts on ln until Close. It returns at once if the proxy is
+// already closed.
+func (p *Proxy) Serve(ln net.Listener) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		ln.Close()
+		return
+	}
+	p.listeners = append(p.listeners, ln)
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					continue
+				}
+				return
+			}
+			if !p.track(c) {
+				c.Close()
+				return
+			}
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				defer p.untrack(c)
+				p.handle(c)
+			}()
+		}
+	}()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// Close stops the listeners, cuts every connection and waits for them.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for _, ln := range p.listeners {
+		ln.Close()
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+}
+
+// acquire takes a tunnel slot.
+func (p *Proxy) acquire() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.active >= p.cfg.MaxTunnels {
+		return false
+	}
+	p.active++
+	return true
+}
+
+func (p *Proxy) release() {
+	p.mu.Lock()
+	p.active--
+	p.mu.Unlock()
+}
+
+// request is the head of what the jail sent.
+type request struct {
+	method, target, version string
+	headers                 []string // raw "Name: value" lines
+}
+
+func readHead(br *bufio.Reader) (*request, error) {
+	total := 0
+	line := func() (string, error) {
+		b, err := br.ReadSlice('\n')
+		total += len(b)
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) || total > maxHead {
+				return "", errors.New("request head too large")
+			}
+			return "", err
+		}
+		if total > maxHead {
+			return "", errors.New("request head too large")
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	first, err := line()
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(first, " ")
+	if len(parts) != 3 || !strings.HasPrefix(parts[2], "HTTP/1.") {
+		return nil, fmt.Errorf("not an HTTP/1 request line: %q", first)
+	}
+	r := &request{method: parts[0], target: parts[1], version: parts[2]}
+	for {
+		h, err := line()
+		if err != nil {
+			return nil, err
+		}
+		if h == "" {
+			return r, nil
+		}
+		if len(r.headers) >= 100 {
+			return nil, errors.New("too many header lines")
+		}
+		r.headers = append(r.headers, h)
+	}
+}
+
+// handle serves one connection from the jail: one CONNECT tunnel, or one
+// absolute-form request for a port-80 rule.
+func (p *Proxy) handle(c net.Conn) {
+	br := bufio.NewReaderSize(c, maxHead)
+	_ = c.SetReadDeadline(time.Now().Add(headTimeout))
+	req, err := readHead(br)
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			p.refuse(c, Decision{Via: "request", Reason: "bad request: " + err.Error()}, 400)
+		}
+		return
+	}
+	var host, portStr, path string
+	via := req.method
+	switch {
+	case req.method == "CONNECT":
+		host, portStr, err = net.SplitHostPort(req.target)
+		if err != nil {
+			p.refuse(c, Decision{Host: safeName(req.target), Via: via, Reason: "CONNECT target is not HOST:PORT"}, 400)
+			return
+		}
+	case len(req.target) > 7 && strings.EqualFold(req.target[:7], "http://"):
+		if req.method != "GET" && req.method != "HEAD" {
+			p.refuse(c, Decision{Host: safeName(req.target), Via: safeName(req.method), Reason: "plain HTTP carries only GET and HEAD"}, 405)
+			return
+		}
+		rest := req.target[7:]
+		end := strings.IndexAny(rest, "/?#")
+		authority := rest
+		path = "/"
+		if end >= 0 {
+			authority, path = rest[:end], rest[end:]
+			if path[0] != '/' {
+				path = "/" + path
+			}
+		}
+		if i := strings.IndexByte(path, '#'); i >= 0 {
+			path = path[:i]
+		}
+		host, portStr, err = net.SplitHostPort(authority)
+		if err != nil {
+			host, portStr = authority, "80"
+			if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+				host = host[1 : len(host)-1]
+			}
+		}
+	default:
+		p.refuse(c, Decision{Host: safeName(req.target), Via: safeName(req.method), Reason: "only CONNECT (HTTPS) and absolute-form http:// requests are proxied"}, 400)
+		return
+	}
+	port, err := parsePort(portStr)
+	if err != nil {
+		p.refuse(c, Decision{Host: safeName(host), Via: via, Reason: "bad port " + strconv.Quote(portStr)}, 400)
+		return
+	}
+	if req.method != "CONNECT" && port != 80 {
+		p.refuse(c, Decision{Host: safeName(host), Port: port, Via: via, Reason: "plain HTTP goes only to port 80 rules; use https"}, 403)
+		return
+	}
+	if !p.acquire() {
+		p.refuse(c, Decision{Host: safeName(host), Port: port, Via: via, Reason: fmt.Sprintf("tunnel limit: %d connections at once", p.cfg.MaxTunnels)}, 503)
+		return
+	}
+	defer p.release()
+	t, d := p.check(p.ctx, host, port)
+	d.Via = via
+	if !d.Allowed {
+		p.refuse(c, d, 403)
+		return
+	}
+	if r := p.spent(); r != "" {
+		d.Allowed, d.Reason = false, r
+		p.refuse(c, d, 403)
+		return
+	}
+	up, addr, err := p.dial(p.ctx, t.addrs, port)
+	if err != nil {
+		d.Error = err.Error()
+		p.refuse(c, d, 502)
+		return
+	}
+	defer up.Close()
+	d.Address = addr.String()
+	p.mu.Lock()
+	p.conns[up] = struct{}{}
+	p.mu.Unlock()
+	defer func() { p.mu.Lock(); delete(p.conns, up); p.mu.Unlock() }()
+
+	var first []byte
+	if req.method == "CONNECT" {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			return
+		}
+		hello, err := readClientHello(br)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				p.cfg.Log.Add(d) // opened and closed without a byte
+				return
+			}
+			d.Allowed, d.Reason = false, err.Error()
+			p.cfg.Log.Add(d)
+			return
+		}
+		if r := checkSNI(hello, t); r != "" {
+			d.Allowed, d.Reason = false, r
+			p.cfg.Log.Add(d)
+			return
+		}
+		first = hello.raw
+	} else {
+		first = []byte(originRequest(req, path, t.authority(port)))
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	p.tunnel(c, br, up, first, &d)
+	p.cfg.Log.Add(d)
+}
+
+// safeName makes an arbitrary string from the jail fit for a report: the
+// quoting escapes NUL, newlines and other control bytes.
+func safeName(s string) string {
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	q := strconv.QuoteToASCII(s)
+	if q[1:len(q)-1] == s {
+		return s
+	}
+	return q
+}
+
+// refuse answers the jail with status and a reason phrase Python shows
+// ("Tunnel connection failed: 403 stockade: loopback address") and
+// records d.
+func (p *Proxy) refuse(c net.Conn, d Decision, status int) {
+	if d.Reason == "" && d.Error != "" {
+		d.Allowed = true
+	}
+	p.cfg.Log.Add(d)
+	why := d.Reason
+	if why == "" {
+		why = d.Error
+	}
+	why = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, why)
+	body := "stockade: network: " + why + "\n"
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "HTTP/1.1 %d stockade: %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, why, len(body), body)
+}
+
+// target is a checked destination.
+type target struct {
+	name  string       // normalised name; "" for an address
+	addrs []netip.Addr // every address it resolved to, all checked
+}
+
+func (t target) authority(port uint16) string {
+	h := t.name
+	if h == "" {
+		h = t.addrs[0].String()
+		if t.addrs[0].Is6() {
+			h = "[" + h + "]"
+		}
+	}
+	if port != 80 {
+		h += ":" + strconv.Itoa(int(port))
+	}
+	return h
+}
+
+// check applies the allowlist and the address classes to host:port. The
+// decision it returns is a refusal unless Allowed is set.
+func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, Decision) {
+	d := Decision{Host: safeName(host), Port: port}
+	if a, err := netip.ParseAddr(host); err == nil {
+		d.Host = a.String()
+		if a.Zone() != "" {
+			d.Reason = "an address with a zone"
+			return target{}, d
+		}
+		r, ok := p.cfg.Rules.MatchAddr(a, port)
+		if !ok {
+			if p.cfg.Rules.anyPort("", a) {
+				d.Reason = fmt.Sprintf("port %d is not allowed for %s", port, a)
+			} else {
+				d.Reason = "IP address not in the allowlist (list the address or CIDR to allow it)"
+			}
+			return target{}, d
+		}
+		d.Rule = r.Original
+		d.Address = a.String()
+		if why, via := p.cfg.Addrs.Check(a); why != "" {
+			d.Reason = why
+			return target{}, d
+		} else {
+			d.Private = via
+		}
+		d.Allowed = true
+		return target{addrs: []netip.Addr{a}}, d
+	}
+	name, err := NormalizeName(host)
+	if err != nil {
+		d.Reason = "invalid host name: " + err.Error()
+		return target{}, d
+	}
+	d.Host = name
+	r, ok := p.cfg.Rules.MatchName(name, port)
+	if !ok {
+		if p.cfg.Rules.anyPort(name, netip.Addr{}) {
+			d.Reason = fmt.Sprintf("port %d is not allowed for %s", port, name)
+		} else {
+			d.Reason = "not in the allowlist"
+		}
+		return target{}, d
+	}
+	d.Rule = r.Original
+	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	addrs, err := p.resolve(rctx, name)
+	if err != nil || len(addrs) == 0 {
+		d.Reason = fmt.Sprintf("cannot resolve %s on the host", name)
+		if err != nil {
+			d.Reason += ": " + err.Error()
+		}
+		return target{}, d
+	}
+	// Every address is checked before any is dialled: a name that
+	// resolves to one public and one internal address is refused, not
+	// dialled at the public one while the other waits for a retry.
+	var vias []string
+	for _, a := range addrs {
+		why, via := p.cfg.Addrs.Check(a)
+		if why != "" {
+			d.Address = a.String()
+			d.Reason = fmt.Sprintf("%s resolves to %s: %s", name, a, why)
+			return target{}, d
+		}
+		if via != "" {
+			vias = append(vias, via)
+		}
+	}
+	d.Private = strings.Join(dedup(vias), ",")
+	d.Allowed = true
+	return target{name: name, addrs: addrs}, d
+}
+
+func dedup(s []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// checkSNI compares the ClientHello's server name with the CONNECT target.
+func checkSNI(h *clientHello, t target) string {
+	if !h.hasSNI {
+		if t.name != "" {
+			return fmt.Sprintf("TLS ClientHello names no server; the CONNECT named %s", t.name)
+		}
+		return ""
+	}
+	sni, err := NormalizeName(h.serverName)
+	if err != nil {
+		return "TLS server name is not a valid host name: " + safeName(h.serverName)
+	}
+	if sni != t.name {
+		want := t.name
+		if want == "" {
+			want = t.addrs[0].String()
+		}
+		return fmt.Sprintf("TLS server name %s differs from the CONNECT target %s", sni, want)
+	}
+	return ""
+}
+
+// originRequest rewrites an absolute-form request for the origin server:
+// origin-form path, the checked host in Host, no proxy or hop-by-hop
+// headers, and one request per connection.
+func originRequest(r *request, path, host string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s\r\nHost: %s\r\n", r.method, path, r.version, host)
+	for _, h := range r.headers {
+		name, _, _ := strings.Cut(h, ":")
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "host", "connection", "proxy-connection", "keep-alive", "proxy-authorization",
+			"proxy-authenticate", "te", "trailer", "upgrade":
+			continue
+		}
+		b.WriteString(h)
+		b.WriteString("\r\n")
+	}
+	b.WriteString("Connection: close\r\n\r\n")
+	return b.String()
+}
+
+// spent says why no new tunnel may open once a byte limit is reached.
+func (p *Proxy) spent() string {
+	if p.up.Load() >= p.cfg.MaxUpload {
+		return fmt.Sprintf("upload limit of %d bytes per run reached", p.cfg.MaxUpload)
+	}
+	if p.down.Load() >= p.cfg.MaxDownload {
+		return fmt.Sprintf("download limit of %d bytes per run reached", p.cfg.MaxDownload)
+	}
+	return ""
+}
