@@ -83,6 +83,11 @@ func buildFilter(p *Policy) (*libseccomp.ScmpFilter, error) {
 			return nil, err
 		}
 	}
+	for _, o := range p.Observe {
+		if err := b.addObserved(o); err != nil {
+			return nil, err
+		}
+	}
 	for _, g := range p.Refuse {
 		for _, name := range g.Calls {
 			if err := b.add(name, libseccomp.ActNotify, nil); err != nil {
@@ -133,6 +138,29 @@ func (b builder) add(name string, act libseccomp.ScmpAction, conds []libseccomp.
 		return fmt.Errorf("seccomp policy %q: rule for %s: %w", b.policy, name, err)
 	}
 	return nil
+}
+
+// addObserved sends an observed call to the supervisor, or, with IfSet,
+// only the calls whose pointer argument is not NULL: sendto(fd, buf, len,
+// flags, NULL, 0) is how send(2) and every TCP write of CPython reach the
+// kernel, and must stay on the fast path. The comparisons are 64-bit
+// (libseccomp checks both halves on a 64-bit architecture).
+func (b builder) addObserved(o Observed) error {
+	if o.IfSet == 0 {
+		return b.add(o.Syscall, libseccomp.ActNotify, nil)
+	}
+	null, err := libseccomp.MakeCondition(uint(o.IfSet-1), libseccomp.CompareEqual, 0)
+	if err != nil {
+		return fmt.Errorf("seccomp policy %q: %s: %w", b.policy, o.Syscall, err)
+	}
+	set, err := libseccomp.MakeCondition(uint(o.IfSet-1), libseccomp.CompareNotEqual, 0)
+	if err != nil {
+		return fmt.Errorf("seccomp policy %q: %s: %w", b.policy, o.Syscall, err)
+	}
+	if err := b.add(o.Syscall, libseccomp.ActAllow, []libseccomp.ScmpCondition{null}); err != nil {
+		return err
+	}
+	return b.add(o.Syscall, libseccomp.ActNotify, []libseccomp.ScmpCondition{set})
 }
 
 // addRule expands an argument-ruled call into disjoint libseccomp rules that

@@ -30,6 +30,9 @@ func TestPolicyKnowsEverySyscall(t *testing.T) {
 		for _, r := range p.AllowIf {
 			decided[r.Syscall] = true
 		}
+		for _, o := range p.Observe {
+			decided[o.Syscall] = true
+		}
 		for _, g := range append(append([]Group(nil), p.Refuse...), p.Absent...) {
 			for _, c := range g.Calls {
 				decided[c] = true

@@ -75,11 +75,16 @@ func pythonPolicy() *Policy {
 			"poll", "ppoll", "select", "pselect6", "epoll_create", "epoll_create1", "epoll_ctl",
 			"epoll_wait", "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2", "pipe", "pipe2",
 
-			// Sockets; socket and socketpair are in AllowIf. The network namespace
+			// Sockets; socket and socketpair are in AllowIf, connect and the
+			// sends with a destination in Observe. The network namespace
 			// holds only loopback, so these reach nothing outside the jail.
-			"bind", "listen", "accept", "accept4", "connect", "getsockname", "getpeername",
-			"sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg", "shutdown",
-			"setsockopt", "getsockopt",
+			"bind", "listen", "accept", "accept4", "getsockname", "getpeername",
+			"recvfrom", "recvmsg", "recvmmsg", "shutdown", "setsockopt", "getsockopt",
+			// Not observed: init itself hands the listener to the supervisor
+			// with sendmsg after the filter is loaded, and a notification
+			// nobody can answer yet would hang it. A datagram it sends to an
+			// address outside the jail still finds no route.
+			"sendmsg",
 
 			// SysV and POSIX IPC: private to the jail's IPC namespace.
 			"shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
@@ -115,7 +120,8 @@ func pythonPolicy() *Policy {
 			{Syscall: "prlimit64", Args: []ArgRule{{Index: 0, Name: "pid",
 				Only: Values(0)}}},
 		}, noSetID()...),
-		Refuse: neverAllowed(),
+		Observe: observedNetwork(),
+		Refuse:  neverAllowed(),
 		Absent: []Group{
 			{Why: "clone3 keeps its flags in memory, which a seccomp filter cannot read, so CLONE_NEWUSER could not be refused; ENOSYS makes glibc's pthread_create and posix_spawn fall back to clone, whose flags the filter checks",
 				Calls: []string{"clone3"}},
@@ -124,6 +130,20 @@ func pythonPolicy() *Policy {
 			{Why: "openat2 keeps its mode in a struct the filter cannot read (see noSetID); glibc and CPython never call it, and callers fall back to openat on ENOSYS",
 				Calls: []string{"openat2"}},
 		},
+	}
+}
+
+// observedNetwork are the calls that name a destination. The jail's network
+// namespace stops every one that leaves it; the supervisor sees them so that
+// a run that tried the network directly is told so (and which address),
+// and answers one for an address outside the jail itself, without waiting
+// for the kernel's "network unreachable".
+func observedNetwork() []Observed {
+	const why = "a destination outside the jail is reported (the namespace has no route out)"
+	return []Observed{
+		{Syscall: "connect", Why: why},
+		{Syscall: "sendto", Why: why + "; sendto without one (send(2)) is not observed", IfSet: 5},
+		{Syscall: "sendmmsg", Why: why},
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 // Policy is a complete system-call policy: every system call it knows is in
-// exactly one of Allow, AllowIf, Refuse or Absent. Calls it does not know are
+// exactly one of Allow, AllowIf, Observe, Refuse or Absent. Calls it does not know are
 // answered ENOSYS, as the kernel answers a call it lacks, so that libc's
 // fallbacks for newer calls keep working.
 type Policy struct {
@@ -19,6 +19,16 @@ type Policy struct {
 	// AllowIf lists the calls allowed only when their argument rules hold; a
 	// call that breaks a rule is refused like a Refuse entry.
 	AllowIf []Rule `json:"allow_if"`
+	// Observe lists calls that are allowed but first shown to the
+	// supervisor, which reads their arguments and lets them continue or
+	// refuses them. It exists for connect and the send calls with a
+	// destination: the jail's network namespace is what stops a direct
+	// connection out (there is no route), and observing the attempt is how
+	// the run can say so. Observation is for the report, never the
+	// enforcement: a call let continue is checked again by the kernel, and
+	// memory the caller changes after the supervisor read it changes
+	// nothing the namespace allows.
+	Observe []Observed `json:"observe,omitempty"`
 	// Refuse lists known calls that are never allowed. Each one reaches the
 	// supervisor as a user notification, is answered EPERM (Python raises a
 	// clean PermissionError) and appears in the run's report.
@@ -32,6 +42,16 @@ type Policy struct {
 type Group struct {
 	Why   string   `json:"why"`
 	Calls []string `json:"calls"`
+}
+
+// Observed is one observed call.
+type Observed struct {
+	Syscall string `json:"syscall"`
+	Why     string `json:"why"`
+	// IfSet, when 1 or more, observes the call only when argument
+	// IfSet-1 (a pointer) is not NULL, compared on all 64 bits: a pointer
+	// whose low half is zero is still a pointer. 0 observes every call.
+	IfSet int `json:"if_set,omitempty"`
 }
 
 // Rule allows Syscall when every one of its argument rules holds.
@@ -163,6 +183,14 @@ func (p *Policy) Validate() error {
 			}
 		}
 	}
+	for _, o := range p.Observe {
+		if err := claim(o.Syscall, "observe"); err != nil {
+			return err
+		}
+		if o.IfSet < 0 || o.IfSet > 6 {
+			return fmt.Errorf("seccomp policy %q: %s: observed argument %d out of range 0-5", p.Name, o.Syscall, o.IfSet-1)
+		}
+	}
 	for _, g := range p.Refuse {
 		for _, name := range g.Calls {
 			if err := claim(name, "refuse"); err != nil {
@@ -178,6 +206,17 @@ func (p *Policy) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Observes reports whether the policy shows name to the supervisor
+// before allowing it.
+func (p *Policy) Observes(name string) bool {
+	for _, o := range p.Observe {
+		if o.Syscall == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Refused reports whether the policy refuses name outright.

@@ -19,20 +19,23 @@ type Blocked struct {
 }
 
 // Supervisor answers a listener's notifications from outside the jail. Every
-// notification is answered with EPERM and never allowed to continue: the
-// refused call does not reach the kernel. If the supervisor stops or dies
+// refused call is answered with EPERM and never allowed to continue: it does
+// not reach the kernel. The policy's observed calls (connect and the sends
+// with a destination) go to the NetObserver and continue unless it refuses
+// them. If the supervisor stops or dies
 // while the jail runs, the kernel answers the jail's refused calls ENOSYS
 // instead; they stay refused.
 type Supervisor struct {
 	notifyFD int
 	wakeFD   int // eventfd that Close writes; -1 if none could be made
 
-	mu      sync.Mutex
-	calls   map[int32]*Blocked
-	err     error
-	running bool
-	closed  bool
-	done    chan struct{}
+	mu       sync.Mutex
+	calls    map[int32]*Blocked
+	observer NetObserver
+	err      error
+	running  bool
+	closed   bool
+	done     chan struct{}
 }
 
 // pollInterval bounds how long Close waits for Run when no eventfd could be
@@ -116,6 +119,12 @@ func (s *Supervisor) serveOne() error {
 		return fmt.Errorf("seccomp supervisor: receive notification: %w", err)
 	}
 	resp := notifResp{ID: req.ID, Error: -int32(unix.EPERM)}
+	call := observedCall(req.Data.Nr)
+	if call != "" {
+		// Observed, not refused: no policy refuses these calls, so a
+		// notification for one is its observation.
+		resp = s.observe(&req, call)
+	}
 	for {
 		err := notifSend(s.notifyFD, &resp)
 		if errors.Is(err, unix.EINTR) {
@@ -128,7 +137,9 @@ func (s *Supervisor) serveOne() error {
 		}
 		break
 	}
-	s.record(req.Data)
+	if call == "" {
+		s.record(req.Data)
+	}
 	return nil
 }
 
