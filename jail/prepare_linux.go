@@ -23,6 +23,7 @@ type Prepared struct {
 	dir            *runDir
 	pump           *stdinPump
 	cg             *runCgroup
+	net            *runNetwork
 	sv             *supervision
 	stdout, stderr *capture
 	drained        chan struct{}
@@ -112,6 +113,9 @@ func (p *Prepared) Close() error {
 	}
 	if p.pump != nil {
 		p.pump.stop()
+	}
+	if p.net != nil {
+		p.net.close()
 	}
 	if p.cg != nil {
 		// A no-op once finish has removed it.

@@ -78,6 +78,9 @@ type Result struct {
 	Seccomp         string           `json:"seccomp"`
 	BlockedSyscalls []BlockedSyscall `json:"blocked_syscalls"`
 	Degraded        []string         `json:"degraded"`
+	// Network lists every network attempt of the run, allowed or not:
+	// through the proxy, and direct ones the jail's namespace stopped.
+	Network []NetworkDecision `json:"network"`
 
 	Error           *string `json:"error"`
 	StockadeVersion string  `json:"stockade_version"`

@@ -49,7 +49,7 @@ func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
 // the run says otherwise, with the isolation it goes without.
 func newResult(spec Spec) *Result {
 	res := &Result{Verdict: VerdictError, Cgroup: "none", Seccomp: spec.Seccomp,
-		Limits: limitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}}
+		Limits: limitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}, Network: []NetworkDecision{}}
 	if spec.Seccomp == SeccompOff {
 		res.Degraded = append(res.Degraded, "seccomp: off (every system call allowed)")
 	}
@@ -156,6 +156,9 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		NewRoot: dir.root, Steps: steps, Hostname: spec.Hostname,
 		Args: spec.Args, Env: jailEnv(spec), Path: jailPath,
 		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: bpf,
+	}
+	if spec.Network.Enabled() {
+		cfg.ProxyPort = ProxyPort
 	}
 	if rootChecked != nil {
 		if err := <-rootChecked; err != nil {
@@ -334,10 +337,19 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config
 		p.pump = pump // Close stops it
 		cmd.Stdin = pump.jailEnd
 	}
+	// Refusals are told as they happen when the run streams; with --json
+	// they are in the result alone.
+	var notices io.Writer
+	if st.Stderr != nil {
+		notices = st.Notices
+	}
+	if p.net, err = newRunNetwork(spec.Network, notices); err != nil {
+		return &SetupError{Step: "network", Message: err.Error(), ExitCode: ExitJailError}
+	}
 	p.stdout = &capture{limit: spec.OutputLimit, stream: st.Stdout}
 	p.stderr = &capture{limit: spec.OutputLimit, stream: st.Stderr}
 
-	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg}
+	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled()}
 	if err := sv.launch(); err != nil {
 		return setupError("start jail", explainStart(err))
 	}
@@ -374,6 +386,10 @@ func (p *Prepared) collect() error {
 	<-p.drained
 	<-p.drained
 	res, sv, cg := p.res, p.sv, p.cg
+	// Init is reaped: no connection can come any more, and the proxy's
+	// open tunnels end with the jail.
+	p.net.close()
+	res.Network = p.net.log.Decisions()
 	res.Stdout, res.Stderr = p.stdout.buf.String(), p.stderr.buf.String()
 	res.StdoutBytes, res.StderrBytes = p.stdout.total, p.stderr.total
 	res.StdoutTruncated, res.StderrTruncated = p.stdout.truncated(), p.stderr.truncated()

@@ -65,6 +65,10 @@ type Spec struct {
 	// Seccomp names the syscall policy; SeccompOff disables the filter
 	// (reported as degraded).
 	Seccomp string
+
+	// Network is what the jail may reach through its egress proxy; the
+	// zero value is no network (loopback only).
+	Network NetworkSpec
 }
 
 // Bind is a host path made visible read-only inside the jail.
@@ -177,6 +181,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Seccomp == "" {
 		return errors.New("seccomp: no policy named (use \"off\" for none)")
+	}
+	if err := s.Network.validate(); err != nil {
+		return err
 	}
 	c := s.Cgroup
 	if c.MemoryMax <= 0 || c.PidsMax <= 0 || !(c.CPUs > 0) || math.IsInf(c.CPUs, 0) {

@@ -38,6 +38,9 @@ type supervision struct {
 
 	cg *runCgroup
 
+	net     *runNetwork
+	proxied bool
+
 	timedOut, canceled, cpuOver bool
 	cancelCause                 error // context.Cause of the cancelled context
 	state                       *os.ProcessState
@@ -251,9 +254,19 @@ func (sv *supervision) readMessages() {
 		case initproc.MsgSeccomp:
 			if len(fds) == 1 && sv.filter == nil {
 				sv.filter = seccomp.NewSupervisor(fds[0])
+				sv.filter.ObserveNetwork(sv.net.observer(sv.proxied))
 				sv.filterDone = make(chan struct{})
 				go func(s *seccomp.Supervisor, done chan struct{}) { s.Run(); close(done) }(sv.filter, sv.filterDone)
 				fds = nil
+			}
+		case initproc.MsgProxy:
+			err := sv.net.serve(fds)
+			fds = nil
+			if err != nil {
+				sv.mu.Unlock()
+				sv.noteBad(err)
+				sv.kill()
+				sv.mu.Lock()
 			}
 		default:
 			sv.mu.Unlock()

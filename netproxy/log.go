@@ -16,7 +16,7 @@ type Decision struct {
 	Host      string `json:"host"`
 	Port      uint16 `json:"port"`
 	Address   string `json:"address,omitempty"` // the address dialled (or refused)
-	Via       string `json:"via"`               // CONNECT, GET, HEAD, connect, sendto, sendmsg
+	Via       string `json:"via"`               // CONNECT, GET, HEAD; connect, sendto, sendmmsg, dns (direct)
 	Allowed   bool   `json:"allowed"`
 	Reason    string `json:"reason,omitempty"`  // why refused, or why a tunnel was cut
 	Rule      string `json:"rule,omitempty"`    // the allowlist entry that allowed it
@@ -103,14 +103,18 @@ func (l *Log) noticeFor(d Decision) string {
 			return ""
 		}
 		l.noticed = true
-		return fmt.Sprintf("stockade: network: this jail has no network (%s to %s refused); see --allow-net", d.Via, target)
+		what := d.Via + " to " + target
+		if d.Via == "dns" {
+			what = "name lookup via " + target
+		}
+		return fmt.Sprintf("stockade: network: this jail has no network (%s refused); see --allow-net", what)
 	default:
 		return fmt.Sprintf("stockade: network: refused %s %s: %s", d.Via, target, d.Reason)
 	}
 }
 
 func isDirect(via string) bool {
-	return via == "connect" || via == "sendto" || via == "sendmsg" || via == "sendmmsg"
+	return via == "connect" || via == "sendto" || via == "sendmmsg" || via == "dns"
 }
 
 func hostPort(host string, port uint16) string {

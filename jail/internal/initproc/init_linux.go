@@ -117,6 +117,7 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		{"pivot_root", func() error { return pivotInto(c.NewRoot) }},
 		{"set hostname", func() error { return unix.Sethostname([]byte(c.Hostname)) }},
 		{"bring up loopback", loopbackUp},
+		{"open the proxy's listener", func() error { return openProxyListener(c) }},
 		{"chdir /work", func() error { return unix.Chdir("/work") }},
 		{"set rlimits", func() error { return setRlimits(c) }},
 		{"wait for cgroup placement", func() error { return waitPlacement(c) }},

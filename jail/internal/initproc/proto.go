@@ -47,6 +47,10 @@ type Config struct {
 	// WaitPlacement: the parent still has to move init into the run's
 	// cgroup (v1) and says "go" when it has.
 	WaitPlacement bool `json:"wait_placement"`
+	// ProxyPort, when not 0, is where init opens the listening sockets of
+	// the jail's egress proxy (127.0.0.1 and [::1], inside the jail's
+	// network namespace) and hands them to the parent.
+	ProxyPort uint16 `json:"proxy_port,omitempty"`
 }
 
 // Rlimit is one setrlimit(2) call.
@@ -61,6 +65,7 @@ type MsgKind string
 
 const (
 	MsgSeccomp MsgKind = "seccomp" // carries the listener fd
+	MsgProxy   MsgKind = "proxy"   // carries the proxy's listening sockets
 	MsgStarted MsgKind = "started" // the payload is running
 	MsgExit    MsgKind = "exit"    // the payload ended
 	MsgError   MsgKind = "error"   // setup failed; init exits

@@ -1,0 +1,113 @@
+package jail
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/stockade/stockade/netproxy"
+	"github.com/stockade/stockade/seccomp"
+)
+
+// runNetwork is one run's network side: the decisions log every attempt
+// goes into and, with an allowlist, the proxy.
+type runNetwork struct {
+	log   *netproxy.Log
+	proxy *netproxy.Proxy
+}
+
+// newRunNetwork prepares the proxy (it serves once init hands over the
+// listeners). notices receives one line per distinct refusal.
+func newRunNetwork(spec NetworkSpec, notices io.Writer) (*runNetwork, error) {
+	n := &runNetwork{log: netproxy.NewLog(notices, !spec.Enabled())}
+	if !spec.Enabled() {
+		return n, nil
+	}
+	rules, err := netproxy.ParseRules(spec.Allow)
+	if err != nil {
+		return nil, err
+	}
+	private, err := netproxy.ParsePrivate(spec.AllowPrivate)
+	if err != nil {
+		return nil, err
+	}
+	cfg := netproxy.Config{Rules: rules, Addrs: netproxy.AddrPolicy{AllowPrivate: private},
+		MaxTunnels: spec.MaxTunnels, MaxUpload: spec.MaxUpload, MaxDownload: spec.MaxDownload, Log: n.log}
+	// The host's own addresses: the proxy dials from the host, where any
+	// of them is the host's own services.
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			cfg.Addrs.Own = append(cfg.Addrs.Own, p.Addr())
+		}
+	}
+	if spec.UpstreamProxy != "" {
+		if cfg.Upstream, err = upstreamURL(spec.UpstreamProxy); err != nil {
+			return nil, err
+		}
+	}
+	if spec.HostsFile != "" {
+		if cfg.Resolve, err = netproxy.HostsResolver(spec.HostsFile); err != nil {
+			return nil, err
+		}
+	}
+	n.proxy = netproxy.New(cfg)
+	return n, nil
+}
+
+// serve takes the listening sockets init made in the jail's namespace.
+func (n *runNetwork) serve(fds []int) error {
+	if n.proxy == nil {
+		return fmt.Errorf("init sent proxy listeners to a jail without an allowlist")
+	}
+	for _, fd := range fds {
+		f := os.NewFile(uintptr(fd), "proxy listener")
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("proxy listener: %w", err)
+		}
+		n.proxy.Serve(ln)
+	}
+	return nil
+}
+
+func (n *runNetwork) close() {
+	if n.proxy != nil {
+		n.proxy.Close()
+	}
+}
+
+// observer answers the jail's observed connect and send calls: its own
+// loopback (the proxy included) continues, anything else is refused and
+// recorded. The namespace has no route out, so the answer changes only
+// how soon the caller learns it, not what it can reach.
+func (n *runNetwork) observer(proxied bool) seccomp.NetObserver {
+	return func(a seccomp.NetAttempt) bool {
+		addr := a.Dest.Addr().Unmap()
+		port := a.Dest.Port()
+		if addr.IsLoopback() || addr.IsUnspecified() {
+			if port == 53 {
+				// glibc without a resolv.conf asks 127.0.0.1:53; nothing
+				// answers in a jail, so the lookup fails at once.
+				why := "name lookup: the jail has no name server"
+				if proxied {
+					why += " (names are resolved by the proxy: use HTTPS_PROXY)"
+				}
+				n.log.Add(netproxy.Decision{Host: addr.String(), Port: port, Via: "dns", Reason: why})
+			}
+			return true
+		}
+		why := "the jail has no network"
+		if proxied {
+			why = "direct connection: the jail reaches the network only through its proxy (HTTPS_PROXY)"
+		}
+		n.log.Add(netproxy.Decision{Host: addr.String(), Port: port, Via: a.Call, Reason: why})
+		return false
+	}
+}
