@@ -53,7 +53,7 @@ func (n NetworkSpec) validate() error {
 	if n.MaxTunnels < 0 || n.MaxUpload < 0 || n.MaxDownload < 0 {
 		return fmt.Errorf("network limits must not be negative")
 	}
-	if n.UpstreamProxy != "" {
+	if n.Enabled() && n.UpstreamProxy != "" {
 		if _, err := upstreamURL(n.UpstreamProxy); err != nil {
 			return err
 		}

@@ -101,12 +101,15 @@ func classOf(a netip.Addr) (addrClass, bool) {
 // names the --allow-private range that opened a private address.
 func (p AddrPolicy) Check(addr netip.Addr) (reason, via string) {
 	addr = addr.WithZone("")
+	c, ok := classOf(addr)
+	if ok && !c.private {
+		return c.reason, ""
+	}
 	for _, o := range p.Own {
 		if o.WithZone("") == addr {
 			return "an address of this host", ""
 		}
 	}
-	c, ok := classOf(addr)
 	if !ok {
 		return "", ""
 	}

@@ -117,6 +117,16 @@ func (s fieldSpec) tomlValue(p *Profile) (string, error) {
 			parts[i] = q
 		}
 		return "[" + strings.Join(parts, ", ") + "]", nil
+	case *[]string:
+		parts := make([]string, len(*v))
+		for i, e := range *v {
+			q, err := tomlString(e)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = q
+		}
+		return "[" + strings.Join(parts, ", ") + "]", nil
 	case *map[string]string:
 		names := make([]string, 0, len(*v))
 		for n := range *v {

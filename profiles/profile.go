@@ -74,9 +74,16 @@ type Seccomp struct {
 	Policy string // one of SeccompPolicies()
 }
 
-// Network selects the network the jail sees.
+// Network selects the network the jail sees. Mode "none" is the jail's
+// namespace: loopback and no route out. Allow lists what the egress proxy
+// may reach from it; empty, there is no proxy at all.
 type Network struct {
-	Mode string // NetworkNone
+	Mode         string   // NetworkNone
+	Allow        []string // allowlist entries (see netproxy.ParseRule)
+	AllowPrivate []string // private ranges a listed host may resolve to
+	MaxTunnels   int64    // proxy connections at once
+	MaxUpload    int64    // bytes from the jail over the run
+	MaxDownload  int64    // bytes to the jail over the run
 }
 
 // Values with a meaning of their own.

@@ -39,6 +39,12 @@ const (
 
 	FieldSeccompPolicy Field = "seccomp.policy"
 	FieldNetworkMode   Field = "network.mode"
+
+	FieldNetworkAllow        Field = "network.allow"
+	FieldNetworkAllowPrivate Field = "network.allow_private"
+	FieldNetworkMaxTunnels   Field = "network.max_tunnels"
+	FieldNetworkMaxUpload    Field = "network.max_upload"
+	FieldNetworkMaxDownload  Field = "network.max_download"
 )
 
 // tables are the TOML tables a profile may have, in output order.
@@ -55,6 +61,7 @@ const (
 	kindBool
 	kindBinds
 	kindVars
+	kindStrings // a list that a later layer replaces whole
 )
 
 // fieldSpec ties a Field to its kind and to where its value lives in a
@@ -86,6 +93,11 @@ var schema = []fieldSpec{
 	{FieldEnvVars, kindVars, func(p *Profile) any { return &p.Environment.Vars }},
 	{FieldSeccompPolicy, kindString, func(p *Profile) any { return &p.Seccomp.Policy }},
 	{FieldNetworkMode, kindString, func(p *Profile) any { return &p.Network.Mode }},
+	{FieldNetworkAllow, kindStrings, func(p *Profile) any { return &p.Network.Allow }},
+	{FieldNetworkAllowPrivate, kindStrings, func(p *Profile) any { return &p.Network.AllowPrivate }},
+	{FieldNetworkMaxTunnels, kindInt, func(p *Profile) any { return &p.Network.MaxTunnels }},
+	{FieldNetworkMaxUpload, kindSize, func(p *Profile) any { return &p.Network.MaxUpload }},
+	{FieldNetworkMaxDownload, kindSize, func(p *Profile) any { return &p.Network.MaxDownload }},
 }
 
 // Fields returns every profile field in schema order.
@@ -121,6 +133,10 @@ func (s fieldSpec) merge(m, over *Profile) {
 		*d = *s.ptr(over).(*bool)
 	case *[]Bind:
 		*d = mergeBinds(*d, *s.ptr(over).(*[]Bind))
+	case *[]string:
+		// An allowlist is replaced, never extended: a profile or flag that
+		// names hosts means exactly those hosts.
+		*d = slices.Clone(*s.ptr(over).(*[]string))
 	case *map[string]string:
 		merged := maps.Clone(*d)
 		if merged == nil {
@@ -180,6 +196,20 @@ func (s fieldSpec) decode(p *Profile, v any) error {
 			return mustBe("true or false", v)
 		}
 		*s.ptr(p).(*bool) = b
+	case kindStrings:
+		elems, ok := v.([]any)
+		if !ok {
+			return mustBe("an array of strings", v)
+		}
+		list := make([]string, 0, len(elems))
+		for _, e := range elems {
+			str, ok := e.(string)
+			if !ok {
+				return mustBe("an array of strings", v)
+			}
+			list = append(list, str)
+		}
+		*s.ptr(p).(*[]string) = list
 	case kindBinds:
 		return fmt.Errorf("internal: binds are decoded per element")
 	case kindVars:
@@ -223,6 +253,16 @@ func (p *Profile) Set(f Field, value string, o Origin) error {
 			return fail(fmt.Errorf("%q is not true or false", value))
 		}
 		v = b
+	case kindStrings:
+		// A flag may be repeated or comma-separated: each adds entries.
+		list := spec.ptr(p).(*[]string)
+		for _, e := range strings.Split(value, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				*list = append(*list, e)
+			}
+		}
+		p.Mark(f, o)
+		return nil
 	case kindBinds:
 		b, err := ParseBind(value)
 		if err != nil {

@@ -37,6 +37,13 @@ func (p *Profile) Spec(args []string) jail.Spec {
 		Cgroup: jail.CgroupSpec{MemoryMax: l.Memory, SwapMax: l.Swap, CPUs: l.CPUs,
 			PidsMax: l.Pids, CPUTime: l.CPUTime},
 		Seccomp: p.Seccomp.Policy,
+		Network: jail.NetworkSpec{
+			Allow:        slices.Clone(p.Network.Allow),
+			AllowPrivate: slices.Clone(p.Network.AllowPrivate),
+			MaxTunnels:   int(p.Network.MaxTunnels),
+			MaxUpload:    p.Network.MaxUpload,
+			MaxDownload:  p.Network.MaxDownload,
+		},
 	}
 	switch fs.Workdir {
 	case WorkdirFresh:

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/netproxy"
 )
 
 // Bounds Validate enforces. The lower bounds catch a forgotten unit
@@ -57,6 +58,7 @@ func (p *Profile) Validate() error {
 	v.check(FieldSeccompPolicy, slices.Contains(SeccompPolicies(), p.Seccomp.Policy),
 		"%q must be one of %s", p.Seccomp.Policy, quoteList(SeccompPolicies()))
 	v.check(FieldNetworkMode, p.Network.Mode == NetworkNone, "%q must be %q (the only mode for now)", p.Network.Mode, NetworkNone)
+	v.network(p.Network)
 	return errors.Join(v.errs...)
 }
 
@@ -131,4 +133,22 @@ func quoteList(xs []string) string {
 		q[i] = fmt.Sprintf("%q", x)
 	}
 	return strings.Join(q, ", ")
+}
+
+// network checks the allowlist with the proxy's own parser, so that a rule
+// is judged the same here as where it is enforced.
+func (v *validator) network(n Network) {
+	for i, e := range n.Allow {
+		if _, err := netproxy.ParseRule(e); err != nil {
+			v.fail(fmt.Sprintf("%s[%d]", FieldNetworkAllow, i), FieldNetworkAllow, err.Error())
+		}
+	}
+	for i, e := range n.AllowPrivate {
+		if _, err := netproxy.ParsePrivate([]string{e}); err != nil {
+			v.fail(fmt.Sprintf("%s[%d]", FieldNetworkAllowPrivate, i), FieldNetworkAllowPrivate, err.Error())
+		}
+	}
+	v.check(FieldNetworkMaxTunnels, n.MaxTunnels >= 1 && n.MaxTunnels <= 4096, "%d is not in [1, 4096]", n.MaxTunnels)
+	v.check(FieldNetworkMaxUpload, n.MaxUpload > 0, "must be more than 0")
+	v.check(FieldNetworkMaxDownload, n.MaxDownload > 0, "must be more than 0")
 }

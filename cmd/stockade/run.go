@@ -40,6 +40,9 @@ var policyFlags = []policyFlag{
 	{"tmpfs-size", profiles.FieldTmpfsSize, "size of /tmp (and /dev/shm)"},
 	{"rootfs", profiles.FieldRootfs, `root filesystem: "host" (derived from the host) or a prepared directory`},
 	{"seccomp", profiles.FieldSeccompPolicy, `system call policy (python, strict), or "off"`},
+	{"net-max-tunnels", profiles.FieldNetworkMaxTunnels, "most proxy connections at once"},
+	{"net-max-upload", profiles.FieldNetworkMaxUpload, "bytes the jail may send through the proxy over the run"},
+	{"net-max-download", profiles.FieldNetworkMaxDownload, "bytes the jail may receive through the proxy over the run"},
 }
 
 // jailFlags are the flags of run and python. Only a flag that is given
@@ -59,6 +62,8 @@ func jailFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-workdir", Usage: "/work is an empty read-only directory"},
 		&cli.BoolFlag{Name: "exec-workdir", Usage: "allow executing files from /work (default: noexec)"},
 		&cli.StringSliceFlag{Name: "ro", Usage: "bind SRC[:DST] read-only (repeatable)"},
+		&cli.StringSliceFlag{Name: "allow-net", Usage: "let the jail reach these hosts through its proxy: NAME, *.SUFFIX, NAME:PORT (443 unless given; :80 for plain HTTP), IP or CIDR (comma-separated or repeated)"},
+		&cli.StringSliceFlag{Name: "allow-private", Usage: "let allowed hosts resolve to this private or special-purpose CIDR (never loopback, link-local or cloud metadata)"},
 		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: stockade's own cgroup)"},
 		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
 	)
@@ -151,6 +156,12 @@ func specFromFlags(c *cli.Context, argv []string, code *profiles.Bind) (jail.Spe
 	// Where the run's cgroup goes is this host's business, not the policy's.
 	s.Cgroup.Parent = c.String("cgroup-parent")
 	s.Cgroup.Disabled = c.Bool("no-cgroup")
+	// So is how the host reaches the network: stockade's own proxy, which
+	// the jail never sees, and (for tests and the selftest) a hosts file
+	// the proxy resolves from instead of DNS. Every address either yields
+	// passes the proxy's checks all the same.
+	s.Network.UpstreamProxy = upstreamProxy(os.Getenv)
+	s.Network.HostsFile = os.Getenv("STOCKADE_NET_HOSTS")
 	return s, nil
 }
 
@@ -183,6 +194,12 @@ func flagLayer(c *cli.Context) (*profiles.Profile, error) {
 	}
 	for _, r := range c.StringSlice("ro") {
 		vals = append(vals, flagValue{"--ro", profiles.FieldRO, r})
+	}
+	for _, e := range c.StringSlice("allow-net") {
+		vals = append(vals, flagValue{"--allow-net", profiles.FieldNetworkAllow, e})
+	}
+	for _, e := range c.StringSlice("allow-private") {
+		vals = append(vals, flagValue{"--allow-private", profiles.FieldNetworkAllowPrivate, e})
 	}
 	for _, e := range c.StringSlice("env") {
 		vals = append(vals, flagValue{"--env", profiles.FieldEnvVars, e})
@@ -301,4 +318,14 @@ func absPath(p string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(wd, p), nil
+}
+
+// upstreamProxy is stockade's own HTTPS proxy, as curl and Go read it.
+func upstreamProxy(getenv func(string) string) string {
+	for _, k := range []string{"HTTPS_PROXY", "https_proxy"} {
+		if v := getenv(k); v != "" {
+			return v
+		}
+	}
+	return ""
 }
