@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stockade/stockade/netproxy"
 	"github.com/stockade/stockade/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 // runNetwork is one run's network side: the decisions log every attempt
@@ -63,24 +65,37 @@ func newRunNetwork(spec NetworkSpec, notices io.Writer) (*runNetwork, error) {
 // serve takes the listening sockets init made in the jail's namespace.
 func (n *runNetwork) serve(fds []int) error {
 	if n.proxy == nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 		return fmt.Errorf("init sent proxy listeners to a jail without an allowlist")
 	}
+	var errs []error
 	for _, fd := range fds {
 		f := os.NewFile(uintptr(fd), "proxy listener")
 		ln, err := net.FileListener(f)
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("proxy listener: %w", err)
+			errs = append(errs, fmt.Errorf("proxy listener: %w", err))
+			continue
 		}
 		n.proxy.Serve(ln)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (n *runNetwork) close() {
-	if n.proxy != nil {
+	if n != nil && n.proxy != nil {
 		n.proxy.Close()
 	}
+}
+
+// decisions is the result's network list.
+func (n *runNetwork) decisions() []NetworkDecision {
+	if n == nil {
+		return []NetworkDecision{}
+	}
+	return n.log.Decisions()
 }
 
 // observer answers the jail's observed connect and send calls: its own

@@ -389,7 +389,7 @@ func (p *Prepared) collect() error {
 	// Init is reaped: no connection can come any more, and the proxy's
 	// open tunnels end with the jail.
 	p.net.close()
-	res.Network = p.net.log.Decisions()
+	res.Network = p.net.decisions()
 	res.Stdout, res.Stderr = p.stdout.buf.String(), p.stderr.buf.String()
 	res.StdoutBytes, res.StderrBytes = p.stdout.total, p.stderr.total
 	res.StdoutTruncated, res.StderrTruncated = p.stdout.truncated(), p.stderr.truncated()
