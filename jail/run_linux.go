@@ -195,6 +195,7 @@ func jailEnv(spec Spec) []string {
 		"HOME=/work", "LANG=C.UTF-8", "USER=" + JailUser, "LOGNAME=" + JailUser,
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
 	}
+	env = append(env, proxyEnv(spec.Network)...)
 	index := make(map[string]int, len(env))
 	for i, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
