@@ -33,6 +33,12 @@ var badFileValues = map[Field][]string{
 	FieldEnvVars:       {`{ "1A" = "x" }`, `{ "A-B" = "x" }`, `{ "" = "x" }`, `{ A = "\u0000" }`, `{ A = 1.5 }`, `{ A = "1", A = "2" }`, `"A=1"`},
 	FieldSeccompPolicy: {`""`, `"none"`, `"Python"`, "1"},
 	FieldNetworkMode:   {`""`, `"host"`, "true"},
+	FieldNetworkAllow: {`"pypi.org"`, `[""]`, `["exa mple.org"]`, `["a\u0000b.org"]`, `["*.com"]`, `["pypi.org:0"]`,
+		`["user@pypi.org"]`, `["fe80::1%eth0"]`, `["pypi.org", 1]`},
+	FieldNetworkAllowPrivate: {`"10.0.0.0/8"`, `["127.0.0.1"]`, `["169.254.169.254/32"]`, `["::1"]`, `["ten"]`, `[10]`},
+	FieldNetworkMaxTunnels:   {"0", "-1", "4097", `"32"`, "1.5"},
+	FieldNetworkMaxUpload:    {"0", "-1", `"lots"`, `"9999999T"`},
+	FieldNetworkMaxDownload:  {"0", "-1", `"lots"`, `"9999999T"`},
 }
 
 // Every bad value in a file: an error naming the file, the line and the

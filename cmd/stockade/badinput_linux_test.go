@@ -32,6 +32,12 @@ var badFlagValues = map[string][]string{
 		"/usr/share:/tmp", "/usr/share:/etc/passwd", "/usr/share:/etc/hostname", "/usr/../etc:/x",
 		"/usr/share:/x/../y", "/usr/\x00share:/x", "/usr/share:/x\x00"},
 	"env": {"", "NOEQUALS", "=v", "1A=x", "A-B=x", "A B=x", "A=\x00", "\x00=x"},
+	"allow-net": {"exa mple.org", "a\x00b.org", "*.com", "*", "pypi.org:0", "pypi.org:65536", "user@pypi.org",
+		"pypi.org%2f", "fe80::1%lo", "[::1", "1.2.3", "-x.org", "pypi.org/simple"},
+	"allow-private":    {"127.0.0.1", "127.0.0.0/8", "169.254.169.254", "169.254.0.0/16", "::1", "fe80::/10", "fd00:ec2::254", "ten", "10.0.0.0/33"},
+	"net-max-tunnels":  {"0", "-1", "4097", "many", "1.5", ""},
+	"net-max-upload":   {"0", "-1", "lots", "", "9999999T"},
+	"net-max-download": {"0", "-1", "lots", "", "9999999T"},
 }
 
 // Every bad value: exit 125, one line, naming the flag, no jail started.
