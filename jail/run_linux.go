@@ -296,9 +296,14 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config
 		defer initFile.Close()
 	}
 	cmd := &exec.Cmd{
-		Path:       initExePath,
-		Args:       []string{initproc.Arg0},
-		Env:        []string{},
+		Path: initExePath,
+		Args: []string{initproc.Arg0},
+		// One P for init's Go runtime: it starts threads up to GOMAXPROCS
+		// (the host's CPU count on v1, where init is placed in the run's
+		// cgroup only after it starts), and the pids limit counts every one
+		// of them against the payload. On a many-core host that would eat
+		// the room MinPids leaves.
+		Env:        []string{"GOMAXPROCS=1"},
 		Stdout:     outW,
 		Stderr:     errW,
 		ExtraFiles: []*os.File{childSock},
