@@ -39,8 +39,14 @@ func (m *Manager) createV1(g *Group, l Limits) error {
 		}
 	}
 	if l.MemoryMax > 0 {
-		mem := &specs.LinuxMemory{Limit: &l.MemoryMax}
-		what := fmt.Sprintf("memory limit %d bytes", l.MemoryMax)
+		// v1 keeps TCP socket buffers out of the memory counter and
+		// accounts them at all only once kmem.tcp.limit_in_bytes is set:
+		// unset, one process held 457 MiB of loopback buffers under a
+		// 64 MiB limit. They get a limit of their own, a quarter of the
+		// memory limit (v2 counts them in memory.current).
+		tcp := tcpLimit(l.MemoryMax)
+		mem := &specs.LinuxMemory{Limit: &l.MemoryMax, KernelTCP: &tcp}
+		what := fmt.Sprintf("memory limit %d bytes (TCP buffers %d)", l.MemoryMax, tcp)
 		if m.swap {
 			// memsw is memory+swap, so the swap allowance rides on top.
 			// The library writes limit_in_bytes before memsw, which the
@@ -70,6 +76,9 @@ func (m *Manager) createV1(g *Group, l Limits) error {
 	}
 	return nil
 }
+
+// tcpLimit is the v1 limit of a group's TCP socket buffers.
+func tcpLimit(memoryMax int64) int64 { return max(memoryMax/4, 1<<20) }
 
 // libRoot is the directory containerd's cgroup1 controllers expect: they
 // address a hierarchy as <root>/<controller>. resolveV1 has checked that

@@ -68,7 +68,8 @@ func (g *Group) Stats() (Stats, error) {
 func (g *Group) statsV1(r *statReader) Stats {
 	var s Stats
 	if g.memDir != "" {
-		s.MemoryPeak = r.value(g.memDir, "memory.max_usage_in_bytes")
+		// v1 counts TCP buffers apart (see tcpLimit); the run held both.
+		s.MemoryPeak = r.value(g.memDir, "memory.max_usage_in_bytes") + r.value(g.memDir, "memory.kmem.tcp.max_usage_in_bytes")
 		// oom_kill appeared in memory.oom_control in Linux 4.13.
 		s.OOMKills = r.key(g.memDir, "memory.oom_control", "oom_kill")
 		// The kernel charges memory+swap first: with memsw equal to the

@@ -1,8 +1,8 @@
 package jail
 
 import (
-	"bytes"
 	"io"
+	"strings"
 	"sync"
 )
 
@@ -15,7 +15,7 @@ type capture struct {
 
 	mu     sync.Mutex // a prepared jail gets its stream while draining
 	stream io.Writer
-	buf    bytes.Buffer
+	buf    strings.Builder // String() hands the bytes over without a copy
 	total  int64
 }
 
@@ -26,7 +26,7 @@ func (c *capture) setStream(w io.Writer) {
 	defer c.mu.Unlock()
 	c.stream = w
 	if w != nil && c.buf.Len() > 0 {
-		_, _ = w.Write(c.buf.Bytes())
+		_, _ = io.WriteString(w, c.buf.String())
 	}
 }
 

@@ -84,10 +84,25 @@ func buildPlan(in planInput) ([]initproc.Step, error) {
 	p = append(p,
 		initproc.Step{Kind: initproc.StepTmpfs, Dest: "/tmp", Mode: 0o1777, Size: s.TmpfsSize},
 	)
-	if in.workdir != "" {
-		p = append(p, initproc.Step{Kind: initproc.StepBind, Dest: "/work", Source: in.workdir, Dir: true,
-			Writable: true, Exec: s.ExecWorkdir, User: s.Workdir != ""})
-	} else {
+	switch {
+	case in.workdir != "":
+		// The user's directory, read-only beneath a tmpfs that takes every
+		// write (bounded as a fresh /work is); the parent copies the writes
+		// back after the run. workUpper is detached once the overlay holds it.
+		p = append(p,
+			initproc.Step{Kind: initproc.StepTmpfs, Dest: workUpper, Mode: 0o755, Size: s.WorkSize,
+				Inodes: WorkInodes(s.WorkSize), Report: true},
+			initproc.Step{Kind: initproc.StepOverlay, Dest: "/work", Source: in.workdir, Upper: workUpper,
+				Exec: s.ExecWorkdir, User: true})
+	case s.WorkdirMode == WorkdirFresh:
+		// A tmpfs, not a host directory: its size and inode count bound
+		// what the jail can write however it writes (write, fallocate,
+		// sparse files, hard links, a flood of empty files), its pages are
+		// charged to the memory cgroup of the task that writes them (the
+		// jail's), and it vanishes with the jail.
+		p = append(p, initproc.Step{Kind: initproc.StepTmpfs, Dest: "/work", Mode: 0o700, Size: s.WorkSize,
+			Inodes: WorkInodes(s.WorkSize), Exec: s.ExecWorkdir, Report: true})
+	default:
 		p = append(p, initproc.Step{Kind: initproc.StepDir, Dest: "/work", Mode: 0o755})
 	}
 	for _, b := range s.ReadOnly {
@@ -98,6 +113,15 @@ func buildPlan(in planInput) ([]initproc.Step, error) {
 	}
 	return p, nil
 }
+
+// workUpper is where the upper layer over a --workdir is mounted while
+// the root is built; nothing is left there once the overlay holds it.
+const workUpper = "/.stockade-upper"
+
+// WorkInodes is the inode limit of a fresh /work of size bytes: one per
+// 4 KiB, as many files as it has pages (every non-empty file takes one),
+// at least 64 so that a small /work still holds a few files.
+func WorkInodes(size int64) int64 { return max(size/4096, 64) }
 
 // checkPlan refuses two steps with the same destination and a bind below a
 // symlink the plan itself creates (which would let a path like /bin/x land

@@ -40,8 +40,10 @@ func TestPlanLayout(t *testing.T) {
 		t.Errorf("/usr: %+v, want a read-only exec bind of a trusted source", usr)
 	}
 	work, _ := find(p, "/work")
-	if work.Kind != initproc.StepBind || !work.Writable || work.Exec {
-		t.Errorf("/work: %+v, want writable and noexec", work)
+	upper, _ := find(p, workUpper)
+	if work.Kind != initproc.StepOverlay || work.Exec || work.Source != "/tmp/run/work" || work.Upper != workUpper ||
+		upper.Kind != initproc.StepTmpfs || upper.Size != spec.WorkSize || !upper.Report {
+		t.Errorf("/work: %+v over %+v, want a noexec overlay on a reported tmpfs of --work-size", work, upper)
 	}
 	tmp, _ := find(p, "/tmp")
 	if tmp.Kind != initproc.StepTmpfs || tmp.Size != 64<<20 || tmp.Mode != 0o1777 {
@@ -108,5 +110,18 @@ func TestPlanCustomRootOverlaysEtc(t *testing.T) {
 	}
 	if s, _ := find(p, "/etc/passwd"); !s.Optional {
 		t.Fatalf("generated passwd over a prepared /etc must be optional: %+v", s)
+	}
+}
+
+func TestPlanFreshWorkIsBoundedTmpfs(t *testing.T) {
+	spec := testSpec("x")
+	spec.WorkSize = 32 << 20
+	p, err := buildPlan(planInput{spec: spec, root: hostRoot()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := find(p, "/work")
+	if w.Kind != initproc.StepTmpfs || w.Size != 32<<20 || w.Inodes != 8192 || !w.Report || w.Exec {
+		t.Fatalf("/work: %+v, want a noexec 32 MiB tmpfs with 8192 inodes reported to the parent", w)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -20,6 +21,7 @@ type Prepared struct {
 	res  *Result
 
 	own            *ownership
+	id             identity
 	dir            *runDir
 	pump           *stdinPump
 	cg             *runCgroup
@@ -51,15 +53,20 @@ func Prepare(ctx context.Context, spec Spec, st Streams) (*Prepared, error) {
 // while waiting must not be started.
 func (p *Prepared) Done() <-chan struct{} { return p.sv.exited }
 
-// Workdir is the host directory the jail sees as /work when it is a fresh
-// one ("" otherwise). After Start returns the jail is gone and the
-// directory holds what the run left there, until Close removes it; read it
-// without following symlinks, since the jail made them.
+// Workdir is a host path of the jail's /work when it is a fresh one (""
+// otherwise): the tmpfs, reached through stockade's own fd of it
+// (/proc/self/fd/N/.), valid in this process only. After Start returns the
+// jail is gone and the tmpfs holds what the run left there, until Close
+// releases it; read it without following symlinks, since the jail made them.
 func (p *Prepared) Workdir() string {
-	if p.spec.Workdir != "" || p.dir == nil {
+	if p.spec.Workdir != "" || p.sv == nil {
 		return ""
 	}
-	return p.dir.work
+	fd, ok := p.sv.work.root()
+	if !ok {
+		return ""
+	}
+	return "/proc/self/fd/" + strconv.Itoa(fd) + "/."
 }
 
 // StartOptions is what a run may still choose once its jail is prepared.
@@ -113,6 +120,9 @@ func (p *Prepared) Close() error {
 	}
 	if p.pump != nil {
 		p.pump.stop()
+	}
+	if p.sv != nil {
+		p.sv.work.close() // the /work tmpfs, charged to the cgroup
 	}
 	if p.net != nil {
 		p.net.close()

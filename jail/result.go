@@ -19,6 +19,7 @@ const (
 	VerdictCancelled Verdict = "cancelled" // the caller cancelled the run (SIGINT, SIGTERM or SIGHUP to stockade)
 	VerdictMemory    Verdict = "memory"    // the kernel OOM-killed something in the jail
 	VerdictPids      Verdict = "pids"      // fork or clone failed at the pids limit
+	VerdictDisk      Verdict = "disk"      // /work was full (--work-size)
 	VerdictCPU       Verdict = "cpu"       // the CPU-time limit ended the run
 	VerdictTimeout   Verdict = "timeout"   // the wall-clock limit ended the run
 	VerdictSeccomp   Verdict = "seccomp"   // a blocked system call killed the payload
@@ -64,6 +65,13 @@ type Result struct {
 	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
 	PidsPeak        uint64 `json:"pids_peak,omitempty"`
 
+	// WorkPeakBytes and WorkPeakInodes are the most /work's writable layer
+	// held at once (a fresh /work, or the changes over a --workdir: bytes
+	// written and not deleted; files, directories, links and whiteouts),
+	// sampled every 50 ms and at the end; 0 with --no-workdir.
+	WorkPeakBytes  uint64 `json:"work_peak_bytes"`
+	WorkPeakInodes uint64 `json:"work_peak_inodes"`
+
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
 	StdoutTruncated bool   `json:"stdout_truncated"`
@@ -108,6 +116,7 @@ type Limits struct {
 	FileSizeBytes *uint64  `json:"file_size_bytes"`
 	OutputBytes   int64    `json:"output_bytes"`
 	TmpfsBytes    int64    `json:"tmpfs_bytes"`
+	WorkBytes     *int64   `json:"work_bytes"` // what /work may hold; null for --no-workdir
 }
 
 // limitsOf is what a run under s is held to.
@@ -117,6 +126,10 @@ func limitsOf(s Spec) Limits {
 		OpenFiles:   s.Rlimits.OpenFiles,
 		OutputBytes: s.OutputLimit,
 		TmpfsBytes:  s.TmpfsSize,
+	}
+	if s.Workdir != "" || s.WorkdirMode == WorkdirFresh {
+		w := s.WorkSize
+		l.WorkBytes = &w
 	}
 	if s.Cgroup.CPUTime > 0 {
 		ms := s.Cgroup.CPUTime.Milliseconds()

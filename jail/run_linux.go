@@ -123,11 +123,8 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	if err != nil {
 		return setupError("rootfs", err)
 	}
-	workUID := -1
-	if spec.Workdir == "" && spec.WorkdirMode == WorkdirFresh {
-		workUID = id.hostUID
-	}
-	dir, err := newRunDir(own, workUID, id.hostGID)
+	// A fresh /work is a tmpfs inside the jail: no host directory.
+	dir, err := newRunDir(own, -1, id.hostGID)
 	if err != nil {
 		own.leftovers = true // perhaps half made; the record names it
 		return setupError("run directory", err)
@@ -139,15 +136,11 @@ func (p *Prepared) prepare(ctx context.Context) error {
 			return setupError("cgroup", err)
 		}
 	}
-	workdir := dir.work
-	if spec.Workdir != "" {
-		workdir = spec.Workdir
-	}
 	bootID, err := newBootID()
 	if err != nil {
 		return &SetupError{Step: "mount plan", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: workdir,
+	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: spec.Workdir,
 		custom: spec.Rootfs != RootfsHost, bootID: bootID})
 	if err != nil {
 		return setupError("mount plan", err)
@@ -165,6 +158,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 			return setupError("rootfs", err)
 		}
 	}
+	p.id = id // copyBack writes as the jail user's host ids
 	return p.launch(ctx, id, cfg)
 }
 
@@ -355,7 +349,8 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config
 	p.stdout = &capture{limit: spec.OutputLimit, stream: st.Stdout}
 	p.stderr = &capture{limit: spec.OutputLimit, stream: st.Stderr}
 
-	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled()}
+	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled(),
+		supervisorCPUs: supervisorCPUs(spec)}
 	if err := sv.launch(); err != nil {
 		return setupError("start jail", explainStart(err))
 	}
@@ -387,7 +382,8 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config
 }
 
 // collect waits for the output and fills in the Result once init has been
-// reaped, then reads and removes the run's cgroup.
+// reaped, copies a --workdir's writes back, then reads and removes the
+// run's cgroup.
 func (p *Prepared) collect() error {
 	<-p.drained
 	<-p.drained
@@ -401,6 +397,14 @@ func (p *Prepared) collect() error {
 	res.StdoutTruncated, res.StderrTruncated = p.stdout.truncated(), p.stderr.truncated()
 	var end ending
 	err := sv.result(res, &end)
+	if fd, ok := sv.work.root(); ok && p.spec.Workdir != "" {
+		// The jail is gone: nothing writes the upper layer any more.
+		if cerr := copyBack(fd, p.spec.Workdir, p.id.hostUID, p.id.hostGID); cerr != nil && err == nil {
+			err = setupError("copy /work back", cerr)
+		}
+	}
+	res.WorkPeakBytes, res.WorkPeakInodes = sv.work.last()
+	end.DiskFull = sv.work.full
 	if cg != nil {
 		if cerr := cg.finish(res, &end); cerr != nil && err == nil {
 			err = setupError("cgroup", cerr)
@@ -412,6 +416,14 @@ func (p *Prepared) collect() error {
 	res.Verdict = end.verdict()
 	return nil
 }
+
+// supervisorCPUs is the CPU stockade may spend answering a run's refused
+// system calls: half of the run's CPU limit. A jail looping on refused
+// calls spends a little less per call than the supervisor does (and
+// nothing while it waits for the answer), so jail and supervisor together
+// stay within about the jail's own limit. Without a cgroup the CPU limit
+// is not enforced on the jail, but still bounds the supervisor.
+func supervisorCPUs(spec Spec) float64 { return spec.Cgroup.CPUs / 2 }
 
 // explainStart turns a failed clone into the reason a user can act on.
 func explainStart(err error) error {

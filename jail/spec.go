@@ -56,8 +56,13 @@ type Spec struct {
 	Workdir     string // host directory bound at /work; "" means WorkdirMode decides
 	WorkdirMode string // WorkdirFresh or WorkdirNone; ignored when Workdir is set
 	ExecWorkdir bool   // allow exec from /work (false: noexec)
-	ReadOnly    []Bind // extra read-only binds
-	Hostname    string // the jail's host name, non-empty
+	// WorkSize bounds what the run may write to /work, in bytes, > 0: a
+	// fresh /work is a tmpfs of this size (charged to the run's memory
+	// cgroup) with WorkInodes(WorkSize) inodes, and a Workdir is an overlay
+	// whose writes land in such a tmpfs and are copied back after the run.
+	WorkSize int64
+	ReadOnly []Bind // extra read-only binds
+	Hostname string // the jail's host name, non-empty
 
 	Rlimits Rlimits
 	Cgroup  CgroupSpec
@@ -153,6 +158,12 @@ func (s *Spec) Validate() error {
 	}
 	if s.TmpfsSize <= 0 {
 		return fmt.Errorf("tmpfs size %d: must be more than 0", s.TmpfsSize)
+	}
+	if s.WorkSize < 0 {
+		return fmt.Errorf("work size %d: must not be negative", s.WorkSize)
+	}
+	if s.WorkSize <= 0 {
+		return fmt.Errorf("work size %d: must be more than 0", s.WorkSize)
 	}
 	switch s.WorkdirMode {
 	case WorkdirFresh, WorkdirNone:

@@ -86,6 +86,7 @@ func testSpec(args ...string) Spec {
 		Rootfs:      RootfsHost,
 		TmpfsSize:   64 << 20,
 		WorkdirMode: WorkdirFresh,
+		WorkSize:    256 << 20,
 		Hostname:    "stockade",
 		Rlimits:     Rlimits{OpenFiles: 256, FileSize: 64 << 20},
 		Cgroup:      CgroupSpec{MemoryMax: 512 << 20, CPUs: 1, PidsMax: 128},

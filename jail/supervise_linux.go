@@ -36,7 +36,10 @@ type supervision struct {
 	filter     *seccomp.Supervisor // answers refused system calls
 	filterDone chan struct{}
 
-	cg *runCgroup
+	cg   *runCgroup
+	work workDisk
+	// supervisorCPUs bounds what answering refused calls may cost.
+	supervisorCPUs float64
 
 	net     *runNetwork
 	proxied bool
@@ -117,6 +120,7 @@ func (sv *supervision) supervise(ctx context.Context, spec Spec) {
 		cpuOver = make(chan struct{})
 		go sv.cg.pollCPU(spec.Cgroup.CPUTime, stopPoll, func() { close(cpuOver) })
 	}
+	go sv.work.watch(stopPoll)
 	for waiting := true; waiting; {
 		select {
 		case <-sv.exited:
@@ -251,10 +255,15 @@ func (sv *supervision) readMessages() {
 		case initproc.MsgError:
 			mm := m
 			sv.setupErr = &mm
+		case initproc.MsgWork:
+			if len(fds) == 1 && sv.work.attach(fds[0]) {
+				fds = nil
+			}
 		case initproc.MsgSeccomp:
 			if len(fds) == 1 && sv.filter == nil {
 				sv.filter = seccomp.NewSupervisor(fds[0])
 				sv.filter.ObserveNetwork(sv.net.observer(sv.proxied))
+				sv.filter.LimitCPU(sv.supervisorCPUs)
 				sv.filterDone = make(chan struct{})
 				go func(s *seccomp.Supervisor, done chan struct{}) { s.Run(); close(done) }(sv.filter, sv.filterDone)
 				fds = nil

@@ -7,6 +7,7 @@ type ending struct {
 	Cancelled     bool // our caller cancelled, and our kill ended the payload
 	OOMKilled     bool // the kernel OOM-killed something in the jail
 	PidsLimitHit  bool // a fork or clone failed at the pids limit
+	DiskFull      bool // /work was full (of bytes or inodes) when stockade looked
 	CPUOver       bool // the CPU-time limit ended the run
 	TimedOut      bool // the wall-clock limit ended the run
 	SeccompKilled bool // the payload died of SIGSYS under the filter
@@ -28,6 +29,8 @@ func (e ending) verdict() Verdict {
 		return VerdictMemory
 	case e.PidsLimitHit:
 		return VerdictPids
+	case e.DiskFull:
+		return VerdictDisk
 	case e.CPUOver:
 		return VerdictCPU
 	case e.TimedOut:

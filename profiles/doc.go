@@ -28,6 +28,7 @@
 //	[filesystem]
 //	rootfs     = "host" # "host" or an absolute directory
 //	tmpfs_size = "64M"  # size of /tmp, > 0
+//	work_size  = "256M" # most a fresh /work holds (a tmpfs, counted in memory), > 0
 //	workdir    = "fresh" # "fresh" (empty writable /work), "none" (no writable /work) or an absolute host dir
 //	noexec     = true   # mount /work noexec (/tmp and /dev/shm always are)
 //	ro         = ["/data/models:/models", "/srv/wheels"] # read-only binds SRC[:DST], both absolute;

@@ -45,6 +45,7 @@ type Limits struct {
 type Filesystem struct {
 	Rootfs    string // RootfsHost or an absolute directory
 	TmpfsSize int64  // bytes
+	WorkSize  int64  // bytes a fresh /work holds (a tmpfs charged to the memory limit)
 	Workdir   string // WorkdirFresh, WorkdirNone or an absolute host directory
 	Noexec    bool
 	RO        []Bind

@@ -31,6 +31,7 @@ const (
 
 	FieldRootfs    Field = "filesystem.rootfs"
 	FieldTmpfsSize Field = "filesystem.tmpfs_size"
+	FieldWorkSize  Field = "filesystem.work_size"
 	FieldWorkdir   Field = "filesystem.workdir"
 	FieldNoexec    Field = "filesystem.noexec"
 	FieldRO        Field = "filesystem.ro"
@@ -87,6 +88,7 @@ var schema = []fieldSpec{
 	{FieldOutput, kindSize, func(p *Profile) any { return &p.Limits.Output }},
 	{FieldRootfs, kindString, func(p *Profile) any { return &p.Filesystem.Rootfs }},
 	{FieldTmpfsSize, kindSize, func(p *Profile) any { return &p.Filesystem.TmpfsSize }},
+	{FieldWorkSize, kindSize, func(p *Profile) any { return &p.Filesystem.WorkSize }},
 	{FieldWorkdir, kindString, func(p *Profile) any { return &p.Filesystem.Workdir }},
 	{FieldNoexec, kindBool, func(p *Profile) any { return &p.Filesystem.Noexec }},
 	{FieldRO, kindBinds, func(p *Profile) any { return &p.Filesystem.RO }},

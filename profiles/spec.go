@@ -30,6 +30,7 @@ func (p *Profile) Spec(args []string) jail.Spec {
 		OutputLimit: l.Output,
 		Rootfs:      fs.Rootfs,
 		TmpfsSize:   fs.TmpfsSize,
+		WorkSize:    fs.WorkSize,
 		WorkdirMode: jail.WorkdirFresh,
 		ExecWorkdir: !fs.Noexec,
 		Hostname:    Hostname,

@@ -50,6 +50,7 @@ func (p *Profile) Validate() error {
 	fs := p.Filesystem
 	v.check(FieldRootfs, fs.Rootfs == RootfsHost || isAbsClean(fs.Rootfs), "%q must be %q or an absolute, clean path", fs.Rootfs, RootfsHost)
 	v.check(FieldTmpfsSize, fs.TmpfsSize > 0, "must be more than 0")
+	v.check(FieldWorkSize, fs.WorkSize > 0, "must be more than 0")
 	v.check(FieldWorkdir, fs.Workdir == WorkdirFresh || fs.Workdir == WorkdirNone || (isAbsClean(fs.Workdir) && fs.Workdir != "/"),
 		"%q must be %q, %q or an absolute, clean path other than /", fs.Workdir, WorkdirFresh, WorkdirNone)
 	v.binds(fs.RO)

@@ -3,9 +3,11 @@ package seccomp
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
@@ -36,6 +38,8 @@ type Supervisor struct {
 	running  bool
 	closed   bool
 	done     chan struct{}
+
+	cpu cpuBudget
 }
 
 // pollInterval bounds how long Close waits for Run when no eventfd could be
@@ -64,6 +68,10 @@ func (s *Supervisor) Run() {
 	s.running = true
 	s.mu.Unlock()
 	defer close(s.done)
+	// One thread, so that its CPU clock is the supervisor's cost.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s.cpu.start()
 
 	fds := []unix.PollFd{{Fd: int32(s.notifyFD), Events: unix.POLLIN}}
 	timeout := -1
@@ -95,6 +103,11 @@ func (s *Supervisor) Run() {
 				s.fail(err)
 				return
 			}
+			if d := s.cpu.spend(); d > 0 {
+				// The refused caller (and every task queued behind it)
+				// stays blocked in the kernel meanwhile, using nothing.
+				time.Sleep(d)
+			}
 			continue
 		}
 		if ev&unix.POLLNVAL != 0 {
@@ -105,6 +118,65 @@ func (s *Supervisor) Run() {
 			return
 		}
 	}
+}
+
+// LimitCPU bounds the CPU time Run spends answering to cores (a fraction
+// of one CPU, at most 1: Run is one thread). Each refused call costs the
+// supervisor a few microseconds outside the jail's cgroup; a jail looping
+// on one would otherwise turn its own CPU limit into that much again of
+// stockade's. Past the budget, Run waits before reading the next
+// notification. Call it before Run; 0 means no limit.
+func (s *Supervisor) LimitCPU(cores float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		s.cpu.rate = min(cores, 1)
+	}
+}
+
+// cpuBudget is a token bucket of CPU time measured on the supervisor's
+// own thread (CLOCK_THREAD_CPUTIME_ID): tokens accrue at rate CPUs per
+// second of wall time, up to cpuBurst, and each notification served pays
+// what it cost.
+type cpuBudget struct {
+	rate   float64 // cores; 0 = no limit
+	tokens time.Duration
+	last   time.Time     // wall clock of the last accrual
+	used   time.Duration // thread CPU time at the last charge
+}
+
+// cpuBurst is how much CPU the supervisor may spend at once before the
+// rate applies: enough for the occasional refused call of a normal run
+// to be answered at once.
+const cpuBurst = 20 * time.Millisecond
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+func (b *cpuBudget) start() {
+	b.tokens, b.last, b.used = cpuBurst, time.Now(), threadCPU()
+}
+
+// spend charges the CPU used since the last call and returns how long to
+// wait until the bucket is no longer in debt.
+func (b *cpuBudget) spend() time.Duration {
+	if b.rate <= 0 {
+		return 0
+	}
+	now, used := time.Now(), threadCPU()
+	b.tokens += time.Duration(float64(now.Sub(b.last)) * b.rate)
+	b.tokens = min(b.tokens, cpuBurst)
+	b.tokens -= used - b.used
+	b.last, b.used = now, used
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(float64(-b.tokens) / b.rate)
 }
 
 // serveOne reads one notification, refuses it and records it.

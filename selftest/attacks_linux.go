@@ -236,6 +236,26 @@ func resourceAttacks() []Attack {
 				s.Timeout = 20 * time.Second
 			},
 			judge: tmpfsFull},
+		{Door: "resources", Name: workFillRow, Expect: "ENOSPC each way, verdict disk", program: "res_workfill.py",
+			args: func(_ *fixtures, s jail.Spec) []string {
+				// An open door writes at most twice the bound, per way.
+				size := s.WorkSize
+				return []string{strconv.FormatInt(2*size>>20, 10), strconv.FormatInt(2*jail.WorkInodes(size), 10)}
+			},
+			adjust: func(s *jail.Spec) {
+				s.Cgroup.PidsMax = lower(s.Cgroup.PidsMax, resourcePids)
+				s.Timeout = 60 * time.Second
+			},
+			judge: workFull},
+		{Door: "resources", Name: fmt.Sprintf("hold loopback TCP buffers (bounded at %dM)", memoryBound), Expect: "at most the memory limit", program: "res_tcpbuf.py",
+			args: func(_ *fixtures, s jail.Spec) []string {
+				return []string{strconv.Itoa(memoryBound), strconv.FormatInt(s.Cgroup.MemoryMax>>20, 10)}
+			},
+			adjust: func(s *jail.Spec) {
+				s.Cgroup.MemoryMax = lower(s.Cgroup.MemoryMax, 64<<20)
+				s.Timeout = 30 * time.Second
+			},
+			judge: tcpHeld},
 		{Door: "resources", Name: "flood stdout with 8x the output limit", Expect: "verdict output, capped", program: "res_flood.py",
 			args: func(_ *fixtures, s jail.Spec) []string {
 				return []string{strconv.FormatInt(8*s.OutputLimit, 10)}
@@ -258,6 +278,33 @@ func tmpfsFull(o *outcome) (string, bool) {
 		return fmt.Sprintf("%s: more than the %dM tmpfs", happened, size), false
 	}
 	return happened, held
+}
+
+const workFillRow = "fill /work: write, fallocate, empty files, hard links, sparse files"
+
+// workFull: every way of filling /work met ENOSPC, the run says disk, and
+// /work never held more than its size; or /work was not writable at all.
+func workFull(o *outcome) (string, bool) {
+	rest, held := strings.CutPrefix(o.last, "HELD ")
+	if !held {
+		return describe(o), false
+	}
+	if strings.HasPrefix(rest, "/work is not writable") {
+		return rest, o.res.Verdict == jail.VerdictOK
+	}
+	size := o.spec.WorkSize
+	happened := fmt.Sprintf("verdict %s, /work peak %dM: %s", o.res.Verdict, o.res.WorkPeakBytes>>20, rest)
+	return happened, o.res.Verdict == jail.VerdictDisk && int64(o.res.WorkPeakBytes) <= size
+}
+
+// tcpHeld: the kernel took no more than the memory limit, or (cgroup v2,
+// which charges socket buffers as memory) the limit ended the run there.
+func tcpHeld(o *outcome) (string, bool) {
+	if o.res.Verdict == jail.VerdictMemory && o.res.Limits.MemoryBytes != nil &&
+		int64(o.res.PeakMemoryBytes) <= *o.res.Limits.MemoryBytes {
+		return fmt.Sprintf("the memory limit ended the run at a peak of %dM", o.res.PeakMemoryBytes>>20), true
+	}
+	return heldLine(o)
 }
 
 func floodCapped(o *outcome) (string, bool) {

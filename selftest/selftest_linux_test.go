@@ -113,7 +113,41 @@ func TestSeccompOffFailsTheKernelSurface(t *testing.T) {
 func TestNoCgroupFailsTheBombs(t *testing.T) {
 	needJail(t)
 	rep := run(t, defaultSpec(func(s *jail.Spec) { s.Cgroup.Disabled = true }), "resources")
-	wantFail(t, rep, "fork bomb (bounded at 400)", "thread bomb (bounded at 400)", "memory bomb (bounded at 1024M)")
+	wantFail(t, rep, "fork bomb (bounded at 400)", "thread bomb (bounded at 400)", "memory bomb (bounded at 1024M)",
+		"hold loopback TCP buffers (bounded at 1024M)")
+	// /work's bound is its tmpfs, not the cgroup.
+	if r := rep.Row(workFillRow); r == nil || r.Status != Pass {
+		t.Errorf("without a cgroup /work lost its bound: %+v", r)
+	}
+}
+
+// A --workdir is bounded as a fresh /work is: the writes land in a tmpfs
+// of --work-size beneath the overlay.
+func TestWorkdirHoldsTheFill(t *testing.T) {
+	needJail(t)
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chown(dir, 4242, 4242)
+	rep := run(t, defaultSpec(func(s *jail.Spec) { s.Workdir, s.WorkSize = dir, 8<<20 }), "resources")
+	if r := rep.Row(workFillRow); r == nil || r.Status != Pass {
+		t.Errorf("--workdir lost its bound: %+v", r)
+	}
+}
+
+// The fill row fails when a way of filling /work met no ENOSPC or /work
+// held more than its size: the judge on runs the door did not stop.
+func TestWorkFullJudgeCanFail(t *testing.T) {
+	s := defaultSpec(nil)
+	s.WorkSize = 8 << 20
+	for _, o := range []outcome{
+		{spec: s, res: &jail.Result{Verdict: jail.VerdictOK}, last: "OPEN write 16M no error, fallocate 30G refused EFBIG"},
+		{spec: s, res: &jail.Result{Verdict: jail.VerdictDisk, WorkPeakBytes: 9 << 20}, last: "HELD write 8M ENOSPC"},
+		{spec: s, res: &jail.Result{Verdict: jail.VerdictOK}, last: "HELD write 8M ENOSPC"},
+	} {
+		if happened, held := workFull(&o); held {
+			t.Errorf("%q with verdict %s judged held: %s", o.last, o.res.Verdict, happened)
+		}
+	}
 }
 
 func TestBoundShadowFailsTheFilesDoor(t *testing.T) {

@@ -150,11 +150,33 @@ func TestJSONResult(t *testing.T) {
 	l, _ := m["limits"].(map[string]any)
 	want := map[string]any{"timeout_ms": 10000.0, "memory_bytes": float64(256 << 20), "cpus": 0.5, "pids": 128.0,
 		"swap_bytes": 0.0, "cpu_time_ms": nil, "open_files": 256.0, "file_size_bytes": float64(64 << 20),
-		"output_bytes": float64(1 << 20), "tmpfs_bytes": float64(64 << 20)}
+		"output_bytes": float64(1 << 20), "tmpfs_bytes": float64(64 << 20), "work_bytes": float64(256 << 20)}
 	for k, v := range want {
 		if got, ok := l[k]; !ok || got != v {
 			t.Errorf("limits.%s = %v, want %v", k, got, v)
 		}
+	}
+}
+
+// --work-size bounds a fresh /work; filling it is verdict disk, said on
+// stderr with the size and the peak, and the JSON result has the peak.
+func TestWorkSizeFlagAndDiskVerdict(t *testing.T) {
+	needJail(t)
+	fill := "import os\nfd = os.open('/work/f', os.O_WRONLY | os.O_CREAT)\ntry:\n    while True: os.write(fd, b'x' * 65536)\nexcept OSError as e: print(e.strerror)"
+	code, out, stderr := invoke(t, "", "run", "--work-size", "4M", "--", "python3", "-c", fill)
+	if code != 0 || out != "No space left on device\n" || !strings.Contains(stderr, "stockade: disk: /work filled its 4M") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, _ = invoke(t, "", "run", "--json", "--work-size", "4M", "--", "python3", "-c", fill)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s", code, err, out)
+	}
+	if m["verdict"] != "disk" || m["work_peak_bytes"].(float64) < 3<<20 || m["work_peak_bytes"].(float64) > 4<<20 {
+		t.Errorf("result %s", out)
+	}
+	if code, _, stderr := invoke(t, "", "run", "--work-size", "0", "--", "true"); code != 125 || !strings.Contains(stderr, "--work-size") {
+		t.Errorf("--work-size 0: exit %d, %q", code, stderr)
 	}
 }
 

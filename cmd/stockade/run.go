@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -38,6 +37,7 @@ var policyFlags = []policyFlag{
 	{"open-files", profiles.FieldOpenFiles, "RLIMIT_NOFILE"},
 	{"file-size", profiles.FieldFileSize, "largest file the jail may write (RLIMIT_FSIZE; 0: no limit)"},
 	{"tmpfs-size", profiles.FieldTmpfsSize, "size of /tmp (and /dev/shm)"},
+	{"work-size", profiles.FieldWorkSize, "most a fresh /work holds: a tmpfs, counted in --memory"},
 	{"rootfs", profiles.FieldRootfs, `root filesystem: "host" (derived from the host) or a prepared directory`},
 	{"seccomp", profiles.FieldSeccompPolicy, `system call policy (python, strict), or "off"`},
 	{"net-max-tunnels", profiles.FieldNetworkMaxTunnels, "most proxy connections at once"},
@@ -245,9 +245,7 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	res, err := jail.Run(ctx, spec, streams)
 	res.StockadeVersion = version
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		if encErr := enc.Encode(res); encErr != nil {
+		if encErr := res.WriteJSON(stdout); encErr != nil {
 			return &exitError{code: jail.ExitJailError, msg: "write result: " + encErr.Error()}
 		}
 		return &exitError{code: res.ExitCode}
@@ -277,6 +275,9 @@ func explain(r *jail.Result) []string {
 		out = append(out, "seccomp: killed for a system call of a foreign ABI (i386 or x32)")
 	case jail.VerdictPids:
 		out = append(out, fmt.Sprintf("pids: a fork or thread failed at the limit of %d tasks", deref(l.Pids)))
+	case jail.VerdictDisk:
+		out = append(out, fmt.Sprintf("disk: /work filled its %s (%d files at most; peak %d MiB in %d files)",
+			profiles.FormatSize(deref(l.WorkBytes)), jail.WorkInodes(deref(l.WorkBytes)), r.WorkPeakBytes>>20, r.WorkPeakInodes))
 	case jail.VerdictSignal:
 		out = append(out, fmt.Sprintf("killed by signal %d (%v)", *r.Signal, syscall.Signal(*r.Signal)))
 	case jail.VerdictCancelled:

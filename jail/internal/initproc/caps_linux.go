@@ -13,11 +13,14 @@ import (
 // its own execve) to build the jail: mounts and pivot_root and sethostname
 // (SYS_ADMIN), bringing lo up (NET_ADMIN), emptying the bounding set
 // (SETPCAP), becoming the jail user (SETUID, SETGID), lowering the
-// namespace's per-user object limits (SYS_RESOURCE) and setting the time
+// namespace's per-user object limits (SYS_RESOURCE), setting the time
 // namespace's boottime offset (SYS_TIME, which in a user namespace sets no
-// clock). They are all capabilities in the jail's own user namespace,
-// never on the host.
-var InitCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SYS_RESOURCE, unix.CAP_SYS_TIME}
+// clock), and the overlay over a --workdir (DAC_OVERRIDE: overlay makes its
+// work directory mode 0 and then writes its marks there as the mounter).
+// They are all capabilities in the jail's own user namespace, never on the
+// host: DAC_OVERRIDE there reaches only files of the one host id the
+// namespace maps, the jail user's own.
+var InitCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SYS_RESOURCE, unix.CAP_SYS_TIME, unix.CAP_DAC_OVERRIDE}
 
 // becomeJailUser turns the calling OS thread (locked by the caller) into
 // the jail user with no capabilities at all and no_new_privs. Linux keeps

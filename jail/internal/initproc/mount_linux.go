@@ -56,23 +56,35 @@ func buildRoot(dir string, steps []Step) error {
 func (b *rootBuilder) do(st Step) error {
 	switch st.Kind {
 	case StepTmpfs:
-		flags := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
+		flags := unix.MOUNT_ATTR_NOSUID
+		if !st.Exec {
+			flags |= unix.MOUNT_ATTR_NOEXEC
+		}
 		if st.Dest != "/dev" {
 			flags |= unix.MOUNT_ATTR_NODEV
 		}
-		return b.mountNew("tmpfs", st.Dest, flags, map[string]string{
-			"mode": strconv.FormatUint(uint64(st.Mode), 8), "size": strconv.FormatInt(st.Size, 10)})
+		opts := map[string]string{
+			"mode": strconv.FormatUint(uint64(st.Mode), 8), "size": strconv.FormatInt(st.Size, 10)}
+		if st.Inodes > 0 {
+			// Without it a tmpfs allows half of the host's RAM pages as
+			// inodes: a flood of empty files (or hard links, which tmpfs
+			// counts as inodes too) would be bounded by memory alone.
+			opts["nr_inodes"] = strconv.FormatInt(st.Inodes, 10)
+		}
+		return b.mountNew("tmpfs", st.Dest, flags, opts, st.Report)
 	case StepProc:
-		err := b.mountNew("proc", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, nil)
+		err := b.mountNew("proc", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, nil, false)
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("%w: the kernel refuses a new procfs in a user namespace while parts of the host's /proc are masked or over-mounted (as in most containers); fix: unmask /proc for the container (docker: --security-opt systempaths=unconfined; podman: --security-opt unmask=ALL; runc/crun: empty linux.maskedPaths and linux.readonlyPaths in config.json)", err)
 		}
 		return err
 	case StepDevpts:
 		return b.mountNew("devpts", st.Dest, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC,
-			map[string]string{"newinstance": "", "ptmxmode": "0666", "mode": "0620"})
+			map[string]string{"newinstance": "", "ptmxmode": "0666", "mode": "0620"}, false)
 	case StepBind:
 		return b.bind(st)
+	case StepOverlay:
+		return b.workOverlay(st)
 	case StepSymlink:
 		parent, base := splitDest(st.Dest)
 		pfd, err := mkdirAllBeneath(b.root, parent, 0o755)
@@ -96,8 +108,11 @@ func (b *rootBuilder) do(st Step) error {
 }
 
 // mountNew creates a fresh filesystem with the new mount API and attaches it
-// at dest with its attributes already set.
-func (b *rootBuilder) mountNew(fstype, dest string, attrs int, opts map[string]string) error {
+// at dest with its attributes already set. With report, the parent gets a
+// copy of the mount's fd: it watches how full the filesystem gets from
+// outside, for as long as the run lasts and after, without entering the
+// jail and without trusting anything the jail says.
+func (b *rootBuilder) mountNew(fstype, dest string, attrs int, opts map[string]string, report bool) error {
 	target, err := mkdirAllBeneath(b.root, dest, 0o755)
 	if err != nil {
 		return err
@@ -128,6 +143,12 @@ func (b *rootBuilder) mountNew(fstype, dest string, attrs int, opts map[string]s
 	defer unix.Close(mfd)
 	if err := unix.MoveMount(mfd, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach %s: %w", fstype, err)
+	}
+	if report {
+		b := []byte(`{"t":"` + string(MsgWork) + `"}`)
+		if err := unix.Sendmsg(ctlFD, b, unix.UnixRights(mfd), nil, 0); err != nil {
+			return fmt.Errorf("hand %s to the parent: %w", dest, err)
+		}
 	}
 	return nil
 }
@@ -297,4 +318,88 @@ func (b *rootBuilder) mask(st Step) error {
 		return err
 	}
 	return b.bind(Step{Kind: StepBind, Dest: st.Dest, Source: b.newDir + "/.stockade/masks/" + name})
+}
+
+// workOverlay puts a writable layer over a user's directory: every write of
+// the jail lands in the upper tmpfs (bounded in size and inodes, charged
+// to the writer's memory cgroup), the directory itself is only read, and
+// the parent copies the upper layer back after the run. The upper tmpfs
+// is detached from the tree once the overlay holds it, so the jail cannot
+// reach the layer beneath its /work.
+func (b *rootBuilder) workOverlay(st Step) error {
+	lower, err := OpenNoSymlinks(st.Source)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(lower)
+	var fi unix.Stat_t
+	if err := unix.Fstat(lower, &fi); err != nil || fi.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s is not a directory", st.Source)
+	}
+	for _, d := range []string{st.Upper + "/upper", st.Upper + "/work"} {
+		fd, err := mkdirAllBeneath(b.root, d, 0o755)
+		if err != nil {
+			return err
+		}
+		unix.Close(fd)
+	}
+	target, err := mkdirAllBeneath(b.root, st.Dest, 0o755)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("overlay over %s: %w (a --workdir is an overlay whose writes --work-size bounds: load the overlay module)", st.Source, err)
+	}
+	defer unix.Close(fsfd)
+	upper := b.newDir + st.Upper
+	// The lower layer is exactly the directory opened without symlinks:
+	// overlay resolves "." from our working directory, which is that fd
+	// (/proc/self/fd is closed to us: init is not dumpable). pivotInto
+	// moves the working directory on. userxattr: in a user namespace
+	// overlay keeps its whiteout and opaque marks in user.overlay.*.
+	if err := unix.Fchdir(lower); err != nil {
+		return fmt.Errorf("enter %s: %w", st.Source, err)
+	}
+	for _, o := range [][2]string{
+		{"lowerdir", "."},
+		{"upperdir", upper + "/upper"},
+		{"workdir", upper + "/work"},
+		{"userxattr", ""},
+	} {
+		if o[1] == "" {
+			err = unix.FsconfigSetFlag(fsfd, o[0])
+		} else {
+			err = unix.FsconfigSetString(fsfd, o[0], o[1])
+		}
+		if err != nil {
+			return fmt.Errorf("overlay option %s=%s: %w", o[0], o[1], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("create overlay over %s: %w (an overlay in a user namespace needs Linux 5.11 or later, 6.6 or later for all of it)", st.Source, err)
+	}
+	attrs := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	if !st.Exec {
+		attrs |= unix.MOUNT_ATTR_NOEXEC
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return fmt.Errorf("fsmount overlay: %w", err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach overlay: %w", err)
+	}
+	if err := unix.Unmount(upper, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the upper layer: %w", err)
+	}
+	parent, base := splitDest(st.Upper)
+	pfd, err := openBeneath(b.root, parent, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR)
 }

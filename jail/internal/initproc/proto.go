@@ -69,6 +69,7 @@ const (
 	MsgStarted MsgKind = "started" // the payload is running
 	MsgExit    MsgKind = "exit"    // the payload ended
 	MsgError   MsgKind = "error"   // setup failed; init exits
+	MsgWork    MsgKind = "work"    // carries the mount fd of the /work tmpfs
 )
 
 // Msg is a report from init.
@@ -125,6 +126,9 @@ const (
 	StepProc    StepKind = "proc"    // procfs of the jail's pid namespace
 	StepDevpts  StepKind = "devpts"  // a private devpts instance
 	StepMask    StepKind = "mask"    // a generated read-only file bound over Dest (a host figure in /proc)
+	// StepOverlay mounts Source (read-only lower) with the upper layer in
+	// the tmpfs at Upper, which is then detached from the tree.
+	StepOverlay StepKind = "overlay"
 )
 
 // Step is plain data sent to init. Dest is a path inside the jail; init
@@ -137,6 +141,8 @@ type Step struct {
 	Data     string   `json:"data,omitempty"`
 	Mode     uint32   `json:"m,omitempty"`
 	Size     int64    `json:"z,omitempty"`
+	Inodes   int64    `json:"n,omitempty"`   // tmpfs: most inodes (files, directories, links)
+	Report   bool     `json:"rep,omitempty"` // tmpfs: hand the parent an fd of it (MsgWork)
 	Dir      bool     `json:"dir,omitempty"` // bind of a directory (else a file)
 	Writable bool     `json:"w,omitempty"`   // bind stays writable
 	Exec     bool     `json:"x,omitempty"`   // exec allowed (binds of the root's programs)
@@ -147,5 +153,6 @@ type Step struct {
 	// socket or FIFO below it, made before or after the run starts, is not
 	// the host's inside the jail (connect is refused), and mountinfo shows
 	// no host path.
-	Hide bool `json:"hide,omitempty"`
+	Hide  bool   `json:"hide,omitempty"`
+	Upper string `json:"up,omitempty"` // overlay: the tmpfs (a Dest) that takes the writes
 }
