@@ -3,15 +3,16 @@ package jail
 import "testing"
 
 func TestVerdictPrecedence(t *testing.T) {
-	all := ending{Cancelled: true, OOMKilled: true, PidsLimitHit: true, CPUOver: true, TimedOut: true,
+	all := ending{Cancelled: true, OOMKilled: true, PidsLimitHit: true, DiskFull: true, CPUOver: true, TimedOut: true,
 		SeccompKilled: true, Signaled: true, OutputCut: true, ExitStatus: 1}
 	// Take the facts away one by one, most important first: each time the
 	// next verdict in the documented order must win.
-	order := []Verdict{VerdictCancelled, VerdictMemory, VerdictPids, VerdictCPU, VerdictTimeout,
+	order := []Verdict{VerdictCancelled, VerdictMemory, VerdictPids, VerdictDisk, VerdictCPU, VerdictTimeout,
 		VerdictSeccomp, VerdictSignal, VerdictOutput, VerdictExit, VerdictOK}
 	clear := []func(*ending){
 		func(e *ending) { e.Cancelled = false }, func(e *ending) { e.OOMKilled = false },
-		func(e *ending) { e.PidsLimitHit = false }, func(e *ending) { e.CPUOver = false },
+		func(e *ending) { e.PidsLimitHit = false }, func(e *ending) { e.DiskFull = false },
+		func(e *ending) { e.CPUOver = false },
 		func(e *ending) { e.TimedOut = false }, func(e *ending) { e.SeccompKilled = false },
 		func(e *ending) { e.Signaled = false }, func(e *ending) { e.OutputCut = false },
 		func(e *ending) { e.ExitStatus = 0 },
@@ -31,6 +32,7 @@ func TestVerdictPrecedence(t *testing.T) {
 		want Verdict
 	}{
 		{ending{PidsLimitHit: true}, VerdictPids}, // a fork bomb whose payload still exited 0
+		{ending{DiskFull: true, TimedOut: true}, VerdictDisk},
 		{ending{OOMKilled: true, Signaled: true}, VerdictMemory},
 		{ending{TimedOut: true, OutputCut: true}, VerdictTimeout},
 		{ending{OutputCut: true, ExitStatus: 3}, VerdictOutput},
