@@ -23,6 +23,7 @@ var badFileValues = map[Field][]string{
 	FieldFileSize:  {"-1", `"lots"`, `"9999999T"`, "true"},
 	FieldOutput:    {"0", "-1", `"0"`, `"lots"`, `"9999999T"`},
 	FieldTmpfsSize: {"0", "-1", `"lots"`, `"9999999T"`},
+	FieldWorkSize:  {"0", "-1", `"lots"`, `"9999999T"`},
 	FieldRootfs:    {`""`, `"root"`, `"./root"`, `"/srv/../etc"`, `"/srv/root/"`, `"/srv/\u0000root"`, "1"},
 	FieldWorkdir:   {`""`, `"work"`, `"/"`, `"/srv/../etc"`, `"/srv/work/"`, `"/srv/\u0000work"`, "true"},
 	FieldNoexec:    {`"yes"`, "1"},

@@ -30,6 +30,7 @@ func TestValidate(t *testing.T) {
 		{"relative rootfs", FieldRootfs, func(p *Profile) { p.Filesystem.Rootfs = "rootfs" }, `filesystem.rootfs: "rootfs" must be "host" or an absolute, clean path`},
 		{"unclean rootfs", FieldRootfs, func(p *Profile) { p.Filesystem.Rootfs = "/srv/../etc" }, `filesystem.rootfs: "/srv/../etc" must be "host" or an absolute, clean path`},
 		{"zero tmpfs", FieldTmpfsSize, func(p *Profile) { p.Filesystem.TmpfsSize = 0 }, "filesystem.tmpfs_size: must be more than 0"},
+		{"zero work size", FieldWorkSize, func(p *Profile) { p.Filesystem.WorkSize = 0 }, "filesystem.work_size: must be more than 0"},
 		{"bad workdir", FieldWorkdir, func(p *Profile) { p.Filesystem.Workdir = "new" }, `filesystem.workdir: "new" must be "fresh", "none" or an absolute, clean path other than /`},
 		{"root workdir", FieldWorkdir, func(p *Profile) { p.Filesystem.Workdir = "/" }, `filesystem.workdir: "/" must be "fresh", "none" or an absolute, clean path other than /`},
 		{"relative bind source", FieldRO, func(p *Profile) { p.Filesystem.RO = []Bind{{"data", "/data"}} }, `filesystem.ro[0]: source "data" must be an absolute, clean path`},

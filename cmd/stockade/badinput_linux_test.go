@@ -24,6 +24,7 @@ var badFlagValues = map[string][]string{
 	"open-files":   {"0", "2", "-1", "1048577", "1M", "many", ""},
 	"file-size":    {"-1", "lots", "", "9999999T"},
 	"tmpfs-size":   {"0", "-1", "lots", "", "9999999T"},
+	"work-size":    {"0", "-1", "lots", "", "9999999T"},
 	"rootfs":       {"", "root", "./root", "/srv/../etc", "/srv/root/", "/srv/\x00root"},
 	"seccomp":      {"", "none", "Python", "python "},
 	"workdir":      {"", "work", "./work", "/", "/srv/../etc", "/srv/work/", "/srv/\x00work"},
