@@ -2,10 +2,10 @@ package jail
 
 import (
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/initproc"
 	"path"
 	"strings"
 
+	"github.com/stockade/stockade/jail/internal/initproc"
 	"github.com/stockade/stockade/rootfs"
 )
 

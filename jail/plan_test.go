@@ -1,10 +1,10 @@
 package jail
 
 import (
-	"github.com/stockade/stockade/jail/internal/initproc"
 	"strings"
 	"testing"
 
+	"github.com/stockade/stockade/jail/internal/initproc"
 	"github.com/stockade/stockade/rootfs"
 )
 
