@@ -370,7 +370,7 @@ func fail(step string, err error, code int) {
 // of the program that runs Main locks it (stockade-init does, and so do
 // the test binaries that double as init). Elsewhere it is skipped.
 func unshareTime() error {
-	if unix.Gettid() != unix.Getpid() {
+	if unix.Gettid() != unix.Getpid() || !TimeNamespaceUsable() {
 		return nil
 	}
 	if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
@@ -414,4 +414,25 @@ func unshareTime() error {
 		return fmt.Errorf("boottime offset: %w", werr)
 	}
 	return nil
+}
+
+// TimeNamespaceUsable reports whether a process can start another while a
+// time namespace is pending for its children. Go starts processes with
+// clone(CLONE_VM|CLONE_VFORK), which kernels before the switch moved to
+// exec (Linux 6.1 and older, at least) refuse with EINVAL then: there the
+// payload could not be started at all. The probe runs on a thread of its
+// own that is never unlocked, so the thread, and the namespace pending on
+// it, end with the goroutine; the exec of "/" always fails.
+func TimeNamespaceUsable() bool {
+	ok := make(chan bool)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
+			ok <- false
+			return
+		}
+		_, err := syscall.ForkExec("/", []string{"/"}, &syscall.ProcAttr{})
+		ok <- err != nil && !errors.Is(err, syscall.EINVAL)
+	}()
+	return <-ok
 }

@@ -40,7 +40,21 @@ func (b *rootBuilder) hiddenTree(st Step, src int, isDir bool) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(mnt)
-	tree, err := unix.OpenTree(mnt, filepath.Base(st.Source), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	// Kernels before 6.15 or so clone nothing out of a detached mount
+	// (EINVAL): attach the overlay on a staging directory of the root
+	// tmpfs for the time of the clone, then detach it again.
+	stage, err := mkdirAllBeneath(b.root, ".stockade/stage", 0o755)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(stage)
+	if err := unix.MoveMount(mnt, "", stage, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return -1, fmt.Errorf("stage the overlay of %s: %w", filepath.Dir(st.Source), err)
+	}
+	stagePath := b.newDir + "/.stockade/stage"
+	defer unix.Unmount(stagePath, unix.MNT_DETACH)
+	tree, err := unix.OpenTree(unix.AT_FDCWD, stagePath+"/"+filepath.Base(st.Source),
+		unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
 	if err != nil {
 		return -1, fmt.Errorf("clone %s from its overlay: %w", st.Source, err)
 	}
