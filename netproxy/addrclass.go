@@ -38,6 +38,12 @@ var classes = []addrClass{
 	{mustPrefix("100.64.0.0/10"), "shared address space (CGNAT, RFC 6598)", true},
 	{mustPrefix("192.0.0.0/24"), "IETF protocol assignment (192.0.0.0/24)", true},
 	{mustPrefix("198.18.0.0/15"), "benchmarking address (198.18.0.0/15)", true},
+	// Reserved for documentation, so never on the internet; but networks do
+	// use them inside (this project's own CI host has its gateway in
+	// 192.0.2.0/24), so they are private like RFC 1918.
+	{mustPrefix("192.0.2.0/24"), "documentation address (192.0.2.0/24, TEST-NET-1)", true},
+	{mustPrefix("198.51.100.0/24"), "documentation address (198.51.100.0/24, TEST-NET-2)", true},
+	{mustPrefix("203.0.113.0/24"), "documentation address (203.0.113.0/24, TEST-NET-3)", true},
 	{mustPrefix("::/128"), "unspecified address", false},
 	{mustPrefix("::1/128"), "loopback address", false},
 	{mustPrefix("::ffff:0:0/96"), "IPv4-mapped IPv6 address", false},
@@ -51,6 +57,7 @@ var classes = []addrClass{
 	{mustPrefix("ff00::/8"), "multicast address", false},
 	{mustPrefix("fc00::/7"), "unique local address (fc00::/7)", true},
 	{mustPrefix("fec0::/10"), "site-local address (fec0::/10)", true},
+	{mustPrefix("2001:db8::/32"), "documentation address (2001:db8::/32)", true},
 }
 
 // AddrPolicy decides which resolved addresses the proxy may dial.

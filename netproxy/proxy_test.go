@@ -68,6 +68,9 @@ func newFixture(t *testing.T, cfg Config, rules ...string) *fixture {
 		t.Fatal(err)
 	}
 	cfg.Rules = rs
+	// The test names resolve to documentation addresses, private unless
+	// opened like an internal mirror would be.
+	cfg.Addrs.AllowPrivate = append(cfg.Addrs.AllowPrivate, netip.MustParsePrefix("203.0.113.0/24"))
 	f.log = NewLog(&f.notice, false)
 	cfg.Log = f.log
 	cfg.Resolve = func(_ context.Context, name string) ([]netip.Addr, error) {

@@ -84,7 +84,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestAddrClasses(t *testing.T) {
-	private, err := ParsePrivate([]string{"10.1.0.0/16"})
+	private, err := ParsePrivate([]string{"10.1.0.0/16", "198.51.100.0/24"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,10 @@ func TestAddrClasses(t *testing.T) {
 	}{
 		{"93.184.216.34", ""},
 		{"2606:2800:220:1::1", ""},
-		{"203.0.113.5", ""},
+		{"203.0.113.5", "documentation"},
+		{"192.0.2.1", "documentation"},
+		{"2001:db8::1", "documentation"},
+		{"198.51.100.9", ""}, // --allow-private
 		{"127.0.0.1", "loopback"},
 		{"127.255.0.1", "loopback"},
 		{"::1", "loopback"},

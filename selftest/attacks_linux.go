@@ -42,7 +42,7 @@ func fixed(args ...string) func(*fixtures, jail.Spec) []string {
 
 func networkAttacks() []Attack {
 	refused := "connect fails, host sees nothing"
-	return []Attack{
+	attacks := []Attack{
 		{Door: "network", Name: "TCP to the host's 127.0.0.1 listener", Expect: refused, program: "net_tcp.py",
 			args:  func(fx *fixtures, _ jail.Spec) []string { return []string{"127.0.0.1", fx.tcpPort()} },
 			judge: andHost(heldLine, noAccept(func(fx *fixtures) *listener { return fx.tcp }))},
@@ -74,6 +74,54 @@ func networkAttacks() []Attack {
 		{Door: "network", Name: "interfaces other than lo", Expect: "only lo", program: "net_ifaces.py", judge: heldLine},
 		{Door: "network", Name: "raw and packet sockets", Expect: "socket() refused", program: "net_raw.py", judge: heldLine},
 	}
+	return append(attacks, proxyAttacks()...)
+}
+
+// proxyAttacks run in jails with an allowlist whose names the suite's own
+// hosts file points at its fixtures: the host's 127.0.0.1 listener, the
+// cloud metadata address, a private address. Nothing may get through, each
+// refusal must be in the result, and the host listener must accept nothing.
+func proxyAttacks() []Attack {
+	const refused = "proxy refuses, result lists it, host sees nothing"
+	allow := func(fx *fixtures) jail.NetworkSpec {
+		p := fx.tcpPort()
+		return jail.NetworkSpec{HostsFile: fx.hosts, Allow: []string{
+			"selftest-loop.invalid:" + p, "selftest-mapped.invalid:" + p, "selftest-meta.invalid:80",
+			"selftest-private.invalid:443", "selftest-self.invalid:" + p}}
+	}
+	judge := andHost(andHost(heldLine, refusalsReported), noAccept(func(fx *fixtures) *listener { return fx.tcp }))
+	return []Attack{
+		{Door: "network", Name: "proxy: a listed name resolving to the host's loopback", Expect: refused, program: "net_proxy.py",
+			network: allow, judge: judge,
+			args: func(fx *fixtures, _ jail.Spec) []string {
+				return []string{"selftest-loop.invalid:" + fx.tcpPort(), "selftest-mapped.invalid:" + fx.tcpPort()}
+			}},
+		{Door: "network", Name: "proxy: a listed name resolving to 169.254.169.254 or 10.0.0.1", Expect: refused, program: "net_proxy.py",
+			network: allow, judge: judge, args: fixed("selftest-meta.invalid:80", "selftest-private.invalid:443")},
+		{Door: "network", Name: "proxy: IP literals, IPv6, NUL, unlisted port and name", Expect: refused, program: "net_proxy.py",
+			network: allow, judge: judge,
+			args: func(fx *fixtures, _ jail.Spec) []string {
+				return []string{"127.0.0.1:" + fx.tcpPort(), "[::1]:" + fx.tcpPort(), "[::ffff:127.0.0.1]:" + fx.tcpPort(),
+					"169.254.169.254:80", "selftest-loop.invalid\\0.evil:" + fx.tcpPort(), "selftest-meta.invalid:443",
+					"unlisted.invalid:443"}
+			}},
+		{Door: "network", Name: "proxy: a direct connection that skips it", Expect: "connect fails, result lists it", program: "net_tcp.py",
+			network: allow, judge: andHost(heldLine, refusalsReported), args: fixed("169.254.169.254", "80")},
+	}
+}
+
+// refusalsReported: a refused attempt that is not in the result's network
+// list is a door that closed silently, which the report must not be.
+func refusalsReported(o *outcome) string {
+	for _, d := range o.res.Network {
+		if d.Allowed {
+			return fmt.Sprintf("the result lists an allowed connection to %s:%d", d.Host, d.Port)
+		}
+	}
+	if len(o.res.Network) == 0 {
+		return "the refusals are missing from the result's network list"
+	}
+	return ""
 }
 
 func fileAttacks() []Attack {

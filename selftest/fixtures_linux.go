@@ -28,6 +28,7 @@ type fixtures struct {
 	abstract *listener // @stockade-selftest-...
 	pathSock *listener // dir/sock, mode 0777
 	gateway  string    // the host's default gateway, "" if none
+	hosts    string    // dir/hosts: the proxy attacks' names, pointing at fixtures
 	cwd      string
 	before   hostState
 
@@ -95,6 +96,20 @@ func newFixtures() (fx *fixtures, err error) {
 		return fx, err
 	}
 	if err = os.Chmod(sock, 0o777); err != nil {
+		return fx, err
+	}
+	fx.hosts = filepath.Join(fx.dir, "hosts")
+	hosts := "127.0.0.1 selftest-loop.invalid\n::ffff:127.0.0.1 selftest-mapped.invalid\n" +
+		"169.254.169.254 selftest-meta.invalid\n10.0.0.1 selftest-private.invalid\n"
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+				hosts += ipn.IP.String() + " selftest-self.invalid\n"
+				break
+			}
+		}
+	}
+	if err = os.WriteFile(fx.hosts, []byte(hosts), 0o644); err != nil {
 		return fx, err
 	}
 	fx.gateway = defaultGateway()

@@ -32,6 +32,9 @@ type Attack struct {
 	pty    bool // run with a pseudo-terminal as stdin
 	// ro are read-only binds of the host fixtures the attack needs.
 	ro func(fx *fixtures) []jail.Bind
+	// network, if set, gives the attack's jail an allowlist pointing at
+	// the suite's own fixtures.
+	network func(fx *fixtures) jail.NetworkSpec
 }
 
 // Options narrow a suite run.
@@ -114,6 +117,9 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 	}
 	if a.ro != nil {
 		spec.ReadOnly = append(spec.ReadOnly, a.ro(fx)...)
+	}
+	if a.network != nil {
+		spec.Network = a.network(fx)
 	}
 	src, err := programs.ReadFile("attacks/" + a.program)
 	if err != nil {

@@ -284,9 +284,11 @@ func (n *testNet) stockade(args ...string) (int, string, string) {
 }
 
 // caArgs bind the test CA into the jail and point every client at it.
+// The test addresses are documentation ranges, private unless opened, as
+// an internal mirror's would be.
 func (n *testNet) caArgs() []string {
 	const in = "/etc/stockade-test-ca.pem"
-	return []string{"--ro", n.ca + ":" + in, "--env", "SSL_CERT_FILE=" + in, "--env", "REQUESTS_CA_BUNDLE=" + in, "--env", "PIP_CERT=" + in}
+	return []string{"--allow-private", "203.0.113.0/24,2001:db8::/32", "--ro", n.ca + ":" + in, "--env", "SSL_CERT_FILE=" + in, "--env", "REQUESTS_CA_BUNDLE=" + in, "--env", "PIP_CERT=" + in}
 }
 
 type netResult struct {

@@ -101,7 +101,7 @@ except OSError as e:
 		"pkg.stockade.test\\0.evil:443", "unlisted.stockade.test:443",
 	}
 	allow := "pkg.stockade.test,loop.stockade.test,meta.stockade.test,ten.stockade.test,v6loop.stockade.test,mapped.stockade.test,self.stockade.test"
-	r := n.runJSON(append([]string{"--allow-net", allow, "--", "python3", "-c", script}, targets...)...)
+	r := n.runJSON(append([]string{"--allow-net", allow, "--allow-private", "203.0.113.0/24", "--", "python3", "-c", script}, targets...)...)
 	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 	if len(lines) != len(targets)+3 {
 		t.Fatalf("stdout %q\nstderr %s", r.Stdout, r.Stderr)
