@@ -82,7 +82,7 @@ func (p *Proxy) dialOne(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 
 // chunk is the most one copy step moves before it accounts for it against
 // the run's limits.
-const chunk = 256 << 10
+const chunk = 4 << 20
 
 // tunnel copies both ways until both are done, first sending first (the
 // checked ClientHello or the rewritten request head) upstream, and counts

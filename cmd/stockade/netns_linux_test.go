@@ -36,7 +36,7 @@ import (
 // routed anywhere else: no packet of these tests can leave the machine,
 // and the machine's own namespaces are never touched.
 type testNet struct {
-	t              *testing.T
+	t              testing.TB
 	hostNS, upNS   string // /proc/PID/ns/net of the holders
 	holders        []*exec.Cmd
 	dir            string // CA, hosts file; o+x so the jail user can reach a --ro bind
@@ -51,7 +51,7 @@ const (
 	netUpAddr6  = "2001:db8::2"
 )
 
-func needNetns(t *testing.T) {
+func needNetns(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("creates network namespaces: needs root")
@@ -63,7 +63,7 @@ func needNetns(t *testing.T) {
 	}
 }
 
-func newTestNet(t *testing.T) *testNet {
+func newTestNet(t testing.TB) *testNet {
 	t.Helper()
 	needNetns(t)
 	n := &testNet{t: t}
@@ -320,7 +320,7 @@ func (n *testNet) runJSON(args ...string) netResult {
 	return r
 }
 
-func testCA(t *testing.T, names []string) ([]byte, tls.Certificate) {
+func testCA(t testing.TB, names []string) ([]byte, tls.Certificate) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stockade test CA"},
@@ -344,7 +344,7 @@ func testCA(t *testing.T, names []string) ([]byte, tls.Certificate) {
 }
 
 // tinyWheel is a valid pure-Python wheel, tinypkg 1.0.
-func tinyWheel(t *testing.T) []byte {
+func tinyWheel(t testing.TB) []byte {
 	var b bytes.Buffer
 	z := zip.NewWriter(&b)
 	files := map[string]string{
