@@ -65,6 +65,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSize$$' -fuzztime=$(FUZZTIME) ./profiles/
 	$(GO) test -run='^$$' -fuzz='^FuzzParseDuration$$' -fuzztime=$(FUZZTIME) ./profiles/
 	$(GO) test -run='^$$' -fuzz='^FuzzProfile$$' -fuzztime=$(FUZZTIME) ./profiles/
+	$(GO) test -run='^$$' -fuzz='^FuzzNormalizeName$$' -fuzztime=$(FUZZTIME) ./netproxy/
 	$(GO) test -run='^$$' -fuzz='^FuzzFlags$$' -fuzztime=$(FUZZTIME) ./cmd/stockade/
 
 # cgroup v2 for real: Debian's kernel in qemu, the test binaries inside.
