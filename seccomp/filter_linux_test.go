@@ -99,6 +99,15 @@ var pythonArgumentProbes = []probe{
 	{Name: "prlimit64 of self", Call: "prlimit64", Args: [6]uint64{0, unix.RLIMIT_NOFILE, 0, scratchArg}},
 	{Name: "prlimit64 of another process", Call: "prlimit64", Args: [6]uint64{1, unix.RLIMIT_NOFILE, 0, scratchArg}, Want: unix.EPERM},
 
+	// What OpenBLAS and allocators do with their own memory reaches the
+	// kernel (whose answer depends on CONFIG_NUMA); moving another
+	// process's pages does not.
+	{Name: "mbind of own range", Call: "mbind", Args: [6]uint64{0, 0, 0}, Kernel: true},
+	{Name: "set_mempolicy MPOL_DEFAULT", Call: "set_mempolicy", Args: [6]uint64{0, 0, 0}, Kernel: true},
+	{Name: "get_mempolicy", Call: "get_mempolicy", Args: [6]uint64{0, 0, 0, 0, 0}, Kernel: true},
+	{Name: "move_pages of self", Call: "move_pages", Args: [6]uint64{0, 0, 0, 0, 0, 0}, Kernel: true},
+	{Name: "move_pages of another process", Call: "move_pages", Args: [6]uint64{1, 1, scratchArg, 0, scratchArg, 0}, Want: unix.EPERM},
+
 	// Calls the policy does not know: newer than it, or no call at all.
 	{Name: "listmount (458, newer than the policy)", Call: "#458", Args: ones, Want: unix.ENOSYS},
 	{Name: "number 1000", Call: "#1000", Want: unix.ENOSYS},
@@ -116,6 +125,7 @@ func TestPythonArgumentRules(t *testing.T) {
 		"prctl":       "prctl(PR_SET_SECCOMP, 0x2, ",
 		"personality": "personality(PER_LINUX|READ_IMPLIES_EXEC)",
 		"prlimit64":   "prlimit64(1, 7, 0x0, ",
+		"move_pages":  "move_pages(",
 	}
 	counts := map[string]int{}
 	for _, pr := range pythonArgumentProbes {
@@ -290,5 +300,29 @@ func TestLoadRequiresNoNewPrivs(t *testing.T) {
 	}()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAttackOtherProcessMemory: the NUMA calls an allocator makes on its own
+// memory are allowed, so check that the ones acting on another process's
+// memory still are not, under both policies: moving or migrating its pages
+// (which also reveals where they are) and copying from or into it.
+func TestAttackOtherProcessMemory(t *testing.T) {
+	ps := []probe{
+		{Name: "move_pages of pid 1", Call: "move_pages", Args: [6]uint64{1, 1, scratchArg, 0, scratchArg, 0}, Want: unix.EPERM},
+		{Name: "move_pages of pid 1, high bits set", Call: "move_pages", Args: [6]uint64{0xffffffff00000001, 1, scratchArg, 0, scratchArg, 0}, Want: unix.EPERM},
+		{Name: "migrate_pages of pid 1", Call: "migrate_pages", Args: [6]uint64{1, 64, scratchArg, scratchArg}, Want: unix.EPERM},
+		{Name: "process_vm_readv of pid 1", Call: "process_vm_readv", Args: [6]uint64{1, scratchArg, 1, scratchArg, 1, 0}, Want: unix.EPERM},
+		{Name: "process_vm_writev of pid 1", Call: "process_vm_writev", Args: [6]uint64{1, scratchArg, 1, scratchArg, 1, 0}, Want: unix.EPERM},
+	}
+	for _, policy := range []string{"python", "strict"} {
+		t.Run(policy, func(t *testing.T) {
+			run := runProbes(t, policy, ps)
+			for _, c := range []string{"move_pages", "migrate_pages", "process_vm_readv", "process_vm_writev"} {
+				if _, ok := run.blocked(c); !ok {
+					t.Errorf("%s was not reported", c)
+				}
+			}
+		})
 	}
 }

@@ -40,6 +40,12 @@ func pythonPolicy() *Policy {
 			"mlock", "mlock2", "munlock", "mlockall", "munlockall", "membarrier",
 			"pkey_alloc", "pkey_free", "pkey_mprotect", "map_shadow_stack",
 			"memfd_create", // libffi closures, os.memfd_create
+			// NUMA placement of the caller's own memory: OpenBLAS binds its
+			// 128 MiB buffers with mbind(MPOL_PREFERRED), jemalloc, libnuma and
+			// OpenMP runtimes read and set the thread's policy. Each acts only
+			// on the calling thread or its own address range; a preference
+			// cannot take memory from outside the jail's memory cgroup.
+			"mbind", "set_mempolicy", "get_mempolicy", "set_mempolicy_home_node",
 
 			// Processes and threads. clone is in AllowIf; how many processes the
 			// jail may hold is the pids cgroup's business, not the filter's.
@@ -119,6 +125,11 @@ func pythonPolicy() *Policy {
 			// the kernel's rule; the pointer to the new limit cannot be filtered.
 			{Syscall: "prlimit64", Args: []ArgRule{{Index: 0, Name: "pid",
 				Only: Values(0)}}},
+			// move_pages on the caller itself (pid 0, as libnuma's
+			// numa_move_pages passes it) only queries or moves its own pages;
+			// with another pid it would read and move that process's memory.
+			{Syscall: "move_pages", Args: []ArgRule{{Index: 0, Name: "pid",
+				Only: Values(0)}}},
 		}, noSetID()...),
 		Observe: observedNetwork(),
 		Refuse:  neverAllowed(),
@@ -185,9 +196,8 @@ func neverAllowed() []Group {
 				"syslog", "vhangup", "sethostname", "setdomainname"}},
 		{Why: "flush whole filesystems, a cheap way to stall the host: sync every one, syncfs the one behind an fd, which for /work (a host directory) is the host's disk; fsync and fdatasync cover the jail's own files",
 			Calls: []string{"sync", "syncfs"}},
-		{Why: "NUMA placement of memory: not needed, and migrate_pages/move_pages act on other processes",
-			Calls: []string{"mbind", "set_mempolicy", "get_mempolicy", "set_mempolicy_home_node",
-				"migrate_pages", "move_pages"}},
+		{Why: "moves another process's memory between NUMA nodes (its own pages are move_pages with pid 0, allowed where the policy says so)",
+			Calls: []string{"migrate_pages"}},
 		{Why: "page-cache residency of files the jail did not write is a side channel (cachestat, like mincore before its fix)",
 			Calls: []string{"cachestat"}},
 		{Why: "obsolete or never implemented on x86_64",
@@ -247,6 +257,7 @@ func strictPolicy() *Policy {
 		{Syscall: "personality", Args: []ArgRule{{Index: 0, Name: "persona",
 			Only: Values(perLinux, personalityQuery)}}},
 		{Syscall: "prlimit64", Args: []ArgRule{{Index: 0, Name: "pid", Only: Values(0)}}},
+		{Syscall: "move_pages", Args: []ArgRule{{Index: 0, Name: "pid", Only: Values(0)}}},
 	}
 	p.AllowIf = append(p.AllowIf, noSetID()...)
 	return p
