@@ -21,6 +21,8 @@ type planInput struct {
 	workdir string // host directory for /work; "" for a read-only empty /work
 	custom  bool   // root is a prepared directory (not host-derived)
 	bootID  string // the run's own /proc/sys/kernel/random/boot_id
+	views   []initproc.Step // the jail's own limits (runView), after /proc exists
+	extra   []initproc.Step // more of stockade's own steps, after /proc and /tmp exist
 }
 
 // buildPlan returns the steps that make the jail's root, in order. It is
@@ -84,6 +86,8 @@ func buildPlan(in planInput) ([]initproc.Step, error) {
 	p = append(p,
 		initproc.Step{Kind: initproc.StepTmpfs, Dest: "/tmp", Mode: 0o1777, Size: s.TmpfsSize},
 	)
+	p = append(p, in.views...)
+	p = append(p, in.extra...)
 	switch {
 	case in.workdir != "":
 		// The user's directory, read-only beneath a tmpfs that takes every

@@ -140,15 +140,30 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	if err != nil {
 		return &SetupError{Step: "mount plan", Message: err.Error(), ExitCode: ExitJailError}
 	}
-	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: spec.Workdir,
-		custom: spec.Rootfs != RootfsHost, bootID: bootID})
+	// The jail sees its own limits, not the host's (package procview);
+	// without a cgroup it has none, and sees the host.
+	view := &runView{}
+	if !spec.Cgroup.Disabled {
+		if view, err = newRunView(spec); err != nil {
+			return setupError("limits view", err)
+		}
+	}
+	// matplotlib's font cache, unless the payload brings its own
+	// MPLCONFIGDIR (as the run that builds the cache does).
+	var extra []initproc.Step
+	if !hasEnv(spec.Env, "MPLCONFIGDIR") {
+		extra = fontCacheSteps(ctx, spec, st.Notices)
+	}
+	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: spec.Workdir, views: view.steps,
+		extra: extra, custom: spec.Rootfs != RootfsHost, bootID: bootID})
 	if err != nil {
 		return setupError("mount plan", err)
 	}
 	cfg := &initproc.Config{
 		NewRoot: dir.root, Steps: steps, Hostname: spec.Hostname,
-		Args: spec.Args, Env: jailEnv(spec), Path: jailPath,
+		Args: spec.Args, Env: jailEnv(spec, fontCacheEnv(extra)...), Path: jailPath,
 		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: bpf,
+		CPUs: view.cpus,
 	}
 	if spec.Network.Enabled() {
 		cfg.ProxyPort = ProxyPort
@@ -179,16 +194,17 @@ func checkRoot(dir string) error {
 	return fmt.Errorf("--rootfs %s cannot serve as a jail's root: %s (%d problems in all; `stockade rootfs check %s` lists them)", dir, probs[0], len(probs), dir)
 }
 
-// jailEnv is the payload's environment: the fixed variables, each replaced
-// by a spec.Env entry of the same name, then the rest of spec.Env. A name
+// jailEnv is the payload's environment: the fixed variables and the
+// run's own (such as matplotlib's MPLCONFIGDIR), each replaced by a
+// spec.Env entry of the same name, then the rest of spec.Env. A name
 // appears once: with two, libc's getenv reads the first and Python's
 // os.environ the last, and the payload's parts would disagree.
-func jailEnv(spec Spec) []string {
-	env := []string{
+func jailEnv(spec Spec, run ...string) []string {
+	env := append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/work", "LANG=C.UTF-8", "USER=" + JailUser, "LOGNAME=" + JailUser,
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
-	}
+	}, run...)
 	env = append(env, proxyEnv(spec.Network)...)
 	index := make(map[string]int, len(env))
 	for i, kv := range env {
@@ -205,6 +221,15 @@ func jailEnv(spec Spec) []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // jailMsgQueueBytes is what one jail may hold in POSIX message queues, the

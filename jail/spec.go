@@ -74,6 +74,11 @@ type Spec struct {
 	// Network is what the jail may reach through its egress proxy; the
 	// zero value is no network (loopback only).
 	Network NetworkSpec
+	// CacheDir is where stockade keeps what it builds once per host and
+	// binds read-only into jails (matplotlib's font cache), like Parent
+	// naming stockade's own cgroup when empty: "" is the user's cache
+	// directory, /var/cache/stockade for root, ~/.cache/stockade otherwise.
+	CacheDir string
 }
 
 // Bind is a host path made visible read-only inside the jail.
@@ -175,6 +180,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Rootfs != RootfsHost && !path.IsAbs(s.Rootfs) {
 		return fmt.Errorf("rootfs %q: must be %q or an absolute path", s.Rootfs, RootfsHost)
+	}
+	if s.CacheDir != "" && !path.IsAbs(s.CacheDir) {
+		return fmt.Errorf("cache directory %q: must be an absolute path", s.CacheDir)
 	}
 	if s.Hostname == "" || strings.ContainsAny(s.Hostname, "/\x00") || len(s.Hostname) > 64 {
 		return fmt.Errorf("hostname %q: not a valid host name", s.Hostname)

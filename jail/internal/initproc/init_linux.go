@@ -120,6 +120,7 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		{"open the proxy's listener", func() error { return openProxyListener(c) }},
 		{"chdir /work", func() error { return unix.Chdir("/work") }},
 		{"set rlimits", func() error { return setRlimits(c) }},
+		{"set CPU affinity", func() error { return setAffinity(c) }},
 		{"wait for cgroup placement", func() error { return waitPlacement(c) }},
 		// After placement: a cgroup namespace is rooted where its creator
 		// stands when it is made, so the jail sees its own cgroup as /.
@@ -248,6 +249,24 @@ func loopbackUp() error {
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("set lo up: %w", err)
+	}
+	return nil
+}
+
+// setAffinity pins this thread, and so the payload forked from it, to the
+// CPUs of its limit: what os.sched_getaffinity and nproc report. It is a
+// view, not the limit: the CPU quota is, and the payload widening its own
+// mask gains it no CPU time.
+func setAffinity(c *Config) error {
+	if len(c.CPUs) == 0 {
+		return nil
+	}
+	var set unix.CPUSet
+	for _, cpu := range c.CPUs {
+		set.Set(cpu)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("CPUs %v: %w", c.CPUs, err)
 	}
 	return nil
 }

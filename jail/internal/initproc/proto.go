@@ -51,6 +51,9 @@ type Config struct {
 	// the jail's egress proxy (127.0.0.1 and [::1], inside the jail's
 	// network namespace) and hands them to the parent.
 	ProxyPort uint16 `json:"proxy_port,omitempty"`
+	// CPUs is the payload's affinity mask (empty: leave it as is), so
+	// sched_getaffinity and nproc count the CPUs of its limit.
+	CPUs []int `json:"cpus,omitempty"`
 }
 
 // Rlimit is one setrlimit(2) call.
