@@ -23,6 +23,10 @@ import (
 type BuildOptions struct {
 	Suite    string    // Debian suite; default DefaultSuite
 	Packages []string  // installed besides python3 (debootstrap --include)
+	// Pip are PyPI packages (NAME or NAME==VERSION, binary wheels only) or
+	// absolute paths of wheel files on the host, installed with pip into
+	// the root's /usr/local after debootstrap; python3-pip comes with them.
+	Pip      []string
 	Mirror   string    // default HostMirror(Suite)
 	Progress io.Writer // stage lines with elapsed time; nil for none
 }
@@ -87,6 +91,10 @@ func Build(ctx context.Context, dir string, opts BuildOptions) error {
 	if err := runDebootstrap(ctx, debootstrap, target, opts, prog); err != nil {
 		return fmt.Errorf("build %s: %w", dir, err)
 	}
+	if err := installPip(ctx, target, opts.Pip, prog); err != nil {
+		unmountBelow(target)
+		return fmt.Errorf("build %s: %w", dir, err)
+	}
 	// debootstrap mounts /proc and /sys in the target while configuring and
 	// may leave them on failure; finish walks the tree and must not walk
 	// into the host's.
@@ -124,6 +132,11 @@ func (o BuildOptions) withDefaults() (BuildOptions, error) {
 			return o, fmt.Errorf("package %q is not a Debian package name", p)
 		}
 	}
+	for _, p := range o.Pip {
+		if err := checkPip(p); err != nil {
+			return o, err
+		}
+	}
 	if o.Mirror == "" {
 		o.Mirror = HostMirror(o.Suite)
 	}
@@ -136,6 +149,9 @@ func (o BuildOptions) withDefaults() (BuildOptions, error) {
 // include is the --include list: python3 first, then the asked packages.
 func (o BuildOptions) include() []string {
 	pkgs := []string{"python3"}
+	if len(o.Pip) > 0 {
+		pkgs = append(pkgs, "python3-pip")
+	}
 	for _, p := range o.Packages {
 		if !slices.Contains(pkgs, p) {
 			pkgs = append(pkgs, p)
@@ -308,8 +324,8 @@ func discard(work string) {
 }
 
 func writeStamp(root string, opts BuildOptions) error {
-	stamp := fmt.Sprintf("# how stockade rootfs build made this root\nsuite=%s\npackages=%s\nmirror=%s\nbuilt=%s\n",
-		opts.Suite, strings.Join(opts.include(), ","), opts.Mirror, time.Now().UTC().Format(time.RFC3339))
+	stamp := fmt.Sprintf("# how stockade rootfs build made this root\nsuite=%s\npackages=%s\npip=%s\nmirror=%s\nbuilt=%s\n",
+		opts.Suite, strings.Join(opts.include(), ","), strings.Join(opts.Pip, ","), opts.Mirror, time.Now().UTC().Format(time.RFC3339))
 	return os.WriteFile(filepath.Join(root, stampFile), []byte(stamp), 0o644)
 }
 

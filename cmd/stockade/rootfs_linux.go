@@ -25,6 +25,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "suite", Value: rootimage.DefaultSuite, Usage: "Debian suite"},
 					&cli.StringFlag{Name: "packages", Usage: "comma-separated packages to add (python3-numpy,...)"},
+					&cli.StringSliceFlag{Name: "pip", Usage: "PyPI package (NAME or NAME==VERSION, wheels only) or /path/to/file.whl to pip install into the root (repeatable)"},
 					&cli.StringFlag{Name: "mirror", Usage: "Debian mirror (default: the one apt uses on this host)"},
 				},
 				Action: func(c *cli.Context) error {
@@ -38,7 +39,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 						}
 					}
 					err := rootimage.Build(c.Context, c.Args().First(), rootimage.BuildOptions{
-						Suite: c.String("suite"), Packages: pkgs, Mirror: c.String("mirror"), Progress: stderr})
+						Suite: c.String("suite"), Packages: pkgs, Pip: c.StringSlice("pip"), Mirror: c.String("mirror"), Progress: stderr})
 					if err != nil {
 						return fail(err)
 					}
