@@ -21,8 +21,8 @@ import (
 
 // BuildOptions says what Build bootstraps.
 type BuildOptions struct {
-	Suite    string    // Debian suite; default DefaultSuite
-	Packages []string  // installed besides python3 (debootstrap --include)
+	Suite    string   // Debian suite; default DefaultSuite
+	Packages []string // installed besides python3 (debootstrap --include)
 	// Pip are PyPI packages (NAME or NAME==VERSION, binary wheels only) or
 	// absolute paths of wheel files on the host, installed with pip into
 	// the root's /usr/local after debootstrap; python3-pip comes with them.
