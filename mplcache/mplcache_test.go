@@ -32,7 +32,7 @@ func TestKeyFollowsPythonMatplotlibAndFonts(t *testing.T) {
 	root := tree(t, map[string]string{
 		"usr/bin/python3": "ln:python3.11", "usr/bin/python3.11": "elf",
 		"usr/lib/python3/dist-packages/matplotlib/__init__.py": "3.6.3",
-		"usr/share/fonts/truetype/dejavu/DejaVuSans.ttf":      "font",
+		"usr/share/fonts/truetype/dejavu/DejaVuSans.ttf":       "font",
 	})
 	k1, ok, err := Key(root)
 	if err != nil || !ok || !strings.HasPrefix(k1, "python3.11-") {
