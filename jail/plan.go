@@ -18,9 +18,9 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 type planInput struct {
 	spec    Spec
 	root    []rootfs.Entry
-	workdir string // host directory for /work; "" for a read-only empty /work
-	custom  bool   // root is a prepared directory (not host-derived)
-	bootID  string // the run's own /proc/sys/kernel/random/boot_id
+	workdir string          // host directory for /work; "" for a read-only empty /work
+	custom  bool            // root is a prepared directory (not host-derived)
+	bootID  string          // the run's own /proc/sys/kernel/random/boot_id
 	views   []initproc.Step // the jail's own limits (runView), after /proc exists
 	extra   []initproc.Step // more of stockade's own steps, after /proc and /tmp exist
 }
