@@ -23,11 +23,11 @@ deps-%:
 	@scripts/deps $*
 
 # The jail's init is built first, as a small static binary, and embedded:
-# stockade runs it from a sealed memfd (see jail/initexe_linux.go).
-INIT := jail/initexe/stockade-init
+# stockade runs it from a sealed memfd (see jail/jailinit_linux.go).
+INIT := jail/jailinit.bin
 build: deps-build
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(INIT) ./jail/internal/initproc/stockade-init
-	$(GO) build -tags urfave_cli_no_docs,stockade_embed_init -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/stockade
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(INIT) ./jail/internal/jailinit/jailinit
+	$(GO) build -tags urfave_cli_no_docs,embed_jailinit -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/stockade
 	@# stockade(1) and the completions come from the same command tables. The
 	@# man page needs the CLI library's document generator, which the shipped
 	@# binary leaves out, so a separate build makes it (tag stockade_genman).

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,7 +120,7 @@ func (p sourcePolicy) checkSource(flag, src string) (unix.Stat_t, error) {
 	if err := p.checkPath(flag, src); err != nil {
 		return st, err
 	}
-	fd, err := initproc.OpenNoSymlinks(filepath.Clean(src))
+	fd, err := jailinit.OpenNoSymlinks(filepath.Clean(src))
 	if err != nil {
 		return st, fmt.Errorf("%s %w", flag, err)
 	}
@@ -190,7 +190,7 @@ func within(p, dir string) bool {
 // and their types only (getdents), never following a symlink; a file
 // system that does not report types gets an lstat per unknown entry.
 func findSocket(dir string) (string, error) {
-	fd, err := initproc.OpenNoSymlinks(filepath.Clean(dir))
+	fd, err := jailinit.OpenNoSymlinks(filepath.Clean(dir))
 	if err != nil {
 		return "", err
 	}

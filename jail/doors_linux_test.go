@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"net"
 	"os"
 	"path/filepath"
@@ -385,7 +385,7 @@ for p in ["/proc/sys/kernel/random/boot_id", "/proc/cmdline", "/proc/loadavg", "
 	var up, hostUp float64
 	fmt.Sscan(la[3], &up)
 	fmt.Sscan(host("/proc/uptime"), &hostUp)
-	if !initproc.TimeNamespaceUsable() {
+	if !jailinit.TimeNamespaceUsable() {
 		t.Logf("no usable time namespace on this kernel: uptime is the host's (%v)", up)
 	} else if up > 10 || (hostUp > 60 && up > hostUp/2) {
 		t.Errorf("uptime %q in the jail, %v on the host: want the jail's own", la[3], hostUp)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/mplcache"
 )
 
@@ -22,7 +22,7 @@ const fontCacheBuildTimeout = 2 * time.Minute
 // if this host has none for the root yet; nil when the root has no
 // matplotlib. A cache that cannot be found or built costs the run nothing
 // but matplotlib's own rebuild, so failures are notices, not errors.
-func fontCacheSteps(ctx context.Context, spec Spec, notices io.Writer) []initproc.Step {
+func fontCacheSteps(ctx context.Context, spec Spec, notices io.Writer) []jailinit.Step {
 	note := func(format string, a ...any) {
 		if notices != nil {
 			fmt.Fprintf(notices, "stockade: matplotlib font cache: "+format+"\n", a...)
@@ -60,12 +60,12 @@ func fontCacheSteps(ctx context.Context, spec Spec, notices io.Writer) []initpro
 			return nil
 		}
 	}
-	steps := []initproc.Step{
-		{Kind: initproc.StepBind, Dest: mplcache.BoundDir, Source: filepath.Join(base, key), Dir: true},
-		{Kind: initproc.StepDir, Dest: mplcache.ConfigDir, Mode: 0o755},
+	steps := []jailinit.Step{
+		{Kind: jailinit.StepBind, Dest: mplcache.BoundDir, Source: filepath.Join(base, key), Dir: true},
+		{Kind: jailinit.StepDir, Dest: mplcache.ConfigDir, Mode: 0o755},
 	}
 	for _, f := range files {
-		steps = append(steps, initproc.Step{Kind: initproc.StepSymlink, Dest: path.Join(mplcache.ConfigDir, f), Link: path.Join(mplcache.BoundDir, f)})
+		steps = append(steps, jailinit.Step{Kind: jailinit.StepSymlink, Dest: path.Join(mplcache.ConfigDir, f), Link: path.Join(mplcache.BoundDir, f)})
 	}
 	return steps
 }
@@ -120,7 +120,7 @@ func buildFontCache(ctx context.Context, spec Spec, base, key string) ([]string,
 }
 
 // fontCacheEnv points matplotlib at the config directory the steps make.
-func fontCacheEnv(steps []initproc.Step) []string {
+func fontCacheEnv(steps []jailinit.Step) []string {
 	for _, s := range steps {
 		if s.Dest == mplcache.ConfigDir {
 			return []string{"MPLCONFIGDIR=" + mplcache.ConfigDir}

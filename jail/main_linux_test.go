@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// init keeps the main goroutine on the main thread, as stockade-init
-// does: this binary doubles as a jail's init (see initproc.unshareTime).
+// init keeps the main goroutine on the main thread, as jailinit
+// does: this binary doubles as a jail's init (see jailinit.unshareTime).
 func init() { runtime.LockOSThread() }
 
 // TestMain lets the test binary serve as a jail's init: Run re-executes

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/rootfs"
 )
 
@@ -16,13 +16,13 @@ func hostRoot() []rootfs.Entry {
 	}
 }
 
-func find(p []initproc.Step, dest string) (initproc.Step, bool) {
+func find(p []jailinit.Step, dest string) (jailinit.Step, bool) {
 	for _, s := range p {
 		if s.Dest == dest {
 			return s, true
 		}
 	}
-	return initproc.Step{}, false
+	return jailinit.Step{}, false
 }
 
 func TestPlanLayout(t *testing.T) {
@@ -32,25 +32,25 @@ func TestPlanLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p[0].Kind != initproc.StepTmpfs || p[0].Dest != "/" {
+	if p[0].Kind != jailinit.StepTmpfs || p[0].Dest != "/" {
 		t.Fatalf("plan must start with the root tmpfs, got %+v", p[0])
 	}
 	usr, _ := find(p, "/usr")
-	if usr.Kind != initproc.StepBind || usr.Writable || !usr.Exec || usr.User {
+	if usr.Kind != jailinit.StepBind || usr.Writable || !usr.Exec || usr.User {
 		t.Errorf("/usr: %+v, want a read-only exec bind of a trusted source", usr)
 	}
 	work, _ := find(p, "/work")
 	upper, _ := find(p, workUpper)
-	if work.Kind != initproc.StepOverlay || work.Exec || work.Source != "/tmp/run/work" || work.Upper != workUpper ||
-		upper.Kind != initproc.StepTmpfs || upper.Size != spec.WorkSize || !upper.Report {
+	if work.Kind != jailinit.StepOverlay || work.Exec || work.Source != "/tmp/run/work" || work.Upper != workUpper ||
+		upper.Kind != jailinit.StepTmpfs || upper.Size != spec.WorkSize || !upper.Report {
 		t.Errorf("/work: %+v over %+v, want a noexec overlay on a reported tmpfs of --work-size", work, upper)
 	}
 	tmp, _ := find(p, "/tmp")
-	if tmp.Kind != initproc.StepTmpfs || tmp.Size != 64<<20 || tmp.Mode != 0o1777 {
+	if tmp.Kind != jailinit.StepTmpfs || tmp.Size != 64<<20 || tmp.Mode != 0o1777 {
 		t.Errorf("/tmp: %+v", tmp)
 	}
 	models, _ := find(p, "/models")
-	if models.Kind != initproc.StepBind || models.Writable || models.Exec || !models.User {
+	if models.Kind != jailinit.StepBind || models.Writable || models.Exec || !models.User {
 		t.Errorf("--ro bind: %+v, want read-only, noexec, resolved as a user path", models)
 	}
 	passwd, _ := find(p, "/etc/passwd")
@@ -79,7 +79,7 @@ func TestPlanNoWorkdir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := find(p, "/work"); w.Kind != initproc.StepDir {
+	if w, _ := find(p, "/work"); w.Kind != jailinit.StepDir {
 		t.Fatalf("/work: %+v, want a plain (read-only) directory", w)
 	}
 }
@@ -121,7 +121,7 @@ func TestPlanFreshWorkIsBoundedTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, _ := find(p, "/work")
-	if w.Kind != initproc.StepTmpfs || w.Size != 32<<20 || w.Inodes != 8192 || !w.Report || w.Exec {
+	if w.Kind != jailinit.StepTmpfs || w.Size != 32<<20 || w.Inodes != 8192 || !w.Report || w.Exec {
 		t.Fatalf("/work: %+v, want a noexec 32 MiB tmpfs with 8192 inodes reported to the parent", w)
 	}
 }

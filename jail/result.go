@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,9 +32,9 @@ const (
 // Exit statuses stockade uses for itself, after timeout(1) and env(1).
 const (
 	ExitTimeout      = 124
-	ExitJailError    = initproc.ExitJailError
-	ExitCannotRun    = initproc.ExitCannotRun
-	ExitNotFound     = initproc.ExitNotFound
+	ExitJailError    = jailinit.ExitJailError
+	ExitCannotRun    = jailinit.ExitCannotRun
+	ExitNotFound     = jailinit.ExitNotFound
 	ExitSignalOffset = 128
 	// ExitCancelled is the status of a run cancelled without a signal (a
 	// library caller's context); one cancelled by a signal to stockade

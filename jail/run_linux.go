@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"io"
 	"os"
 	"os/exec"
@@ -150,7 +150,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	}
 	// matplotlib's font cache, unless the payload brings its own
 	// MPLCONFIGDIR (as the run that builds the cache does).
-	var extra []initproc.Step
+	var extra []jailinit.Step
 	if !hasEnv(spec.Env, "MPLCONFIGDIR") {
 		extra = fontCacheSteps(ctx, spec, st.Notices)
 	}
@@ -159,7 +159,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	if err != nil {
 		return setupError("mount plan", err)
 	}
-	cfg := &initproc.Config{
+	cfg := &jailinit.Config{
 		NewRoot: dir.root, Steps: steps, Hostname: spec.Hostname,
 		Args: spec.Args, Env: jailEnv(spec, fontCacheEnv(extra)...), Path: jailPath,
 		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: bpf,
@@ -256,12 +256,12 @@ func uncapJailQueues() {
 	_ = unix.Setrlimit(unix.RLIMIT_MSGQUEUE, &inf)
 }
 
-func rlimitsFor(spec Spec) []initproc.Rlimit {
+func rlimitsFor(spec Spec) []jailinit.Rlimit {
 	fsize := spec.Rlimits.FileSize
 	if fsize == 0 {
 		fsize = unix.RLIM_INFINITY
 	}
-	r := []initproc.Rlimit{
+	r := []jailinit.Rlimit{
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_NOFILE, Cur: spec.Rlimits.OpenFiles, Max: spec.Rlimits.OpenFiles},
 		{Resource: unix.RLIMIT_FSIZE, Cur: fsize, Max: fsize},
@@ -275,14 +275,14 @@ func rlimitsFor(spec Spec) []initproc.Rlimit {
 		// the poll normally ends the run first. The soft limit sends
 		// SIGXCPU, the hard one a second later SIGKILL.
 		s := uint64(c/time.Second) + 2
-		r = append(r, initproc.Rlimit{Resource: unix.RLIMIT_CPU, Cur: s, Max: s + 1})
+		r = append(r, jailinit.Rlimit{Resource: unix.RLIMIT_CPU, Cur: s, Max: s + 1})
 	}
 	return r
 }
 
 // launch starts init, sends it the plan and waits until the payload has
 // started (or setup failed). Every file it opens is closed by Close.
-func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config) error {
+func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config) error {
 	spec, st, cg := p.spec, p.st, p.cg
 	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -316,7 +316,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config
 	}
 	cmd := &exec.Cmd{
 		Path: initExePath,
-		Args: []string{initproc.Arg0},
+		Args: []string{jailinit.Arg0},
 		// One P for init's Go runtime: it starts threads up to GOMAXPROCS
 		// (the host's CPU count on v1, where init is placed in the run's
 		// cgroup only after it starts), and the pids limit counts every one
@@ -337,7 +337,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *initproc.Config
 			// is not), and it keeps what it needs as ambient capabilities,
 			// which exist only inside the jail's user namespace.
 			Credential:  &syscall.Credential{Uid: JailUID, Gid: JailGID, Groups: []uint32{}, NoSetGroups: !id.setGroups},
-			AmbientCaps: initproc.InitCaps,
+			AmbientCaps: jailinit.InitCaps,
 			Setsid:      true,
 			// The jail dies with stockade: init gets SIGKILL when the
 			// thread that started it exits, and takes the namespace along.

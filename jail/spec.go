@@ -8,22 +8,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 )
 
 // Identity of the jailed user inside the jail. Run as root, stockade maps it
 // to a host id of its own per concurrent run, from HostID up (never to host
 // root); run as a normal user, to that user.
 const (
-	JailUID  = initproc.JailUID
-	JailGID  = initproc.JailGID
+	JailUID  = jailinit.JailUID
+	JailGID  = jailinit.JailGID
 	JailUser = "sandbox"
 	// HostID is the base of the host uids and gids the jail user becomes
 	// when stockade runs as root, one per concurrent run (HostID+1 plus the
 	// run's runlock slot, up to HostID+runlock.MaxSlots): far above any range
 	// useradd, systemd's dynamic users or subuid(5) hand out, so it owns
 	// nothing on the host but the run's /work.
-	HostID = initproc.HostID
+	HostID = jailinit.HostID
 )
 
 // Workdir modes for Spec.WorkdirMode.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"os"
 	"os/exec"
 	"runtime"
@@ -29,8 +29,8 @@ type supervision struct {
 
 	mu       sync.Mutex
 	started  time.Time
-	exit     *initproc.Msg
-	setupErr *initproc.Msg
+	exit     *jailinit.Msg
+	setupErr *jailinit.Msg
 	badMsg   error
 
 	filter     *seccomp.Supervisor // answers refused system calls
@@ -190,10 +190,10 @@ func (sv *supervision) noteBad(err error) {
 // more under load); doing it beside init's mount work hides most of that.
 // Init waits for "go" before it unshares its cgroup namespace and before
 // anything of the payload runs.
-func (sv *supervision) sendPlan(cfg *initproc.Config, place func() error) {
+func (sv *supervision) sendPlan(cfg *jailinit.Config, place func() error) {
 	b, err := json.Marshal(cfg)
-	if err == nil && len(b) > initproc.MaxMsg {
-		err = fmt.Errorf("the command, its environment and the mount plan take %d bytes, more than the %d a jail's plan may", len(b), initproc.MaxMsg)
+	if err == nil && len(b) > jailinit.MaxMsg {
+		err = fmt.Errorf("the command, its environment and the mount plan take %d bytes, more than the %d a jail's plan may", len(b), jailinit.MaxMsg)
 	}
 	if err == nil {
 		// One datagram: make room for it (root may exceed wmem_max).
@@ -216,7 +216,7 @@ func (sv *supervision) sendPlan(cfg *initproc.Config, place func() error) {
 		sv.kill()
 		return
 	}
-	if err := unix.Sendmsg(sv.sock, []byte(initproc.GoMessage), nil, nil, 0); err != nil {
+	if err := unix.Sendmsg(sv.sock, []byte(jailinit.GoMessage), nil, nil, 0); err != nil {
 		sv.noteBad(fmt.Errorf("release init: %w", err))
 		sv.kill()
 	}
@@ -234,7 +234,7 @@ func (sv *supervision) readMessages() {
 		if err != nil || n == 0 {
 			return
 		}
-		m, err := initproc.DecodeMsg(buf[:n])
+		m, err := jailinit.DecodeMsg(buf[:n])
 		if err != nil {
 			err = fmt.Errorf("bad message from init: %w", err)
 			sv.noteBad(err)
@@ -244,22 +244,22 @@ func (sv *supervision) readMessages() {
 		fds := parseFDs(oob[:oobn])
 		sv.mu.Lock()
 		switch m.Kind {
-		case initproc.MsgStarted:
+		case jailinit.MsgStarted:
 			if sv.started.IsZero() {
 				sv.started = time.Now()
 				close(sv.startedCh)
 			}
-		case initproc.MsgExit:
+		case jailinit.MsgExit:
 			mm := m
 			sv.exit = &mm
-		case initproc.MsgError:
+		case jailinit.MsgError:
 			mm := m
 			sv.setupErr = &mm
-		case initproc.MsgWork:
+		case jailinit.MsgWork:
 			if len(fds) == 1 && sv.work.attach(fds[0]) {
 				fds = nil
 			}
-		case initproc.MsgSeccomp:
+		case jailinit.MsgSeccomp:
 			if len(fds) == 1 && sv.filter == nil {
 				sv.filter = seccomp.NewSupervisor(fds[0])
 				sv.filter.ObserveNetwork(sv.net.observer(sv.proxied))
@@ -268,7 +268,7 @@ func (sv *supervision) readMessages() {
 				go func(s *seccomp.Supervisor, done chan struct{}) { s.Run(); close(done) }(sv.filter, sv.filterDone)
 				fds = nil
 			}
-		case initproc.MsgProxy:
+		case jailinit.MsgProxy:
 			err := sv.net.serve(fds)
 			fds = nil
 			if err != nil {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/procview"
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +24,7 @@ import (
 // write gets EROFS, an unmount EPERM, and there is no other procfs in the
 // jail to read the host's figures from (TestAttackLiftLimitsView).
 type runView struct {
-	steps []initproc.Step
+	steps []jailinit.Step
 	cpus  []int
 }
 
@@ -55,7 +55,7 @@ func newRunView(spec Spec) (*runView, error) {
 	}
 	v := &runView{cpus: cpus}
 	for _, f := range files {
-		v.steps = append(v.steps, initproc.Step{Kind: initproc.StepMask, Dest: f.Path, Data: string(f.Data)})
+		v.steps = append(v.steps, jailinit.Step{Kind: jailinit.StepMask, Dest: f.Path, Data: string(f.Data)})
 	}
 	return v, nil
 }

@@ -26,8 +26,8 @@ func defaultSpec(mod func(*jail.Spec)) jail.Spec {
 	return s
 }
 
-// init keeps the main goroutine on the main thread, as stockade-init
-// does: this binary doubles as a jail's init (see initproc.unshareTime).
+// init keeps the main goroutine on the main thread, as jailinit
+// does: this binary doubles as a jail's init (see jailinit.unshareTime).
 func init() { runtime.LockOSThread() }
 
 // TestMain lets the test binary serve as a jail's init.

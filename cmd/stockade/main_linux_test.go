@@ -17,8 +17,8 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-// init keeps the main goroutine on the main thread, as stockade-init
-// does: this binary doubles as a jail's init (see initproc.unshareTime).
+// init keeps the main goroutine on the main thread, as jailinit
+// does: this binary doubles as a jail's init (see jailinit.unshareTime).
 func init() { runtime.LockOSThread() }
 
 // TestMain makes the test binary double as stockade itself: as a jail's
@@ -287,15 +287,15 @@ func TestBuiltBinaryRunsSealedInit(t *testing.T) {
 		}
 		// pid (comm) state ppid ...
 		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) > 1 && f[1] == fmt.Sprint(cmd.Process.Pid) && bytes.Contains(stat, []byte("(stockade-init)")) {
+		if len(f) > 1 && f[1] == fmt.Sprint(cmd.Process.Pid) && bytes.Contains(stat, []byte("(jailinit)")) {
 			initPid = e.Name()
 		}
 	}
 	if initPid == "" {
-		t.Fatal("no stockade-init child of the stockade process")
+		t.Fatal("no jailinit child of the stockade process")
 	}
 	exe, err := os.Readlink(filepath.Join("/proc", initPid, "exe"))
-	if err != nil || !strings.HasPrefix(exe, "/memfd:stockade-init") {
+	if err != nil || !strings.HasPrefix(exe, "/memfd:jailinit") {
 		t.Fatalf("init's exe is %q (%v), want the sealed memfd", exe, err)
 	}
 	f, err := os.OpenFile(filepath.Join("/proc", initPid, "exe"), os.O_WRONLY, 0)

@@ -1,6 +1,6 @@
 //go:build linux
 
-// Command stockade-init is a jail's init as a small static binary. The
+// Command jailinit is a jail's init as a small static binary. The
 // Makefile embeds it in stockade, which runs it from a sealed memfd: it
 // starts in a fraction of the time the whole stockade binary takes, and
 // the jail's /proc/1/exe is a sealed copy, never the stockade file on the
@@ -12,7 +12,7 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/stockade/stockade/jail/internal/initproc"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 )
 
 // init keeps the main goroutine on the main thread, where Main locks it:
@@ -20,9 +20,9 @@ import (
 func init() { runtime.LockOSThread() }
 
 func main() {
-	if !initproc.IsInit() {
-		fmt.Fprintln(os.Stderr, "stockade-init: this is a jail's init; stockade runs it")
-		os.Exit(initproc.ExitJailError)
+	if !jailinit.IsInit() {
+		fmt.Fprintln(os.Stderr, "jailinit: this is a jail's init; stockade runs it")
+		os.Exit(jailinit.ExitJailError)
 	}
-	initproc.Main()
+	jailinit.Main()
 }

@@ -1,11 +1,11 @@
-// Package initproc is a jail's init: the process that runs as pid 1 of the
+// Package jailinit is a jail's init: the process that runs as pid 1 of the
 // jail's namespaces, builds its root from the parent's plan, drops every
 // privilege, loads seccomp and starts the payload. It is its own package,
 // depending on nothing but the standard library and x/sys, so that it can
-// also be built as a small static binary (stockade-init) that starts in a
+// also be built as a small static binary (jailinit) that starts in a
 // fraction of the time the whole stockade binary takes; the protocol types
 // the parent shares with it live here too.
-package initproc
+package jailinit
 
 import "encoding/json"
 

@@ -1,4 +1,4 @@
-//go:build !stockade_embed_init
+//go:build !embed_jailinit
 
 package jail
 

@@ -1,4 +1,4 @@
-package initproc
+package jailinit
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 
 // Arg0 is the argv[0] of a jail's init; with fd 3 a socket, it
 // marks a process as a jail's init.
-const Arg0 = "stockade-init"
+const Arg0 = "jailinit"
 
 // ctlFD is init's end of the control socket.
 const ctlFD = 3
@@ -386,7 +386,7 @@ func fail(step string, err error, code int) {
 // The kernel keeps the offsets with the thread group leader only
 // (/proc/PID/timens_offsets has no per-thread twin), while unshare moves
 // the calling thread: this works only on the main thread, where an init()
-// of the program that runs Main locks it (stockade-init does, and so do
+// of the program that runs Main locks it (jailinit does, and so do
 // the test binaries that double as init). Elsewhere it is skipped.
 func unshareTime() error {
 	if unix.Gettid() != unix.Getpid() || !TimeNamespaceUsable() {

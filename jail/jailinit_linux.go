@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,7 +19,7 @@ func initPath() (string, *os.File, error) {
 	if len(initExe) == 0 {
 		return "/proc/self/exe", nil, nil
 	}
-	fd, err := unix.MemfdCreate("stockade-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, err := unix.MemfdCreate("jailinit", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return "", nil, fmt.Errorf("memfd for init: %w", err)
 	}
@@ -27,7 +28,7 @@ func initPath() (string, *os.File, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("memfd for init: %w", err)
 	}
-	f := os.NewFile(uintptr(high), "stockade-init")
+	f := os.NewFile(uintptr(high), "jailinit")
 	if _, err := f.Write(initExe); err != nil {
 		f.Close()
 		return "", nil, fmt.Errorf("write init: %w", err)
@@ -39,3 +40,12 @@ func initPath() (string, *os.File, error) {
 	}
 	return "/proc/self/fd/" + strconv.Itoa(high), f, nil
 }
+
+// IsChild reports whether this process is a jail's init. The binary's main
+// (and TestMain of packages that run jails) must call ChildMain first thing
+// when it is: without an embedded init binary, Run re-executes
+// /proc/self/exe as init.
+func IsChild() bool { return jailinit.IsInit() }
+
+// ChildMain is init. It never returns.
+func ChildMain() { jailinit.Main() }

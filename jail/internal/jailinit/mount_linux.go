@@ -1,4 +1,4 @@
-package initproc
+package jailinit
 
 import (
 	"errors"
