@@ -47,8 +47,13 @@ func throwawayUser(t *testing.T) (name string, uid, gid int) {
 // and a clean environment.
 func asUser(t *testing.T, bin string, uid, gid int, args ...string) (int, string, string) {
 	t.Helper()
+	return asUserEnv(t, bin, uid, gid, nil, args...)
+}
+
+func asUserEnv(t *testing.T, bin string, uid, gid int, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8"}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8"}, env...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
 	var out, errb strings.Builder
@@ -128,6 +133,11 @@ func TestRootlessWithDelegatedV1Cgroup(t *testing.T) {
 	code, _, errs := asUser(t, bin, uid, gid, "run", "--", "python3", "-c", "print('JAIL' + 'RAN')")
 	if code != 125 || !strings.Contains(errs, "a normal user needs a delegated cgroup: `stockade doctor` prints how to get one") {
 		t.Fatalf("undelegated run: exit %d, stderr %q", code, errs)
+	}
+	// In a systemd unit (INVOCATION_ID set), the fix is the unit's setting.
+	code, _, errs = asUserEnv(t, bin, uid, gid, []string{"INVOCATION_ID=0123456789abcdef"}, "run", "--", "true")
+	if code != 125 || !strings.Contains(errs, "add Delegate=memory pids cpu to its [Service] section") {
+		t.Fatalf("undelegated run in a unit: exit %d, stderr %q", code, errs)
 	}
 	code, out, _ := asUser(t, bin, uid, gid, "doctor")
 	if code != 1 || !strings.Contains(out, "chown "+name+": $d $d/cgroup.procs $d/tasks") ||
