@@ -75,6 +75,7 @@ vmtest: deps-vmtest build
 	$(GO) test -c -o build/vm/cgroup.test ./cgroup
 	$(GO) test -c -o build/vm/selfcheck.test ./vmtest/selfcheck
 	vmtest/run $(BIN) build/vm/*.test
+	vmtest/systemd/run $(BIN)
 
 bench: deps-bench build
 	@scripts/bench $(BIN)

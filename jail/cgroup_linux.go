@@ -97,7 +97,8 @@ func cgroupFix(err error) string {
 		// The shape of a container runtime's default: cgroupfs mounted ro.
 		return "the container's cgroupfs is read-only: give it a writable one (runc/crun: drop \"ro\" from the /sys/fs/cgroup mount in config.json; docker/podman: --privileged, or a private cgroup namespace with a read-write /sys/fs/cgroup), or use --no-cgroup to run with rlimits only"
 	}
-	if os.Getuid() != 0 && os.Getenv("INVOCATION_ID") != "" {
+	denied := strings.Contains(err.Error(), "not writable") || strings.Contains(err.Error(), "permission denied")
+	if os.Getuid() != 0 && os.Getenv("INVOCATION_ID") != "" && denied {
 		// systemd sets INVOCATION_ID for the processes of a unit: the
 		// fix is a line in that unit.
 		return "this systemd unit has no delegated cgroup for stockade's user: add Delegate=memory pids cpu to its [Service] section (systemd-run: -p Delegate=yes); or use --no-cgroup to run with rlimits only"
