@@ -3,8 +3,6 @@ package jail
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -168,101 +166,10 @@ func (p sourcePolicy) checkWorkdir(dir string) (unix.Stat_t, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return st, fmt.Errorf("--workdir %s: not a directory", dir)
 	}
-	found, err := findSocket(dir)
-	if err != nil {
-		return st, fmt.Errorf("--workdir %s: looking for sockets: %w", dir, err)
-	}
-	if found != "" {
-		return st, fmt.Errorf("--workdir %s: it holds %s, a unix socket or FIFO, through which the jail could talk to whatever serves it; give the jail a directory without one", dir, found)
-	}
 	return st, nil
 }
 
 // within reports whether p is dir or lies below it.
 func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
-}
-
-// findSocket returns the first unix socket or FIFO below dir (a path
-// relative to it), or "". A host service's socket there would answer the
-// jail: a writable --workdir is a plain bind, not an overlay, so only a
-// check before the run can keep one out. The walk reads directory entries
-// and their types only (getdents), never following a symlink; a file
-// system that does not report types gets an lstat per unknown entry.
-func findSocket(dir string) (string, error) {
-	fd, err := jailinit.OpenNoSymlinks(filepath.Clean(dir))
-	if err != nil {
-		return "", err
-	}
-	// O_PATH cannot be read: reopen the directory itself through ".".
-	d, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	unix.Close(fd)
-	if err != nil {
-		return "", err
-	}
-	return scanDir(d, "", make([]byte, 32<<10))
-}
-
-// scanDir takes ownership of fd.
-func scanDir(fd int, rel string, buf []byte) (string, error) {
-	defer unix.Close(fd)
-	var subdirs []string
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", rel, err)
-		}
-		if n == 0 {
-			break
-		}
-		for off := 0; off+19 <= n; {
-			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
-			if reclen == 0 || off+reclen > n {
-				break
-			}
-			typ := buf[off+18]
-			name := buf[off+19 : off+reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			off += reclen
-			nm := string(name)
-			if nm == "." || nm == ".." {
-				continue
-			}
-			if typ == unix.DT_UNKNOWN {
-				var st unix.Stat_t
-				if err := unix.Fstatat(fd, nm, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-					return "", fmt.Errorf("stat %s/%s: %w", rel, nm, err)
-				}
-				switch st.Mode & unix.S_IFMT {
-				case unix.S_IFSOCK:
-					typ = unix.DT_SOCK
-				case unix.S_IFIFO:
-					typ = unix.DT_FIFO
-				case unix.S_IFDIR:
-					typ = unix.DT_DIR
-				}
-			}
-			switch typ {
-			case unix.DT_SOCK, unix.DT_FIFO:
-				return strings.TrimPrefix(rel+"/"+nm, "/"), nil
-			case unix.DT_DIR:
-				subdirs = append(subdirs, nm)
-			}
-		}
-	}
-	for _, nm := range subdirs {
-		sub, err := unix.Openat(fd, nm, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue // removed while we looked
-			}
-			return "", fmt.Errorf("open %s/%s: %w", rel, nm, err)
-		}
-		if found, err := scanDir(sub, rel+"/"+nm, buf); found != "" || err != nil {
-			return found, err
-		}
-	}
-	return "", nil
 }

@@ -362,10 +362,19 @@ func (b *rootBuilder) workOverlay(st Step) error {
 	if err := unix.Fchdir(lower); err != nil {
 		return fmt.Errorf("enter %s: %w", st.Source, err)
 	}
+	// The upper and work directories go by /proc/self/fd/N too, so the
+	// jail's mountinfo names no host path (the run directory's).
+	var layerFDs [2]int
+	for i, d := range []string{upper + "/upper", upper + "/work"} {
+		if layerFDs[i], err = unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("open %s: %w", d, err)
+		}
+		defer unix.Close(layerFDs[i])
+	}
 	for _, o := range [][2]string{
 		{"lowerdir", "."},
-		{"upperdir", upper + "/upper"},
-		{"workdir", upper + "/work"},
+		{"upperdir", "/proc/self/fd/" + strconv.Itoa(layerFDs[0])},
+		{"workdir", "/proc/self/fd/" + strconv.Itoa(layerFDs[1])},
 		{"userxattr", ""},
 	} {
 		if o[1] == "" {
