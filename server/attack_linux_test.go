@@ -3,7 +3,9 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"testing"
+	"time"
 )
 
 // The jail leaves thousands of symlinks (or empty files past the file
@@ -27,8 +29,38 @@ for i in range(%d):
 	if err := json.Unmarshal(body, &r); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%.600s", r.Stderr); t.Logf("verdict %s, %d skipped entries, response %d bytes (--files-max 1M)", r.Verdict, len(r.FilesSkipped), len(body))
+	t.Logf("%.600s", r.Stderr)
+	t.Logf("verdict %s, %d skipped entries, response %d bytes (--files-max 1M)", r.Verdict, len(r.FilesSkipped), len(body))
 	if len(body) > 4<<20 {
 		t.Errorf("the response is %d bytes for --files-max 1M: files_skipped (%d entries) is unbounded", len(body), len(r.FilesSkipped))
+	}
+}
+
+// A local client asks for a streamed run and never reads its response. The
+// server has no write deadline: the handler blocks writing the NDJSON
+// lines, the jail's output is no longer drained, and the run never ends,
+// so its concurrency slot, its budget and its jail are held for as long as
+// the client keeps the connection open. --concurrency such connections
+// (one uid, when --per-caller is not set) shut every other caller out.
+func TestAttackStalledStreamingClientHoldsRun(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--concurrency", "1", "--queue-wait", "2s")
+	c, err := net.Dial("unix", s.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body, _ := json.Marshal(RunRequest{Code: code(`import sys
+for i in range(64):
+    sys.stdout.write('x' * 16384 + '\n')
+`), Limits: &Limits{Timeout: "3s"}})
+	fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Never read. The run's own timeout is 3s; give it plenty more.
+	time.Sleep(12 * time.Second)
+	var h Health
+	s.get("/v1/health", &h)
+	code2, _, out := s.post(RunRequest{Code: code("print(1)")})
+	t.Logf("health running=%d; a second caller got %d %.200s", h.Running, code2, out)
+	if h.Running != 0 || code2 != 200 {
+		t.Errorf("a client that stopped reading still holds its run 9s past the run's timeout (running %d), and the next caller got %d", h.Running, code2)
 	}
 }
