@@ -1,9 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,4 +67,58 @@ for i in range(64):
 	if h.Running != 0 || code2 != 200 {
 		t.Errorf("a client that stopped reading still holds its run 9s past the run's timeout (running %d), and the next caller got %d", h.Running, code2)
 	}
+}
+
+// The body is read and decoded before the per-caller cap, the concurrency
+// gate and the queue are consulted, and reading it has no deadline (only
+// the header has one). One local uid opens many connections, sends most of
+// a --max-body request on each and stalls: the server holds every partial
+// body, with no bound on connections, far past what --concurrency,
+// --queue and --per-caller 1 suggest (2 requests' worth here).
+func TestAttackStalledBodiesBypassCallerCap(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--concurrency", "1", "--queue", "1", "--per-caller", "1", "--max-body", "16M")
+	pid := s.cmd.Process.Pid
+	before := rssKB(t, pid)
+	const conns, size = 12, 15 << 20
+	chunk := bytes.Repeat([]byte("a"), 1<<20)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range conns {
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"code\": \"", size)
+		for range 14 {
+			if _, err := c.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(15 * time.Second) // past ReadHeaderTimeout: nothing closes them
+	after := rssKB(t, pid)
+	t.Logf("server RSS %d KiB before, %d KiB with %d stalled bodies", before, after, conns)
+	if after-before > 96<<10 {
+		t.Errorf("server RSS grew by %d MiB for one uid's stalled bodies (--per-caller 1, --concurrency 1, --queue 1)", (after-before)>>10)
+	}
+}
+
+func rssKB(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
 }
