@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"sort"
@@ -18,6 +19,13 @@ type collectLimits struct {
 	MaxBytes int64 // total bytes of files and images returned
 	MaxFiles int
 	MaxDepth int
+	// Entries looked at in one walk: a jail that leaves a million empty
+	// files or symlinks costs the server that many openat2 calls.
+	MaxEntries int
+	// files_skipped lists at most this many entries and bytes, then one
+	// "N more" line: a jail's long paths would otherwise come back many
+	// times over the file cap, held and sent by the server.
+	MaxSkipped, MaxSkippedBytes int
 }
 
 // collected is what the run left in /work.
@@ -26,6 +34,29 @@ type collected struct {
 	images    []Image
 	truncated bool
 	skipped   []string
+
+	lim          collectLimits
+	skippedBytes int
+	notListed    int // skipped entries past the caps
+	visited      int
+}
+
+// skip lists an entry left out, within the caps.
+func (c *collected) skip(msg string) {
+	if len(c.skipped) >= c.lim.MaxSkipped || c.skippedBytes+len(msg) > c.lim.MaxSkippedBytes {
+		c.notListed++
+		return
+	}
+	c.skipped = append(c.skipped, msg)
+	c.skippedBytes += len(msg)
+}
+
+// finish closes the list with how many entries it does not name.
+func (c *collected) finish() {
+	if c.notListed > 0 {
+		c.skipped = append(c.skipped, fmt.Sprintf("%d more skipped entries not listed (files_skipped keeps %d entries, %d bytes)", c.notListed, c.lim.MaxSkipped, c.lim.MaxSkippedBytes))
+		c.notListed = 0
+	}
 }
 
 // resolveHow is how every path below /work is opened on the host: beneath
@@ -42,7 +73,7 @@ var resolveHow = unix.OpenHow{
 // Symlinks, FIFOs, sockets and devices are listed as skipped, never read
 // or followed.
 func collectWork(work string, inputs map[string]string, lim collectLimits) (*collected, error) {
-	c := &collected{files: map[string]string{}, images: []Image{}, skipped: []string{}}
+	c := &collected{files: map[string]string{}, images: []Image{}, skipped: []string{}, lim: lim}
 	if work == "" {
 		return c, nil
 	}
@@ -54,9 +85,14 @@ func collectWork(work string, inputs map[string]string, lim collectLimits) (*col
 	budget := lim.MaxBytes
 	var walk func(rel string, depth int) error
 	walk = func(rel string, depth int) error {
-		names, err := listDir(root, rel)
+		names, more, err := listDir(root, rel, lim.MaxEntries-c.visited)
 		if err != nil {
 			return err
+		}
+		c.visited += len(names)
+		if more {
+			c.skip(fmt.Sprintf("%s/: not all listed; a walk looks at %d entries at most", rel, lim.MaxEntries))
+			c.truncated = true
 		}
 		for _, name := range names {
 			p := path.Join(rel, name)
@@ -68,14 +104,14 @@ func collectWork(work string, inputs map[string]string, lim collectLimits) (*col
 			}
 			fd, st, err := openBeneath(root, p)
 			if err != nil {
-				c.skipped = append(c.skipped, p+": "+err.Error())
+				c.skip(p + ": " + err.Error())
 				continue
 			}
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFDIR:
 				unix.Close(fd)
 				if depth >= lim.MaxDepth {
-					c.skipped = append(c.skipped, p+"/: deeper than the limit")
+					c.skip(p + "/: deeper than the limit")
 					c.truncated = true
 					continue
 				}
@@ -87,13 +123,13 @@ func collectWork(work string, inputs map[string]string, lim collectLimits) (*col
 				unix.Close(fd)
 				switch {
 				case err != nil:
-					c.skipped = append(c.skipped, p+": "+err.Error())
+					c.skip(p + ": " + err.Error())
 				case !full:
-					c.skipped = append(c.skipped, fmt.Sprintf("%s: %d bytes, over what is left of the %d-byte cap", p, st.Size, lim.MaxBytes))
+					c.skip(fmt.Sprintf("%s: %d bytes, over what is left of the %d-byte cap", p, st.Size, lim.MaxBytes))
 					c.truncated = true
 				case unchanged(inputs, p, data):
 				case len(c.files) >= lim.MaxFiles:
-					c.skipped = append(c.skipped, p+": over the file count cap")
+					c.skip(p + ": over the file count cap")
 					c.truncated = true
 				default:
 					budget -= int64(len(data))
@@ -101,7 +137,7 @@ func collectWork(work string, inputs map[string]string, lim collectLimits) (*col
 				}
 			default:
 				unix.Close(fd)
-				c.skipped = append(c.skipped, p+": not a regular file")
+				c.skip(p + ": not a regular file")
 			}
 		}
 		return nil
@@ -110,15 +146,20 @@ func collectWork(work string, inputs map[string]string, lim collectLimits) (*col
 		return nil, err
 	}
 	c.images, c.truncated = collectFigures(root, &budget, c)
+	c.finish()
 	return c, nil
 }
 
 // collectFigures reads the PNGs the bootstrap saved, in order.
 func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 	imgs, truncated := []Image{}, c.truncated
-	names, err := listDir(root, figureDir)
+	names, more, err := listDir(root, figureDir, c.lim.MaxEntries)
 	if err != nil {
 		return imgs, truncated
+	}
+	if more {
+		c.skip(figureDir + "/: not all listed")
+		truncated = true
 	}
 	sort.Strings(names)
 	for _, name := range names {
@@ -133,7 +174,7 @@ func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 		data, full, err := readCapped(fd, st.Size, *budget)
 		unix.Close(fd)
 		if err != nil || !full {
-			c.skipped = append(c.skipped, figureDir+"/"+name+": over the size cap")
+			c.skip(figureDir + "/" + name + ": over the size cap")
 			truncated = true
 			continue
 		}
@@ -174,19 +215,38 @@ func openBeneath(root int, rel string) (int, unix.Stat_t, error) {
 	return fd, st, nil
 }
 
-// listDir lists the directory rel below root, opened as openBeneath does.
-func listDir(root int, rel string) ([]string, error) {
+// listDir lists at most max names of the directory rel below root, opened
+// as openBeneath does, sorted; more says there were others. It reads in
+// chunks: a directory of a million entries is never held whole.
+func listDir(root int, rel string, max int) (names []string, more bool, err error) {
+	if max <= 0 {
+		return nil, true, nil
+	}
 	how := resolveHow
 	how.Flags |= unix.O_DIRECTORY
 	fd, err := unix.Openat2(root, rel, &how)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	for len(names) < max {
+		chunk, err := f.Readdirnames(min(256, max-len(names)))
+		names = append(names, chunk...)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if len(names) >= max {
+		// One more name says whether there were more.
+		extra, _ := f.Readdirnames(1)
+		more = len(extra) > 0
+	}
 	sort.Strings(names)
-	return names, err
+	return names, more, nil
 }
 
 // readCapped reads the whole file if it fits in budget (full true), and
