@@ -69,33 +69,107 @@ func Listen(path, group string) (*Listener, error) {
 		gid, _ = strconv.Atoi(g.Gid)
 	}
 	// As systemd's DirectoryMode does: /run/stockade is gone after a reboot.
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
+	dirfd, err := openSocketDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dirfd)
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
-	// The umask makes the socket 0600 at bind, before chmod opens it to the
-	// group: there is no moment at which others can connect.
+	// The socket is made under a temporary name, 0600 from bind on (the
+	// umask), given its group and mode there through an O_PATH descriptor
+	// (chmod by path follows a symlink; fchmod on the socket's own fd
+	// changes the socket inode, not the file that connect checks), and
+	// renamed into place: no moment at which others can connect, and no
+	// path the server follows twice. The directory is checked above:
+	// nobody but its owner can swap names in it.
+	tmp := fmt.Sprintf(".%s.%d.tmp", base, os.Getpid())
+	_ = unix.Unlinkat(dirfd, tmp, 0)
+	via := fmt.Sprintf("/proc/self/fd/%d/%s", dirfd, tmp)
 	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", path)
+	ln, err := net.Listen("unix", via)
 	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	l := &Listener{Listener: ln, path: path}
+	fail := func(err error) (*Listener, error) {
+		ln.Close()
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return nil, err
+	}
+	if err := setSocketMode(dirfd, tmp, gid); err != nil {
+		return fail(fmt.Errorf("socket %s: %w", path, err))
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		return fail(fmt.Errorf("rename socket into place at %s: %w", path, err))
+	}
+	return &Listener{Listener: ln, path: path}, nil
+}
+
+// Addr is the socket's path (it was made under another name).
+func (l *Listener) Addr() net.Addr {
+	if l.activated {
+		return l.Listener.Addr()
+	}
+	return &net.UnixAddr{Name: l.path, Net: "unix"}
+}
+
+// openSocketDir opens the socket's directory, refusing one that another
+// user could change: whoever can write in it can replace the socket with
+// their own (and read every caller's code) or plant a symlink for the
+// server to chown and chmod.
+func openSocketDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	if st.Uid != 0 && st.Uid != uint32(os.Getuid()) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("socket directory %s is owned by uid %d: it must be owned by root or by the server's user (chown it, or choose another --socket)", dir, st.Uid)
+	}
+	if st.Mode&0o022 != 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("socket directory %s is writable by group or others (mode %#o): others could replace the socket (chmod go-w it, or choose another --socket)", dir, st.Mode&0o7777)
+	}
+	return fd, nil
+}
+
+// setSocketMode gives the socket named name in dirfd its group and mode
+// 0660, through an O_PATH descriptor that did not follow a symlink.
+func setSocketMode(dirfd int, name string, gid int) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("%s is not the socket just made", name)
+	}
 	if gid >= 0 {
-		if err := os.Lchown(path, -1, gid); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("chown %s to group %s: %w", path, group, err)
+		if err := unix.Fchownat(fd, "", -1, gid, unix.AT_EMPTY_PATH); err != nil {
+			return fmt.Errorf("chown to gid %d: %w", gid, err)
 		}
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	// fchmod refuses an O_PATH descriptor; its /proc link names the inode.
+	if err := unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), 0o660); err != nil {
+		return fmt.Errorf("chmod: %w", err)
 	}
-	return l, nil
+	return nil
 }
 
 // removeStale removes a socket file nobody answers on.
