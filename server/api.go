@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -82,6 +83,10 @@ func decodeRequest(r io.Reader) (*RunRequest, error) {
 	dec.DisallowUnknownFields()
 	var req RunRequest
 	if err := dec.Decode(&req); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, fmt.Errorf("read body: %w", err) // the body's deadline: 408
+		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, &apiError{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)}

@@ -18,12 +18,17 @@ type auditLog struct {
 
 // AuditEntry is one line of the audit log.
 type AuditEntry struct {
-	Time       time.Time             `json:"time"`
-	UID        uint32                `json:"uid"`
-	PID        int32                 `json:"pid"`
-	Profile    string                `json:"profile"`
-	CodeSHA256 string                `json:"code_sha256,omitempty"`
-	Argv       []string              `json:"argv,omitempty"`
+	Time       time.Time `json:"time"`
+	UID        uint32    `json:"uid"`
+	PID        int32     `json:"pid"`
+	Profile    string    `json:"profile"`
+	CodeSHA256 string    `json:"code_sha256,omitempty"`
+	// argv is logged by its hash and size only: the caller chooses it,
+	// up to --max-body, and one log line must not carry megabytes.
+	ArgvSHA256 string                `json:"argv_sha256,omitempty"`
+	ArgvCount  int                   `json:"argv_count,omitempty"`
+	ArgvBytes  int                   `json:"argv_bytes,omitempty"`
+	CodeBytes  int                   `json:"code_bytes,omitempty"`
 	Files      int                   `json:"files_in"`
 	Limits     AuditLimits           `json:"limits"`
 	Verdict    jail.Verdict          `json:"verdict"`

@@ -11,13 +11,16 @@ import (
 var errBusy = errors.New("server busy")
 
 // gate admits at most `running` requests at once, queues at most `queue`
-// more for at most `wait` each, and at most perCaller (running or queued)
-// for one caller uid. Past any of these a request is refused at once, so
-// an agent backs off instead of piling up connections.
+// more for at most `wait` each, and at most perCaller (being read, queued
+// or running) for one caller uid. A request is counted against its caller
+// and against running+queue before its body is read: a body held in memory
+// is a request the caps already allow. Past any of these a request is
+// refused at once, so an agent backs off instead of piling up connections.
 type gate struct {
 	mu        sync.Mutex
 	running   int
 	queued    int
+	arrived   int // every request counted by arrive: being read, queued or running
 	maxRun    int
 	maxQueue  int
 	wait      time.Duration
@@ -34,16 +37,37 @@ func newGate(maxRun, maxQueue, perCaller int, wait time.Duration) *gate {
 // errCallerCap is a caller over its own cap.
 var errCallerCap = errors.New("caller over its cap")
 
-// enter admits the request or says why not; leave must follow a nil error.
-func (g *gate) enter(ctx context.Context, uid uint32) error {
+// arrive counts a request of uid before its body is read, or says why not;
+// depart must follow a nil error.
+func (g *gate) arrive(uid uint32) error {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.perCaller > 0 && g.byCaller[uid] >= g.perCaller {
-		g.mu.Unlock()
 		return errCallerCap
 	}
+	if g.arrived >= g.maxRun+g.maxQueue {
+		return errBusy
+	}
+	g.arrived++
+	g.byCaller[uid]++
+	return nil
+}
+
+func (g *gate) depart(uid uint32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.arrived--
+	if g.byCaller[uid]--; g.byCaller[uid] <= 0 {
+		delete(g.byCaller, uid)
+	}
+}
+
+// enter admits an arrived request to run or says why not; leave must
+// follow a nil error.
+func (g *gate) enter(ctx context.Context) error {
+	g.mu.Lock()
 	if g.running < g.maxRun {
 		g.running++
-		g.byCaller[uid]++
 		g.mu.Unlock()
 		return nil
 	}
@@ -52,7 +76,6 @@ func (g *gate) enter(ctx context.Context, uid uint32) error {
 		return errBusy
 	}
 	g.queued++
-	g.byCaller[uid]++
 	g.mu.Unlock()
 	deadline := time.NewTimer(g.wait)
 	defer deadline.Stop()
@@ -60,10 +83,10 @@ func (g *gate) enter(ctx context.Context, uid uint32) error {
 		select {
 		case <-g.free:
 		case <-deadline.C:
-			g.drop(uid)
+			g.drop()
 			return errBusy
 		case <-ctx.Done():
-			g.drop(uid)
+			g.drop()
 			return ctx.Err()
 		}
 		g.mu.Lock()
@@ -81,23 +104,15 @@ func (g *gate) enter(ctx context.Context, uid uint32) error {
 	}
 }
 
-func (g *gate) drop(uid uint32) {
+func (g *gate) drop() {
 	g.mu.Lock()
 	g.queued--
-	g.dec(uid)
 	g.mu.Unlock()
 }
 
-func (g *gate) dec(uid uint32) {
-	if g.byCaller[uid]--; g.byCaller[uid] <= 0 {
-		delete(g.byCaller, uid)
-	}
-}
-
-func (g *gate) leave(uid uint32) {
+func (g *gate) leave() {
 	g.mu.Lock()
 	g.running--
-	g.dec(uid)
 	g.mu.Unlock()
 	g.signal()
 }

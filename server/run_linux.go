@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,39 +20,71 @@ import (
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		writeError(w, &apiError{Status: 405, Msg: "POST /v1/run"})
+		s.writeError(w, &apiError{Status: 405, Msg: "POST /v1/run"})
 		return
 	}
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	caller, e := s.admitPeer(r)
 	if e != nil {
-		writeError(w, e)
+		s.writeError(w, e)
 		return
 	}
+	// The caller is counted before its body is read: a body the server
+	// holds is one the per-caller cap, the run slots and the queue allow.
+	switch err := s.gate.arrive(caller.uid); {
+	case errors.Is(err, errCallerCap):
+		retryAfter(w, time.Second)
+		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
+		return
+	case errors.Is(err, errBusy):
+		retryAfter(w, s.cfg.QueueWait/4)
+		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
+		return
+	}
+	defer s.gate.depart(caller.uid)
+	rc := http.NewResponseController(w)
+	// A body trickled in (or stalled) holds its memory and its caller's
+	// count; the header's deadline does not cover it.
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	req, spec, cold, err := s.parse(w, r)
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {
 			ae = badRequest("%v", err)
 		}
-		writeError(w, ae)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			ae = &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
+		}
+		s.writeError(w, ae)
 		return
 	}
-	switch err := s.gate.enter(r.Context(), caller.uid); {
-	case errors.Is(err, errCallerCap):
-		retryAfter(w, time.Second)
-		writeError(w, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d runs running or waiting", caller.uid, s.cfg.PerCaller)})
-		return
+	// The body is read whole. The connection's read deadline also bounds
+	// net/http's own read that watches for the caller going away, which
+	// would cancel a run longer than the body's deadline.
+	_ = rc.SetReadDeadline(time.Time{})
+	switch err := s.gate.enter(r.Context()); {
 	case errors.Is(err, errBusy):
 		retryAfter(w, s.cfg.QueueWait/4)
-		writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
+		s.writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
 		return
 	case err != nil:
 		return // the caller went away while queued
 	}
-	defer s.gate.leave(caller.uid)
-	s.run(w, r, caller, req, spec, cold)
+	defer s.gate.leave()
+	s.run(w, r, rc, caller, req, spec, cold)
+}
+
+// refuse answers a request that will not be read. A client that sends its
+// whole body before reading the answer would see a broken pipe instead of
+// the refusal; so the body is read into nothing first (never held),
+// bounded by --max-body and the body's deadline.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBody))
+	s.writeError(w, e)
 }
 
 // parse reads and checks the request and makes its jail's spec.
@@ -85,7 +118,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*RunRequest, jai
 
 // run serves one admitted request: a jail from the pool (or a fresh one),
 // the job fed to it, the result, the files, and the jail destroyed.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, caller peer, req *RunRequest, spec jail.Spec, cold bool) {
+func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, caller peer, req *RunRequest, spec jail.Spec, cold bool) {
 	admitted := time.Now()
 	use := PoolUse{}
 	var jl *ready
@@ -110,44 +143,55 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, caller peer, req *R
 			var ae *apiError
 			if errors.As(err, &ae) {
 				retryAfter(w, time.Second)
-				writeError(w, ae)
+				s.writeError(w, ae)
 				return
 			}
 			res = jail.FailedResult(spec, err)
 		}
 	}
-	if jl != nil {
-		defer jl.close(s.budget)
+	// The jail, its cgroup, budget share and run directory go as soon as
+	// the files are read, not after the caller has taken the response.
+	release := func() {
+		if jl != nil {
+			jl.close(s.budget)
+			jl = nil
+		}
 	}
+	defer release()
 	use.WaitedMs = float64(time.Since(admitted).Microseconds()) / 1e3
 
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
 	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
 	var out *ndjson
 	if stream {
+		// Past the run's own timeout no streamed write may wait: the jail
+		// is killed by then, and its output must drain for it to be reaped.
+		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout, cancel: cancel,
+			end: time.Now().Add(spec.Timeout + time.Second)}
 		w.Header().Set("Content-Type", NDJSON)
 		w.WriteHeader(200)
-		out = &ndjson{w: w}
-		if f, ok := w.(http.Flusher); ok {
-			out.flush = f.Flush
-			f.Flush()
-		}
+		out.write(nil)
 	}
 	if res == nil {
-		res = s.start(r.Context(), jl, req, spec, out)
+		res = s.start(ctx, jl, req, spec, out)
 	}
 	res.StockadeVersion = s.cfg.Version
 	resp := &RunResponse{Result: res, Files: map[string]string{}, Images: []Image{}, FilesSkipped: []string{}, Pool: use}
 	if jl != nil && res.Verdict != jail.VerdictError {
-		c, err := collectWork(jl.p.Workdir(), req.Files, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32})
+		c, err := collectWork(jl.p.Workdir(), req.Files, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32,
+			MaxEntries: 10000, MaxSkipped: 100, MaxSkippedBytes: 64 << 10})
 		if err != nil {
 			s.logf("collect files: %v", err)
 		} else {
 			resp.Files, resp.Images, resp.FilesTruncated, resp.FilesSkipped = c.files, c.images, c.truncated, c.skipped
 		}
 	}
+	release()
 	s.auditRun(caller, req, spec, res, use)
 	if stream {
 		resp.Type = "result"
+		out.end = time.Time{}
 		out.write(marshal(resp))
 		return
 	}
@@ -155,6 +199,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, caller peer, req *R
 	if res.Verdict == jail.VerdictError {
 		w.WriteHeader(500) // the server could not set up the jail
 	}
+	// A caller that does not read its response holds a run slot until
+	// this deadline, not for ever.
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	w.Write(marshal(resp))
 }
 
@@ -222,31 +269,64 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 
 func (s *Server) auditRun(caller peer, req *RunRequest, spec jail.Spec, res *jail.Result, use PoolUse) {
 	e := AuditEntry{Time: time.Now().UTC(), UID: caller.uid, PID: caller.pid, Profile: req.Profile,
-		Argv: req.Argv, Files: len(req.Files), Limits: limitsOf(spec), Verdict: res.Verdict,
+		Files: len(req.Files), Limits: limitsOf(spec), Verdict: res.Verdict,
 		ExitCode: res.ExitCode, WallMs: res.WallMs, Pool: use, Blocked: res.BlockedSyscalls, Error: res.Error}
 	if req.Code != nil {
 		sum := sha256.Sum256([]byte(*req.Code))
-		e.CodeSHA256 = hex.EncodeToString(sum[:])
+		e.CodeSHA256, e.CodeBytes = hex.EncodeToString(sum[:]), len(*req.Code)
+	}
+	if len(req.Argv) > 0 {
+		// The hash is of the arguments NUL-terminated, as execve sees them.
+		h := sha256.New()
+		for _, a := range req.Argv {
+			h.Write([]byte(a))
+			h.Write([]byte{0})
+			e.ArgvBytes += len(a) + 1
+		}
+		e.ArgvSHA256, e.ArgvCount = hex.EncodeToString(h.Sum(nil)), len(req.Argv)
 	}
 	s.audit.write(e)
 }
 
 // ndjson writes a streamed response, one JSON object a line, flushed as
-// it comes so the caller sees output while the run goes on.
+// it comes so the caller sees output while the run goes on. The jail's
+// output is drained through write: a caller that stops reading must not
+// stop the drain, or the jail (killed at its timeout or not) is never
+// reaped and its slot, budget, cgroup and run directory are held for as
+// long as the connection stays open.
 type ndjson struct {
-	mu    sync.Mutex
-	w     io.Writer
-	flush func()
+	mu      sync.Mutex
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration // one line's write deadline
+	end     time.Time     // no write waits past this (zero: none)
+	cancel  func()        // kills the run
+	dead    bool          // a write failed or was late: the rest is dropped
 }
 
+// write sends line (nil: only the header) and flushes it, within the
+// write deadline. The first failed or late write cancels the run and
+// every later line is dropped, so the drain never blocks.
 func (n *ndjson) write(line []byte) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	// A caller that went away cancels the run; its writes failing here
-	// must not stop the jail's output from being drained.
-	_, _ = n.w.Write(line)
-	if n.flush != nil {
-		n.flush()
+	if n.dead {
+		return
+	}
+	deadline := time.Now().Add(n.timeout)
+	if !n.end.IsZero() && n.end.Before(deadline) {
+		deadline = n.end
+	}
+	err := n.rc.SetWriteDeadline(deadline)
+	if err == nil && line != nil {
+		_, err = n.w.Write(line)
+	}
+	if err == nil {
+		err = n.rc.Flush()
+	}
+	if err != nil {
+		n.dead = true
+		n.cancel()
 	}
 }
 

@@ -34,7 +34,13 @@ type Config struct {
 	QueueWait   time.Duration // how long one may wait
 	PerCaller   int           // runs and waits of one caller uid at once (0: no cap)
 	MaxBody     int64         // request body bytes
-	AllowUIDs   []uint32      // callers admitted (empty: whoever can open the socket)
+	// How long a request's body may take to arrive, and one response
+	// write (a streamed line, a whole response) to be taken by the caller.
+	BodyTimeout, WriteTimeout time.Duration
+	// Connections open at once, in all and per caller uid; past these a
+	// connection is answered 503 and closed before anything is read.
+	MaxConns, MaxConnsPerCaller int
+	AllowUIDs                   []uint32 // callers admitted (empty: whoever can open the socket)
 	// The budget every live jail, waiting or running, counts against: its
 	// cgroup's memory and pids limits added up (0: no budget).
 	BudgetMemory, BudgetPids int64
@@ -60,6 +66,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBody <= 0 {
 		c.MaxBody = 16 << 20
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
+	}
+	if c.MaxConnsPerCaller <= 0 {
+		c.MaxConnsPerCaller = 128
 	}
 	if c.FilesMax <= 0 {
 		c.FilesMax = 8 << 20
@@ -180,14 +198,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	mux.HandleFunc("/v1/run", s.handleRun)
 	mux.HandleFunc("/v1/health", s.handleHealth)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, GET /v1/health)"})
+		s.writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, GET /v1/health)"})
 	})
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return runCtx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			p, err := peerOf(c)
+			p, err := peerOfConn(c)
 			if err != nil {
 				return ctx // no peer: refused in the handlers
 			}
@@ -195,7 +213,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		},
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() {
+		served <- hs.Serve(newConnLimiter(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerCaller, s.logf))
+	}()
 	var err error
 	select {
 	case <-ctx.Done():
@@ -222,7 +242,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-func writeError(w http.ResponseWriter, e *apiError) {
+// writeError answers e. Every write the server makes has a deadline (this
+// one, or ndjson's per line): without it a caller that never reads holds
+// its handler, and with it its run slot, for as long as it likes.
+func (s *Server) writeError(w http.ResponseWriter, e *apiError) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
 	w.Write(marshal(e))
@@ -260,11 +284,11 @@ type Health struct {
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET")
-		writeError(w, &apiError{Status: 405, Msg: "GET /v1/health"})
+		s.writeError(w, &apiError{Status: 405, Msg: "GET /v1/health"})
 		return
 	}
 	if _, e := s.admitPeer(r); e != nil {
-		writeError(w, e)
+		s.writeError(w, e)
 		return
 	}
 	h := Health{Status: "ok", Version: s.cfg.Version, Pool: map[string]PoolStats{}, Host: s.cfg.Facts}
@@ -275,6 +299,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	h.Running, h.Queued = s.gate.counts()
 	mem, pids := s.budget.used()
 	h.Budget = map[string]int64{"memory_used": mem, "memory_max": s.cfg.BudgetMemory, "pids_used": pids, "pids_max": s.cfg.BudgetPids}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(marshal(h))
 }

@@ -31,8 +31,12 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "runs at once"},
 			&cli.IntFlag{Name: "queue", Value: 64, Usage: "requests that may wait for a run slot"},
 			&cli.StringFlag{Name: "queue-wait", Value: "10s", Usage: "how long a request may wait before 503"},
-			&cli.IntFlag{Name: "per-caller", Usage: "runs and waits at once per caller uid (0: no cap)"},
+			&cli.IntFlag{Name: "per-caller", Usage: "requests at once per caller uid, counted before the body is read: being read, waiting or running (0: no cap)"},
 			&cli.StringFlag{Name: "max-body", Value: "16M", Usage: "largest request body"},
+			&cli.StringFlag{Name: "body-timeout", Value: "30s", Usage: "how long a request body may take to arrive before 408"},
+			&cli.StringFlag{Name: "write-timeout", Value: "10s", Usage: "how long the caller may take to read one response (or one streamed line) before the run is cancelled and the connection dropped"},
+			&cli.IntFlag{Name: "max-conns", Value: 1024, Usage: "connections open at once; past it a connection gets 503 and is closed"},
+			&cli.IntFlag{Name: "max-conns-per-caller", Value: 128, Usage: "connections open at once per caller uid"},
 			&cli.StringFlag{Name: "files-max", Value: "8M", Usage: "bytes of files and images one response returns"},
 			&cli.StringSliceFlag{Name: "allow-uid", Usage: "caller uid allowed (repeatable; default: anyone who can open the socket)"},
 			&cli.StringFlag{Name: "budget-memory", Usage: "memory all live jails (waiting and running) may hold together (0: no budget)"},
@@ -71,7 +75,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 
 func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error) {
 	cfg := server.Config{Pool: c.Int("pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
-		PerCaller: c.Int("per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
+		PerCaller: c.Int("per-caller"), MaxConns: c.Int("max-conns"), MaxConnsPerCaller: c.Int("max-conns-per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
 		Notices: os.Stderr, Facts: hostFacts(), Version: version}
 	noop := func() {}
 	var err error
@@ -80,6 +84,17 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 	}
 	if cfg.Grace, err = profiles.ParseDuration(c.String("grace")); err != nil {
 		return cfg, noop, fmt.Errorf("--grace: %w", err)
+	}
+	if cfg.BodyTimeout, err = profiles.ParseDuration(c.String("body-timeout")); err != nil {
+		return cfg, noop, fmt.Errorf("--body-timeout: %w", err)
+	}
+	if cfg.WriteTimeout, err = profiles.ParseDuration(c.String("write-timeout")); err != nil {
+		return cfg, noop, fmt.Errorf("--write-timeout: %w", err)
+	}
+	for _, f := range []string{"max-conns", "max-conns-per-caller"} {
+		if c.IsSet(f) && c.Int(f) <= 0 {
+			return cfg, noop, fmt.Errorf("--%s %d: must be at least 1", f, c.Int(f))
+		}
 	}
 	for _, f := range []struct {
 		name string
