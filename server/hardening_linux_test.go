@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -44,11 +45,14 @@ func TestAttackSocketDirOthersCanWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			sock := filepath.Join(d, "s.sock")
-			out, err := exec.Command(bin, "serve", "--pool", "0", "--socket", sock).CombinedOutput()
+			// A server that accepts the directory would serve on: end it.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bin, "serve", "--pool", "0", "--socket", sock).CombinedOutput()
 			if err == nil || !strings.Contains(string(out), tc.want) {
 				t.Errorf("serve in a %s directory: %v, %s (want refused: %q)", tc.name, err, out, tc.want)
 			}
-			if ents, _ := os.ReadDir(d); len(ents) != 0 {
+			if ents, _ := os.ReadDir(d); err == nil && len(ents) != 0 || ctx.Err() != nil {
 				t.Errorf("the server left %v in a directory it refused", ents)
 			}
 		})
