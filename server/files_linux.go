@@ -73,6 +73,16 @@ var resolveHow = unix.OpenHow{
 // Symlinks, FIFOs, sockets and devices are listed as skipped, never read
 // or followed.
 func collectWork(work string, inputs map[string]string, lim collectLimits) (*collected, error) {
+	// Zero caps are the defaults, never "none" (nor "nothing").
+	if lim.MaxEntries <= 0 {
+		lim.MaxEntries = 10000
+	}
+	if lim.MaxSkipped <= 0 {
+		lim.MaxSkipped = 100
+	}
+	if lim.MaxSkippedBytes <= 0 {
+		lim.MaxSkippedBytes = 64 << 10
+	}
 	c := &collected{files: map[string]string{}, images: []Image{}, skipped: []string{}, lim: lim}
 	if work == "" {
 		return c, nil

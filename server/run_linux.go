@@ -313,6 +313,10 @@ func (n *ndjson) write(line []byte) {
 	if n.dead {
 		return
 	}
+	if n.rc == nil { // a bare writer (tests): no connection to bound
+		_, _ = n.w.Write(line)
+		return
+	}
 	deadline := time.Now().Add(n.timeout)
 	if !n.end.IsZero() && n.end.Before(deadline) {
 		deadline = n.end

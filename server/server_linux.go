@@ -123,7 +123,9 @@ func New(cfg Config) (*Server, error) {
 		spec.Args = bootstrapArgs()
 		// matplotlib draws without a display and keeps its caches out of
 		// /work, where they would come back as the run's files.
-		spec.Env = append(spec.Env, "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/.matplotlib", "XDG_CACHE_HOME=/tmp/.cache")
+		// A profile that sets one of these itself keeps its own value (the
+		// jail refuses a variable given twice).
+		spec.Env = withEnv(spec.Env, "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/.matplotlib", "XDG_CACHE_HOME=/tmp/.cache")
 		if spec.Rootfs == jail.RootfsHost {
 			if _, err := os.Stat(debianMatplotlibrc); err == nil {
 				// Debian's matplotlib reads /etc/matplotlibrc, which the
@@ -141,6 +143,25 @@ func New(cfg Config) (*Server, error) {
 		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.preamble)
 	}
 	return s, nil
+}
+
+// withEnv adds the variables of add that env does not set already.
+func withEnv(env []string, add ...string) []string {
+	out := append([]string(nil), env...)
+	for _, kv := range add {
+		name, _, _ := strings.Cut(kv, "=")
+		set := false
+		for _, e := range env {
+			if n, _, _ := strings.Cut(e, "="); n == name {
+				set = true
+				break
+			}
+		}
+		if !set {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func (s *Server) logf(format string, a ...any) {
