@@ -29,9 +29,12 @@ func builtBinary(t *testing.T) string {
 // containerCmd runs bin as root of a new user namespace with the given
 // maps, in a mount namespace of its own with fresh /run and /tmp as a
 // container has (the host's belong to ids the namespace does not map).
+// The binary is copied into the new /run first: a clone of this repository
+// may itself live below /tmp, which the fresh tmpfs hides.
 func containerCmd(bin string, uidMap, gidMap []syscall.SysProcIDMap, args ...string) *exec.Cmd {
 	cmd := exec.Command("/bin/sh", append([]string{"-c",
-		`mount -t tmpfs -o mode=755 tmpfs /run && mount -t tmpfs -o mode=1777 tmpfs /tmp && exec "$0" "$@"`, bin}, args...)...)
+		`exec 3<"$0" && mount -t tmpfs -o mode=755 tmpfs /run && cat <&3 >/run/stockade-under-test && exec 3<&- && ` +
+			`chmod 755 /run/stockade-under-test && mount -t tmpfs -o mode=1777 tmpfs /tmp && exec /run/stockade-under-test "$@"`, bin}, args...)...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
