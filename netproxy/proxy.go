@@ -248,6 +248,12 @@ func (p *Proxy) handle(c net.Conn) {
 			p.refuse(c, Decision{Host: safeName(req.target), Via: safeName(req.method), Reason: "plain HTTP carries only GET and HEAD"}, 405)
 			return
 		}
+		// Exactly one request crosses: a body would be read by nobody but
+		// the upstream, which could take it for a second, unchecked request.
+		if why := bodyHeader(req); why != "" {
+			p.refuse(c, Decision{Host: safeName(req.target), Via: via, Reason: why}, 400)
+			return
+		}
 		rest := req.target[7:]
 		end := strings.IndexAny(rest, "/?#")
 		authority := rest
@@ -332,11 +338,29 @@ func (p *Proxy) handle(c net.Conn) {
 		}
 		first = hello.raw
 	} else {
-		first = []byte(originRequest(req, path, t.authority(port)))
+		p.forwardOne(c, up, []byte(originRequest(req, path, t.authority(port))), &d)
+		p.cfg.Log.Add(d)
+		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	p.tunnel(c, br, up, first, &d)
 	p.cfg.Log.Add(d)
+}
+
+// bodyHeader says why a GET or HEAD that announces a body is refused.
+func bodyHeader(r *request) string {
+	for _, h := range r.headers {
+		name, val, _ := strings.Cut(h, ":")
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "transfer-encoding":
+			return "plain HTTP GET and HEAD carry no body (Transfer-Encoding)"
+		case "content-length":
+			if strings.TrimSpace(val) != "0" {
+				return "plain HTTP GET and HEAD carry no body (Content-Length)"
+			}
+		}
+	}
+	return ""
 }
 
 // safeName makes an arbitrary string from the jail fit for a report: the

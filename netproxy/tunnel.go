@@ -117,6 +117,28 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, up net.Conn, first []byte, 
 	}
 }
 
+// forwardOne sends the one rewritten plain-HTTP request head upstream and
+// copies the response back, then the connection ends. Nothing more the
+// jail sends is read: a pipelined second request (another method, another
+// Host) would otherwise reach the upstream unchecked.
+func (p *Proxy) forwardOne(c net.Conn, up net.Conn, head []byte, d *Decision) {
+	var cutOnce sync.Once
+	var cut string
+	cutWith := func(why string) {
+		cutOnce.Do(func() {
+			cut = why
+			c.Close()
+			up.Close()
+		})
+	}
+	d.BytesUp = p.copyCounted(up, bytesReader(head), &p.up, p.cfg.MaxUpload, "upload", cutWith)
+	if d.BytesUp == int64(len(head)) {
+		d.BytesDown = p.copyCounted(c, up, &p.down, p.cfg.MaxDownload, "download", cutWith)
+	}
+	closeWrite(c)
+	d.Cut = cut
+}
+
 type byteReader struct{ b []byte }
 
 func (r *byteReader) Read(p []byte) (int, error) {
