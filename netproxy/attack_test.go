@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -99,5 +101,75 @@ func TestAttackPlainHTTPBodyOnGet(t *testing.T) {
 		if !strings.HasPrefix(string(b), "HTTP/1.1 400 ") {
 			t.Errorf("GET with %s: %q", h, b)
 		}
+	}
+}
+
+// TestAttackProxyConnFlood: a jail opens idle connections to its proxy and
+// never sends a head. Each accepted one costs stockade an fd, a goroutine and
+// a head buffer outside the jail's cgroup, and the tunnel cap applied only
+// after the head (19,734 fds and 140 MB from one jail). The head cap keeps
+// stockade's share at headSlots; the rest wait in the kernel's backlog, and
+// once the flood ends the proxy serves again.
+func TestAttackProxyConnFlood(t *testing.T) {
+	f := newFixture(t, Config{MaxTunnels: 2}, "example.com")
+	var idle []net.Conn
+	for i := 0; i < 100; i++ {
+		c, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			break // the backlog is full: the flood is held in the kernel
+		}
+		idle = append(idle, c)
+	}
+	if len(idle) <= headSlots(2) {
+		t.Fatalf("only %d connections opened; the flood did not exceed the cap", len(idle))
+	}
+	time.Sleep(300 * time.Millisecond) // let the accept loop take all it will
+	f.proxy.mu.Lock()
+	held := len(f.proxy.conns)
+	f.proxy.mu.Unlock()
+	if held > headSlots(2) {
+		t.Errorf("stockade holds %d idle connections; the cap is %d", held, headSlots(2))
+	}
+	if held == 0 {
+		t.Errorf("stockade accepted no connection at all")
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	line, c := connect(t, f.addr, "example.com:443")
+	c.Close()
+	if !strings.Contains(line, " 200 ") {
+		t.Fatalf("after the flood: %s", line)
+	}
+}
+
+// emfileListener fails Accept with EMFILE a few times, as a listener does
+// when the process is out of fds.
+type emfileListener struct {
+	net.Listener
+	fails int
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	if l.fails > 0 {
+		l.fails--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestAttackProxyConnFloodEMFILE: at EMFILE Accept returned and the proxy
+// stopped for the rest of the run; it now backs off and keeps serving.
+func TestAttackProxyConnFloodEMFILE(t *testing.T) {
+	f := newFixture(t, Config{}, "example.com")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.proxy.Serve(&emfileListener{Listener: ln, fails: 5})
+	line, c := connect(t, ln.Addr().String(), "example.com:443")
+	c.Close()
+	if !strings.Contains(line, " 200 ") {
+		t.Fatalf("after EMFILE: %s", line)
 	}
 }

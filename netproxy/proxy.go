@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -21,9 +22,11 @@ const (
 	DefaultMaxTunnels  = 32
 	DefaultMaxUpload   = 256 << 20 // bytes from the jail, per run
 	DefaultMaxDownload = 4 << 30   // bytes to the jail, per run
-	headTimeout        = 30 * time.Second
-	dialTimeout        = 15 * time.Second
-	maxHead            = 16 << 10
+	// headTimeout bounds how long a connection may hold one of the few
+	// head slots before saying what it wants.
+	headTimeout = 10 * time.Second
+	dialTimeout = 15 * time.Second
+	maxHead     = 16 << 10
 )
 
 // Config is one run's proxy: what it allows and how it reaches out.
@@ -55,6 +58,12 @@ type Proxy struct {
 
 	up, down atomic.Int64 // bytes over the run
 
+	// heads bounds the connections accepted but not yet past their head:
+	// before the tunnel cap applies, each costs stockade (outside the
+	// jail's cgroup) an fd, a goroutine and a head buffer. Beyond it the
+	// jail's connections wait in the kernel's listen backlog.
+	heads chan struct{}
+
 	mu        sync.Mutex
 	active    int
 	conns     map[net.Conn]struct{}
@@ -79,7 +88,7 @@ func New(cfg Config) *Proxy {
 	if cfg.Log == nil {
 		cfg.Log = NewLog(nil, false)
 	}
-	p := &Proxy{cfg: cfg, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{cfg: cfg, conns: map[net.Conn]struct{}{}, heads: make(chan struct{}, headSlots(cfg.MaxTunnels))}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.resolve = cfg.Resolve
 	if p.resolve == nil {
@@ -104,16 +113,39 @@ func (p *Proxy) Serve(ln net.Listener) {
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
+		backoff := time.Duration(0)
 		for {
+			select {
+			case p.heads <- struct{}{}:
+			case <-p.ctx.Done():
+				return
+			}
 			c, err := ln.Accept()
 			if err != nil {
+				<-p.heads
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
 					continue
 				}
+				// Out of fds (the jail's flood, or the host's): the
+				// listener is fine and the fds come back as connections
+				// end. Returning would stop the proxy for the rest of the
+				// run.
+				if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+					errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
+					backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+					select {
+					case <-time.After(backoff):
+						continue
+					case <-p.ctx.Done():
+						return
+					}
+				}
 				return
 			}
+			backoff = 0
 			if !p.track(c) {
+				<-p.heads
 				c.Close()
 				return
 			}
@@ -125,6 +157,12 @@ func (p *Proxy) Serve(ln net.Listener) {
 			}()
 		}
 	}()
+}
+
+// headSlots sizes the head cap from the tunnel cap: room for every tunnel
+// to be replaced at once, and no more.
+func headSlots(maxTunnels int) int {
+	return max(2*maxTunnels, 8)
 }
 
 func (p *Proxy) track(c net.Conn) bool {
@@ -228,6 +266,7 @@ func (p *Proxy) handle(c net.Conn) {
 	br := bufio.NewReaderSize(c, maxHead)
 	_ = c.SetReadDeadline(time.Now().Add(headTimeout))
 	req, err := readHead(br)
+	<-p.heads
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
 			p.refuse(c, Decision{Via: "request", Reason: "bad request: " + err.Error()}, 400)
@@ -321,6 +360,9 @@ func (p *Proxy) handle(c net.Conn) {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			return
 		}
+		// The lookup and dial took their own time; the ClientHello gets
+		// a fresh one.
+		_ = c.SetReadDeadline(time.Now().Add(headTimeout))
 		hello, err := readClientHello(br)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
