@@ -71,6 +71,9 @@ type Result struct {
 	// sampled every 50 ms and at the end; 0 with --no-workdir.
 	WorkPeakBytes  uint64 `json:"work_peak_bytes"`
 	WorkPeakInodes uint64 `json:"work_peak_inodes"`
+	// CopyBackMs is how long stockade took, after the run, to copy a
+	// --workdir's changes back (outside the run's timeout and cgroup).
+	CopyBackMs float64 `json:"copy_back_ms,omitempty"`
 
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`

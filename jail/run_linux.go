@@ -424,7 +424,10 @@ func (p *Prepared) collect() error {
 	err := sv.result(res, &end)
 	if fd, ok := sv.work.root(); ok && p.spec.Workdir != "" {
 		// The jail is gone: nothing writes the upper layer any more.
-		if cerr := copyBack(fd, p.spec.Workdir, p.id.hostUID, p.id.hostGID); cerr != nil && err == nil {
+		t0 := time.Now()
+		cerr := copyBack(fd, p.spec.Workdir, p.id.hostUID, p.id.hostGID, p.spec.WorkSize)
+		res.CopyBackMs = float64(time.Since(t0).Microseconds()) / 1000
+		if cerr != nil && err == nil {
 			err = setupError("copy /work back", cerr)
 		}
 	}
