@@ -130,3 +130,20 @@ func (p AddrPolicy) Check(addr netip.Addr) (reason, via string) {
 	}
 	return c.reason, ""
 }
+
+// never returns the class of an address no rule or --allow-private can
+// open (loopback, link-local, metadata, the host's own addresses, ...), or
+// "". Attempts at these are what an operator audits, so the log itemises
+// them apart from the rest.
+func (p AddrPolicy) never(addr netip.Addr) string {
+	addr = addr.WithZone("")
+	if c, ok := classOf(addr); ok && !c.private {
+		return c.reason
+	}
+	for _, o := range p.Own {
+		if o.WithZone("") == addr {
+			return "an address of this host"
+		}
+	}
+	return ""
+}

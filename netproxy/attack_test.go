@@ -3,6 +3,7 @@ package netproxy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -171,5 +172,70 @@ func TestAttackProxyConnFloodEMFILE(t *testing.T) {
 	c.Close()
 	if !strings.Contains(line, " 200 ") {
 		t.Fatalf("after EMFILE: %s", line)
+	}
+}
+
+// TestAttackLogFloodHidesMetadataProbe: the decisions log keeps the first
+// 256 distinct kinds. A jail that first spends them on junk (256 CONNECTs
+// to distinct unlisted names) then probes the metadata service through an
+// allowed name that resolves there: the probe is refused, but the result's
+// network list shows it only as one of "N more attempts ... not
+// itemised", and stderr gets no notice for it. The report an operator
+// audits loses exactly the attempt that matters.
+func TestAttackLogFloodHidesMetadataProbe(t *testing.T) {
+	f := newFixture(t, Config{}, "meta.example")
+	for i := 0; i < maxDecisions; i++ {
+		_, c := connect(t, f.addr, fmt.Sprintf("junk%d.invalid:443", i))
+		c.Close()
+	}
+	line, c := connect(t, f.addr, "meta.example:443")
+	c.Close()
+	if !strings.Contains(line, " 403 ") {
+		t.Fatalf("metadata probe: %s", line)
+	}
+	seen := false
+	for _, d := range f.decisions() {
+		seen = seen || d.Host == "meta.example"
+	}
+	if !seen || !strings.Contains(f.notice.String(), "meta.example") {
+		t.Errorf("the refused metadata probe is not itemised in the network list nor noticed on stderr")
+	}
+}
+
+// TestAttackLogFloodOfLoopbackHidesMetadataProbe: the never-reachable
+// bucket has its own bound; past it each class still gets an entry and a
+// notice, so loopback junk cannot hide a metadata probe either.
+func TestAttackLogFloodOfLoopbackHidesMetadataProbe(t *testing.T) {
+	f := newFixture(t, Config{}, "meta.example", "127.0.0.0/8")
+	for i := 0; i < maxDecisions+10; i++ {
+		_, c := connect(t, f.addr, fmt.Sprintf("127.0.%d.%d:443", i/250, i%250+1))
+		c.Close()
+	}
+	line, c := connect(t, f.addr, "meta.example:443")
+	c.Close()
+	if !strings.Contains(line, " 403 ") {
+		t.Fatalf("metadata probe: %s", line)
+	}
+	seen := false
+	for _, d := range f.decisions() {
+		seen = seen || strings.Contains(d.Reason, "cloud metadata")
+	}
+	if !seen || !strings.Contains(f.notice.String(), "cloud metadata") {
+		t.Errorf("the refused metadata probe is not itemised in the network list nor noticed on stderr:\n%s", f.notice.String())
+	}
+}
+
+// TestAttackHeadErrorsCarryNoClientPort: every head that timed out was a
+// distinct kind ("read tcp 127.0.0.1:3128->127.0.0.1:54774: i/o timeout"),
+// so idle connections alone filled the log and stderr.
+func TestAttackHeadErrorsCarryNoClientPort(t *testing.T) {
+	a := headError(&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{Port: 54774}, Err: os.ErrDeadlineExceeded})
+	b := headError(&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{Port: 54788}, Err: os.ErrDeadlineExceeded})
+	if a != b || strings.Contains(a, "54774") {
+		t.Errorf("head errors differ by client port: %q, %q", a, b)
+	}
+	c := headError(&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{Port: 54774}, Err: syscall.ECONNRESET})
+	if strings.Contains(c, "54774") {
+		t.Errorf("head error names the client port: %q", c)
 	}
 }

@@ -26,9 +26,15 @@ type Decision struct {
 	BytesDown int64  `json:"bytes_down"`        // to the jail
 	Error     string `json:"error,omitempty"`   // allowed, but the upstream failed
 	Cut       string `json:"cut,omitempty"`     // a limit ended the tunnel
+
+	// never is the never-reachable class of a refused address (set by
+	// the proxy, which knows the host's own addresses).
+	never string
 }
 
-// maxDecisions bounds the distinct entries one run keeps.
+// maxDecisions bounds the distinct entries one run keeps, once for
+// attempts at never-reachable addresses and once for the rest: junk cannot
+// push a metadata or loopback probe out of the report.
 const maxDecisions = 256
 
 // Log collects a run's decisions; it is safe for concurrent use. Notices,
@@ -38,6 +44,8 @@ type Log struct {
 	entries  []*Decision
 	byKey    map[string]*Decision
 	dropped  int
+	ordinary int // entries in the ordinary bucket
+	never    int // entries in the never-reachable bucket
 	notices  io.Writer
 	noNet    bool // the jail has no proxy: a direct attempt gets the one "no network" notice
 	noticed  bool
@@ -58,8 +66,25 @@ func (l *Log) entry(d Decision) (*Decision, bool) {
 	if e, ok := l.byKey[k]; ok {
 		return e, false
 	}
-	if len(l.entries) >= maxDecisions {
-		return nil, false
+	if cls := neverClass(d); cls != "" {
+		if l.never >= maxDecisions {
+			// Past its own bucket, one entry per class and way: finitely
+			// many, so still itemised and noticed.
+			f := Decision{Via: d.Via, Reason: cls + " (further attempts of this class not itemised by address)", never: cls}
+			k = "\x01" + f.Via + "\x00" + f.Reason
+			if e, ok := l.byKey[k]; ok {
+				return e, false
+			}
+			l.byKey[k] = &f
+			l.entries = append(l.entries, &f)
+			return &f, true
+		}
+		l.never++
+	} else {
+		if l.ordinary >= maxDecisions {
+			return nil, false
+		}
+		l.ordinary++
 	}
 	e := d
 	e.Count, e.BytesUp, e.BytesDown = 0, 0, 0
@@ -111,6 +136,30 @@ func (l *Log) noticeFor(d Decision) string {
 	default:
 		return fmt.Sprintf("stockade: network: refused %s %s: %s", d.Via, target, d.Reason)
 	}
+}
+
+// neverClass is the never-reachable class a refusal aimed at, or "".
+func neverClass(d Decision) string {
+	if d.Allowed {
+		return ""
+	}
+	if d.never != "" {
+		return d.never
+	}
+	for _, s := range []string{d.Address, d.Host} {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			ap, err := netip.ParseAddrPort(s)
+			if err != nil {
+				continue
+			}
+			a = ap.Addr()
+		}
+		if cls := (AddrPolicy{}).never(a); cls != "" {
+			return cls
+		}
+	}
+	return ""
 }
 
 func isDirect(via string) bool {

@@ -269,7 +269,7 @@ func (p *Proxy) handle(c net.Conn) {
 	<-p.heads
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
-			p.refuse(c, Decision{Via: "request", Reason: "bad request: " + err.Error()}, 400)
+			p.refuse(c, Decision{Via: "request", Reason: "bad request: " + headError(err)}, 400)
 		}
 		return
 	}
@@ -405,6 +405,21 @@ func bodyHeader(r *request) string {
 	return ""
 }
 
+// headError words a failure to read the head without the socket's
+// addresses: the client port in a net.OpError made every failure a new
+// kind, so a jail could fill the log with them.
+func headError(err error) string {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Sprintf("no request head within %s", headTimeout)
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
+}
+
 // safeName makes an arbitrary string from the jail fit for a report: the
 // quoting escapes NUL, newlines and other control bytes.
 func safeName(s string) string {
@@ -485,6 +500,7 @@ func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, De
 		d.Address = a.String()
 		if why, via := p.cfg.Addrs.Check(a); why != "" {
 			d.Reason = why
+			d.never = p.cfg.Addrs.never(a)
 			return target{}, d
 		} else {
 			d.Private = via
@@ -527,6 +543,7 @@ func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, De
 		if why != "" {
 			d.Address = a.String()
 			d.Reason = fmt.Sprintf("%s resolves to %s: %s", name, a, why)
+			d.never = p.cfg.Addrs.never(a)
 			return target{}, d
 		}
 		if via != "" {
