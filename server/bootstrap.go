@@ -6,18 +6,17 @@ import (
 )
 
 // bootstrap is the program every jail of the server runs with `python3 -I
-// -c`. It starts with the jail and reads two frames from stdin, each a
-// decimal length and a newline, then that many bytes of JSON: the preamble
-// (written as soon as the jail is made: matplotlib's font list, so that a
-// plot does not scan every font on the host in every run), then, blocking
-// until a request comes, the job ({"code"} or {"argv"}, and "files"). Whatever follows on stdin is the job's own
-// stdin: the bootstrap reads the header with os.read, unbuffered, so not
-// a byte of it is consumed. It writes the files into /work, then runs the
-// code as __main__ (or execs argv), and at the end saves the matplotlib
-// figures still open as PNGs in figureDir, where the server picks them up.
-// The modules it needs are imported before it blocks, while the jail waits
-// in the pool. It runs as the jail user, inside the jail: nothing it does
-// is trusted.
+// -c`. It starts with the jail and reads, blocking until a request comes,
+// one frame from stdin: a decimal length and a newline, then that many
+// bytes of JSON, the job ({"code"} or {"argv"}, and "files"). Whatever
+// follows on stdin is the job's own stdin: the bootstrap reads the header
+// with os.read, unbuffered, so not a byte of it is consumed. It writes the
+// files into /work, then runs the code as __main__ (or execs argv), and at
+// the end saves the matplotlib figures still open as PNGs in figureDir,
+// where the server picks them up. The modules it needs are imported before
+// it blocks, while the jail waits in the pool. matplotlib's font cache is
+// the jail's own (package mplcache, bound by every jail). It runs as the
+// jail user, inside the jail: nothing it does is trusted.
 const bootstrap = `import os, sys, json, base64, linecache, traceback
 def _stockade_read(n):
     b = bytearray()
@@ -35,16 +34,6 @@ def _stockade_header():
             os._exit(0)
         h += c
     return _stockade_read(int(h))
-_pre = json.loads(_stockade_header())
-if _pre.get("mpl_fontlist"):
-    try:
-        _d = os.environ.get("MPLCONFIGDIR") or "/tmp/.matplotlib"
-        os.makedirs(_d, exist_ok=True)
-        with open(os.path.join(_d, os.path.basename(_pre["mpl_fontlist"]["name"])), "wb") as _f:
-            _f.write(base64.b64decode(_pre["mpl_fontlist"]["data"]))
-    except Exception:
-        pass
-del _pre
 _job = json.loads(_stockade_header())
 for _n, _d in (_job.get("files") or {}).items():
     with open(os.path.join("/work", _n), "wb") as _f:
@@ -122,16 +111,6 @@ type job struct {
 	Code  *string           `json:"code,omitempty"`
 	Argv  []string          `json:"argv,omitempty"`
 	Files map[string]string `json:"files,omitempty"` // base64, as the request had them
-}
-
-// preamble is what a jail gets as soon as it is made.
-type preamble struct {
-	MplFontlist *namedFile `json:"mpl_fontlist,omitempty"`
-}
-
-type namedFile struct {
-	Name string `json:"name"`
-	Data []byte `json:"data"` // base64 in JSON
 }
 
 // frame is one length-prefixed JSON frame the bootstrap reads.

@@ -26,9 +26,9 @@ func (r *ready) close(b *budget) {
 	b.give(r.mem, r.pids)
 }
 
-// prepareJail makes one jail that waits for its job on stdin, and gives it
-// the preamble frame. The caller has taken its share of the budget.
-func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File, pre []byte) (*ready, error) {
+// prepareJail makes one jail that waits for its job on stdin. The caller
+// has taken its share of the budget.
+func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File) (*ready, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -39,10 +39,6 @@ func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File, pre []by
 		w.Close()
 		return nil, err
 	}
-	// The bootstrap reads it at once (a pipe holds 64K before a write
-	// blocks); a jail that died meanwhile fails the write and is found
-	// dead when taken.
-	_, _ = w.Write(pre)
 	return &ready{p: p, stdin: w, spec: spec, made: time.Now(),
 		mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}, nil
 }
@@ -51,12 +47,11 @@ func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File, pre []by
 // once, to serve one request, and is destroyed after: never reused, never
 // reset, so nothing of one run can reach the next.
 type pool struct {
-	name     string
-	spec     jail.Spec
-	target   int
-	budget   *budget
-	logf     func(format string, a ...any)
-	preamble func() []byte
+	name   string
+	spec   jail.Spec
+	target int
+	budget *budget
+	logf   func(format string, a ...any)
 
 	mu        sync.Mutex
 	ready     []*ready
@@ -78,8 +73,8 @@ type PoolStats struct {
 	Evicted     int `json:"evicted"`      // given up to make room in the budget
 }
 
-func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any), pre func() []byte) *pool {
-	return &pool{name: name, spec: spec, target: target, budget: b, logf: logf, preamble: pre,
+func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any)) *pool {
+	return &pool{name: name, spec: spec, target: target, budget: b, logf: logf,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -105,7 +100,7 @@ func (p *pool) refill(ctx context.Context, notices *os.File) {
 			p.mu.Lock()
 			p.preparing++
 			p.mu.Unlock()
-			r, err := prepareJail(ctx, p.spec, notices, p.preamble())
+			r, err := prepareJail(ctx, p.spec, notices)
 			p.mu.Lock()
 			p.preparing--
 			if err != nil {

@@ -232,7 +232,7 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 			return nil, ctx.Err()
 		}
 	}
-	jl, err := prepareJail(ctx, spec, s.cfg.Notices, s.preamble())
+	jl, err := prepareJail(ctx, spec, s.cfg.Notices)
 	if err != nil {
 		s.budget.give(mem, pids)
 		return nil, err

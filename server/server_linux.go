@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/stockade/stockade/jail"
@@ -101,7 +100,6 @@ type Server struct {
 	audit    *auditLog
 	inflight sync.WaitGroup
 	logMu    sync.Mutex
-	fontlist atomic.Pointer[namedFile] // matplotlib's, once built
 }
 
 // New checks the configuration; Serve starts the pools and the server.
@@ -121,18 +119,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serve: profile %s binds the host directory %s at /work; the server needs a fresh /work per run (workdir = \"fresh\" or \"none\")", p.Name, spec.Workdir)
 		}
 		spec.Args = bootstrapArgs()
-		// matplotlib draws without a display and keeps its caches out of
-		// /work, where they would come back as the run's files.
-		// A profile that sets one of these itself keeps its own value (the
-		// jail refuses a variable given twice).
-		spec.Env = withEnv(spec.Env, "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/.matplotlib", "XDG_CACHE_HOME=/tmp/.cache")
-		if spec.Rootfs == jail.RootfsHost {
-			if _, err := os.Stat(debianMatplotlibrc); err == nil {
-				// Debian's matplotlib reads /etc/matplotlibrc, which the
-				// jail's /etc does not carry; the same file is under /usr.
-				spec.Env = append(spec.Env, "MATPLOTLIBRC="+debianMatplotlibrc)
-			}
-		}
+		// matplotlib draws without a display. Its font cache and config
+		// directory are the jail's own (package mplcache: MPLCONFIGDIR on
+		// the jail's /tmp, the cache bound read-only), which a MPLCONFIGDIR
+		// set here would turn off. The XDG directories keep what other
+		// libraries cache (and matplotlib's, should a root's cache be
+		// missing) out of /work, where it would come back as the run's
+		// files. A profile that sets one of these itself keeps its own
+		// value (the jail refuses a variable given twice).
+		spec.Env = withEnv(spec.Env, "MPLBACKEND=Agg", "XDG_CACHE_HOME=/tmp/.cache", "XDG_CONFIG_HOME=/tmp/.config")
 		if err := spec.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
 		}
@@ -140,7 +135,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serve: profile %s given twice", p.Name)
 		}
 		s.profiles[p.Name] = spec
-		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.preamble)
+		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf)
 	}
 	return s, nil
 }
@@ -169,8 +164,6 @@ func (s *Server) logf(format string, a ...any) {
 	defer s.logMu.Unlock()
 	fmt.Fprintf(s.cfg.Log, "stockade serve: "+format+"\n", a...)
 }
-
-const debianMatplotlibrc = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 
 type ctxKey struct{}
 
@@ -213,8 +206,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for _, p := range s.pools {
 		go p.refill(poolCtx, s.cfg.Notices)
 	}
-	fontsDone := make(chan struct{})
-	go func() { s.buildFontlist(poolCtx); close(fontsDone) }()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/run", s.handleRun)
 	mux.HandleFunc("/v1/health", s.handleHealth)
@@ -255,7 +246,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for _, p := range s.pools {
 		<-p.done
 	}
-	<-fontsDone
 	s.logf("stopped: every jail, cgroup and run directory removed")
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/mplcache"
 )
 
 func TestServeHealthAndEndpoints(t *testing.T) {
@@ -199,14 +201,20 @@ func TestServePlotReturnsPNG(t *testing.T) {
 	if len(r.Files) != 0 {
 		t.Errorf("matplotlib's caches came back as files: %v", keys(r.Files))
 	}
-	// Jails made once the server has matplotlib's font list get it before
-	// their job, so a plot does not scan the host's fonts in every run.
-	eventually(t, "font list cached", func() bool { return strings.Contains(s.logString(), "font list cached") })
-	s.run(RunRequest{Code: code("pass")}) // a jail made before, perhaps
-	s.waitReady()
-	r = s.run(RunRequest{Code: code("import glob; print(len(glob.glob('/tmp/.matplotlib/fontlist-*.json')))")})
-	if r.Stdout != "1\n" {
-		t.Errorf("font list in a new jail: %q %q", r.Stdout, r.Stderr)
+	// The server's jails use the font cache every jail gets (package
+	// mplcache): matplotlib's config directory on the jail's /tmp, its
+	// font list a link to the read-only cache, so a plot does not scan the
+	// host's fonts in every run. A server that set its own MPLCONFIGDIR
+	// would turn that cache off.
+	r = s.run(RunRequest{Code: code(`import glob, os
+import matplotlib.font_manager
+print(os.environ.get("MPLCONFIGDIR"))
+for f in glob.glob(os.path.join(os.environ.get("MPLCONFIGDIR", "/nonexistent"), "fontlist-*.json")):
+    print(os.readlink(f))
+`)})
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if r.Verdict != "ok" || len(lines) != 2 || lines[0] != mplcache.ConfigDir || !strings.HasPrefix(lines[1], mplcache.BoundDir+"/fontlist-") {
+		t.Errorf("want MPLCONFIGDIR=%s holding a link into %s: verdict %s, stdout %q, stderr %q", mplcache.ConfigDir, mplcache.BoundDir, r.Verdict, r.Stdout, r.Stderr)
 	}
 }
 
