@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/stockade/stockade/jail/internal/jailinit"
+	"github.com/stockade/stockade/runlock"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,8 +30,12 @@ var runtimeSockets = []string{
 type sourcePolicy struct {
 	homes   []string // every home directory in /etc/passwd, /root, /home, the caller's
 	runtime []string // runtime state: /run, /var/run, $XDG_RUNTIME_DIR
-	uidMin  uint32   // the first uid of a login account (login.defs UID_MIN)
-	names   map[uint32]string
+	// own is stockade's own state: the run base (every run's directory),
+	// the lock directory and the uid lock directory, wherever
+	// $STOCKADE_LOCK_DIR, $TMPDIR or $XDG_RUNTIME_DIR put them.
+	own    []string
+	uidMin uint32 // the first uid of a login account (login.defs UID_MIN)
+	names  map[uint32]string
 }
 
 // hostSourcePolicy reads the policy from this host: /etc/passwd (every
@@ -63,6 +68,7 @@ func hostSourcePolicy() sourcePolicy {
 			p.runtime = append(p.runtime, filepath.Clean(r))
 		}
 	}
+	p.own = ownState()
 	if b, err := os.ReadFile("/etc/login.defs"); err == nil {
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
@@ -98,6 +104,15 @@ func (p sourcePolicy) checkPath(flag, src string) error {
 	for _, run := range p.runtime {
 		if within(clean, run) || within(run, clean) {
 			return fmt.Errorf("%s %s: refusing runtime state %s (user and service sockets live there)", flag, src, run)
+		}
+	}
+	// A jail that can list the run base sees every run's directory, and
+	// one running as a neighbour's uid (a misconfiguration, or a stockade
+	// of an older version) could enter it; the lock records name every
+	// run's paths. None of it, nor any directory holding it, is a jail's.
+	for _, own := range p.own {
+		if within(clean, own) || within(own, clean) {
+			return fmt.Errorf("%s %s: refusing stockade's own state %s (run directories and locks of every run) or a directory containing it", flag, src, own)
 		}
 	}
 	for _, sock := range runtimeSockets {
@@ -172,4 +187,24 @@ func (p sourcePolicy) checkWorkdir(dir string) (unix.Stat_t, error) {
 // within reports whether p is dir or lies below it.
 func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// ownState lists stockade's own state directories for checkPath.
+func ownState() []string {
+	own := []string{RunBase(), runlock.DefaultDir(), runlock.IDDir}
+	// Leftovers of older stockades, and private fallback bases (newFallback):
+	// only those that exist, so that a jail may still get the temp
+	// directory where stockade keeps nothing.
+	tmp := os.TempDir()
+	for _, pat := range []string{"stockade-" + strconv.Itoa(os.Geteuid()), fallbackPrefix() + "*"} {
+		m, _ := filepath.Glob(filepath.Join(tmp, pat))
+		own = append(own, m...)
+	}
+	out := own[:0]
+	for _, d := range own {
+		if filepath.IsAbs(d) {
+			out = append(out, filepath.Clean(d))
+		}
+	}
+	return out
 }

@@ -324,10 +324,7 @@ func TestAttackStaleRootfsVerdict(t *testing.T) {
 	if r := mustRun(t, s); r.Stdout != "ok\n" {
 		t.Fatalf("built root: %+v", r)
 	}
-	base, err := baseDir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := RunBase()
 	if ents, _ := os.ReadDir(filepath.Join(base, "checked-roots")); len(ents) == 0 {
 		t.Error("no verdict was cached for a root that passed")
 	}
@@ -339,7 +336,7 @@ func TestAttackStaleRootfsVerdict(t *testing.T) {
 	if err := os.Chmod(planted, 0o755|os.ModeSetuid); err != nil {
 		t.Fatal(err)
 	}
-	err = runErr(t, s)
+	err := runErr(t, s)
 	if err == nil || !strings.Contains(err.Error(), "setuid") {
 		t.Errorf("a root with a new setuid file: %v", err)
 	}

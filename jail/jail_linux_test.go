@@ -348,11 +348,7 @@ func snapshot(t *testing.T) hostState {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := baseDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ents, _ := os.ReadDir(base)
+	ents, _ := os.ReadDir(RunBase())
 	var dirs []string
 	for _, e := range ents {
 		// Only this process's runs: other stockades may run beside it.

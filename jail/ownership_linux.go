@@ -28,52 +28,114 @@ const (
 // them all, and it is written before any of them exists.
 type ownership struct {
 	lock *runlock.Lock
+	// id is the host-wide number behind the jail's host uid (root only;
+	// nil otherwise). It is not the slot: a slot is unique only within
+	// one lock directory, and stockades with lock directories of their own
+	// share the host's uids.
+	id *runlock.ID
 	// leftovers is set when removing something recorded failed; the slot
 	// then keeps its record for the next stockade's sweep.
 	leftovers bool
+	// fallback is the run's private lock directory's parent and run base
+	// (see acquireOwnership), "" normally; removed on release.
+	fallback string
 }
 
 // acquireOwnership sweeps the leftovers of dead stockades and takes a slot.
+// A user other than root whose lock directory or run base is another's
+// (made first by someone else in the shared temp directory) runs from a
+// private fallback instead, with a notice: its leftovers, should it be
+// SIGKILLed, are then nobody's to sweep, which is better than no run.
 func acquireOwnership(notices io.Writer) (*ownership, error) {
 	say := func(err error) {
 		if notices != nil {
 			fmt.Fprintf(notices, "stockade: %v\n", err)
 		}
 	}
-	l, err := runlock.Acquire(runlock.DefaultDir(), func(s runlock.Stale) error {
-		return removeLeftovers(s, notices)
-	}, say)
+	clean := func(s runlock.Stale) error { return removeLeftovers(s, notices) }
+	dir := runlock.DefaultDir()
+	l, err := runlock.Acquire(dir, clean, say)
+	o := &ownership{}
+	if err == nil && os.Geteuid() != 0 {
+		if berr := ensureBase(RunBase()); berr != nil {
+			l.Release()
+			l, err = nil, berr
+		}
+	}
+	if err != nil && os.Geteuid() != 0 && os.Getenv(runlock.DirEnv) == "" {
+		fb, ferr := newFallback()
+		if ferr != nil {
+			return nil, fmt.Errorf("%w; %w", err, ferr)
+		}
+		say(fmt.Errorf("%v; running from the private %s instead (remove what is in the way: a stockade killed with SIGKILL from here leaves its run directory for you to remove)", err, fb))
+		if l, err = runlock.Acquire(filepath.Join(fb, "runs"), clean, say); err != nil {
+			removeTree(fb)
+			return nil, err
+		}
+		o.fallback = fb
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &ownership{lock: l}, nil
+	o.lock = l
+	if os.Geteuid() == 0 {
+		if o.id, err = runlock.AcquireID(runlock.IDDir); err != nil {
+			l.Release()
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// hostIDNum is the number hostIDFor makes the jail's host uid from.
+func (o *ownership) hostIDNum() int {
+	if o.id == nil {
+		return o.lock.Slot() // not root: the jail is stockade's own uid anyway
+	}
+	return o.id.N()
 }
 
 // release frees the slot, or leaves its record for the next sweep if
 // something of the run could not be removed.
 func (o *ownership) release(notices io.Writer) {
+	// The jail is dead by now (init is reaped; its pid namespace went with
+	// it), so nothing runs as the uid any more.
+	if o.id != nil {
+		o.id.Release()
+	}
 	if o.leftovers {
 		o.lock.Abandon()
+		if o.fallback != "" && notices != nil {
+			fmt.Fprintf(notices, "stockade: left %s behind: remove it\n", o.fallback)
+		}
 		return
 	}
 	if err := o.lock.Release(); err != nil && notices != nil {
 		fmt.Fprintf(notices, "stockade: %v\n", err)
 	}
+	if o.fallback != "" {
+		if err := removeTree(o.fallback); err != nil && notices != nil {
+			fmt.Fprintf(notices, "stockade: remove %s: %v\n", o.fallback, err)
+		}
+	}
 }
 
 // hostIDFor is the host uid and gid of the jail user for the run holding
-// slot, when stockade runs as root: one per concurrent run, so that the
+// number n (runlock.AcquireID, one host-wide allocator whatever the lock
+// directory), when stockade runs as root: one per concurrent run, so that the
 // kernel's per-user allowances (pipe buffer pages, POSIX message queue
 // bytes, inotify watches, keys) are not shared between jails, and one jail
 // exhausting its own cannot starve another. A slot, and with it the id, is
-// handed out again only after everything of its previous run is dead.
+// handed out again only after its previous run's init is reaped (and with
+// it every process of the jail: init is pid 1 of the jail's pid namespace,
+// and dies with a stockade that is SIGKILLed, through Pdeathsig).
 // HostID itself is left out: every jail of an older stockade was HostID.
 //
 // This is the one place a run's host id is chosen from its slot; a mapping
 // that must follow the caller's own uid_map (stockade inside a user
 // namespace) belongs here too.
-func hostIDFor(slot int) int {
-	return HostID + 1 + slot
+func hostIDFor(n int) int {
+	return HostID + 1 + n
 }
 
 // removeLeftovers kills and removes what a dead stockade's slot recorded:
@@ -101,16 +163,12 @@ func removeLeftovers(s runlock.Stale, notices io.Writer) error {
 	if err != nil {
 		return err
 	}
-	base, err := baseDir()
-	if err != nil {
-		return err
-	}
 	for _, d := range runDirs {
-		if filepath.Dir(d) != base || !strings.HasPrefix(filepath.Base(d), runDirPrefix) {
-			return fmt.Errorf("run directory %s is not in %s", d, base)
-		}
 		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
 			continue
+		}
+		if !ownRunDirPath(d) {
+			return fmt.Errorf("run directory %s is not in %s (nor in a private fallback base of ours)", d, RunBase())
 		}
 		if err := (&runDir{path: d}).remove(); err != nil {
 			return err

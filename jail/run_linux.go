@@ -93,7 +93,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	}
 	p.own = own
 	pol := hostSourcePolicy()
-	id, err := chooseIdentity(spec, own.lock.Slot(), pol)
+	id, err := chooseIdentity(spec, own.hostIDNum(), pol)
 	if err != nil {
 		var se *SetupError
 		if errors.As(err, &se) {
@@ -184,7 +184,8 @@ func (p *Prepared) prepare(ctx context.Context) error {
 // checked again.
 func checkRoot(dir string) error {
 	cache := ""
-	if base, err := baseDir(); err == nil {
+	// Never a fallback base (see baseDir): that one is made per run.
+	if base := RunBase(); ensureBase(base) == nil {
 		cache = filepath.Join(base, "checked-roots")
 	}
 	probs := rootfs.CheckCached(dir, cache)

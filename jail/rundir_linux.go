@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,22 +24,108 @@ type runDir struct {
 	work string
 }
 
-// baseDir is the per-user parent of run directories. It must be ours and
-// not writable by anyone else: /tmp is shared, and a directory planted there
-// by another user could redirect a run's /work.
-func baseDir() (string, error) {
-	base := filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Getuid()))
-	if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", fmt.Errorf("run directory %s: %w", base, err)
+// rootRunBase is root's parent of run directories: /run is writable by
+// root alone, so nobody can plant /run/stockade before root's first run
+// (any user can make /tmp/stockade-0, after a reboot or a clean of /tmp, and
+// stop every root run). /run is not private to a systemd service with
+// PrivateTmp= (only /tmp and /var/tmp are), and it is a container's own
+// inside a container, as its lock directory is.
+const rootRunBase = "/run/stockade/dirs"
+
+// RunBase is the parent of this user's run directories (for root
+// rootRunBase; for anyone else a directory of their own in
+// $XDG_RUNTIME_DIR, else in the temp directory). A run whose usual base is
+// not usable (another user made $TMPDIR/stockade-<uid> first) makes its
+// directory in a private fallback instead (see newFallback).
+func RunBase() string {
+	if os.Geteuid() == 0 {
+		return rootRunBase
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		return filepath.Join(filepath.Clean(x), "stockade", "dirs")
+	}
+	return filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Geteuid()))
+}
+
+// fallbackPrefix starts the name of a private base made in the temp
+// directory when RunBase is not ours; one per run, removed with its run
+// (see newFallback).
+func fallbackPrefix() string { return "stockade-" + strconv.Itoa(os.Geteuid()) + "." }
+
+// newFallback makes a run's private fallback directory, for a user whose
+// usual run base or lock directory is not theirs (another user made
+// $TMPDIR/stockade-<uid> first): refusing to run would let any local user
+// stop every run of ours. It holds the run's lock directory (runs/) and its
+// run directory, and goes with the run. 0711: init reaches the run
+// directory in it as the jail user.
+func newFallback() (string, error) {
+	fb, err := os.MkdirTemp(os.TempDir(), fallbackPrefix())
+	if err != nil {
+		return "", fmt.Errorf("a private run directory base: %w", err)
+	}
+	if err := os.Chmod(fb, 0o711); err != nil {
+		os.Remove(fb)
+		return "", fmt.Errorf("a private run directory base %s: %w", fb, err)
+	}
+	return fb, nil
+}
+
+// ensureBase makes base and the directory above it, 0711, and checks that
+// both are ours and not writable by others: a directory planted by another
+// user could redirect a run's directory. The jail user must be able to
+// search them: init reaches the run directory as that user. Above that it makes what is
+// missing as any directory would be (a bare system without /run), not
+// trusting it.
+func ensureBase(base string) error {
+	if err := os.MkdirAll(filepath.Dir(filepath.Dir(base)), 0o755); err != nil {
+		return fmt.Errorf("run directory base %s: %w", base, err)
+	}
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := unix.Mkdir(d, 0o711); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("run directory base %s: %w", d, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return fmt.Errorf("run directory base %s: %w", d, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			return fmt.Errorf("run directory base %s: not a directory owned by uid %d and writable only by it; remove it", d, os.Geteuid())
+		}
+		// The lock directory's parent may have been made 0700 first
+		// (/run/stockade holds both).
+		if st.Mode&0o011 != 0o011 {
+			if err := unix.Chmod(d, st.Mode&0o7777|0o011); err != nil {
+				return fmt.Errorf("run directory base %s: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ownRunDirPath says whether a recorded run directory path is one that a
+// run of ours makes: r... in RunBase, or in a fallback base of ours.
+func ownRunDirPath(d string) bool {
+	if !strings.HasPrefix(filepath.Base(d), runDirPrefix) {
+		return false
+	}
+	parent := filepath.Dir(d)
+	if parent == RunBase() {
+		return true
+	}
+	// The fallback bases, and the temp directory base of stockades before
+	// root's moved to /run (their runs' leftovers), are in a directory
+	// anyone can write: only one that is really ours is entered.
+	legacy := filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Geteuid()))
+	if parent != legacy && !isFallbackBase(parent) {
+		return false
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(base, &st); err != nil {
-		return "", fmt.Errorf("run directory %s: %w", base, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o022 != 0 {
-		return "", fmt.Errorf("run directory %s: not a directory owned by uid %d and writable only by it; remove it", base, os.Getuid())
-	}
-	return base, nil
+	return unix.Lstat(parent, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR &&
+		int(st.Uid) == os.Geteuid() && st.Mode&0o022 == 0
+}
+
+func isFallbackBase(dir string) bool {
+	return filepath.Dir(dir) == os.TempDir() && strings.HasPrefix(filepath.Base(dir), fallbackPrefix())
 }
 
 // runDirPrefix starts every run directory's name, "r<slot>-<pid>-<random>"
@@ -53,9 +139,12 @@ const runDirPrefix = "r"
 // workGID are the host ids of the jail user, so that it can write its fresh
 // /work (workUID -1: no /work directory) and reach the run directory.
 func newRunDir(own *ownership, workUID, workGID int) (*runDir, error) {
-	base, err := baseDir()
-	if err != nil {
-		return nil, err
+	base := own.fallback
+	if base == "" {
+		base = RunBase()
+		if err := ensureBase(base); err != nil {
+			return nil, err
+		}
 	}
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {

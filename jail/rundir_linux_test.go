@@ -3,9 +3,12 @@ package jail
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stockade/stockade/runlock"
 )
 
 // The jailed code decides what /work holds when the run ends: a tree far
@@ -76,5 +79,28 @@ func TestRemoveTreeRefusesNonDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal("the link's target went away")
+	}
+}
+
+// Stockade's own state (run base, lock directories) is never a bind
+// source, nor is any directory that holds it, wherever $TMPDIR or
+// $STOCKADE_LOCK_DIR put it; a sibling of it is.
+func TestBindSourcesRefuseStockadeState(t *testing.T) {
+	p := sourcePolicy{own: []string{"/srv/x/stockade/runs", "/var/tmp/stockade-0"}}
+	for src, refused := range map[string]bool{
+		"/srv": true, "/srv/x": true, "/srv/x/stockade": true, "/srv/x/stockade/runs": true,
+		"/srv/x/stockade/runs/0": true, "/var/tmp": true, "/var/tmp/stockade-0/r0-1-2/work": true,
+		"/srv/y": false, "/var/tmp/stockade-00": false, "/srv/x/stockade/runs2": false,
+	} {
+		err := p.checkPath("--ro", src)
+		if (err != nil) != refused {
+			t.Errorf("--ro %s: %v, want refused %v", src, err, refused)
+		}
+	}
+	own := hostSourcePolicy().own
+	for _, want := range []string{RunBase(), runlock.DefaultDir(), runlock.IDDir} {
+		if !slices.Contains(own, want) {
+			t.Errorf("the host policy leaves out %s: %v", want, own)
+		}
 	}
 }

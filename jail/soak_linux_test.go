@@ -73,10 +73,7 @@ func ownLeftovers(t *testing.T, pid int) []string {
 	for _, cg := range stockadeCgroupsOf(t, pid) {
 		left = append(left, "cgroup "+cg)
 	}
-	base, err := baseDir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := RunBase()
 	ents, _ := os.ReadDir(base)
 	for _, e := range ents {
 		if ranBy(e.Name(), pid) {

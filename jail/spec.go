@@ -20,9 +20,10 @@ const (
 	JailUser = "sandbox"
 	// HostID is the base of the host uids and gids the jail user becomes
 	// when stockade runs as root, one per concurrent run (HostID+1 plus the
-	// run's runlock slot, up to HostID+runlock.MaxSlots): far above any range
-	// useradd, systemd's dynamic users or subuid(5) hand out, so it owns
-	// nothing on the host but the run's /work.
+	// run's host-wide number, runlock.AcquireID, up to
+	// HostID+runlock.MaxSlots): in the range systemd leaves unused, far
+	// above any range useradd, systemd's dynamic users or subuid(5) hand
+	// out, so it owns nothing on the host but the run's /work.
 	HostID = jailinit.HostID
 )
 

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/stockade/stockade/jail"
 )
 
 // hostState is what a run must leave as it found it: this process's mounts,
@@ -26,7 +28,7 @@ func snapshotHost() hostState {
 		s.mounts = bytes.Count(b, []byte("\n"))
 	}
 	s.cgroups = ownCgroups()
-	base := filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Getuid()))
+	base := jail.RunBase()
 	ents, _ := os.ReadDir(base)
 	for _, e := range ents {
 		if ranByUs(e.Name()) {

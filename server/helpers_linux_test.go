@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/jail"
 )
 
 // These tests run a real `stockade serve` (the binary make build made,
@@ -204,7 +206,7 @@ func code(s string) *string { return &s }
 func leftovers(pid int) []string {
 	var left []string
 	mark := "-" + strconv.Itoa(pid) + "-"
-	ents, _ := os.ReadDir(filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Getuid())))
+	ents, _ := os.ReadDir(jail.RunBase())
 	for _, e := range ents {
 		if strings.Contains(e.Name(), mark) {
 			left = append(left, "run dir "+e.Name())

@@ -83,7 +83,7 @@ func leftoversOf(pid int) []string {
 		return ok && len(slot) > 1 && slot[0] == 'r' && strings.HasPrefix(rest, fmt.Sprint(pid)+"-")
 	}
 	var left []string
-	dirs := []string{fmt.Sprintf("%s/stockade-%d", os.TempDir(), os.Getuid())}
+	dirs := []string{jail.RunBase()}
 	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
 		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			parts := strings.SplitN(line, ":", 3)

@@ -9,13 +9,19 @@ package jailinit
 
 import "encoding/json"
 
-// Identity of the jailed user inside the jail, and the host id it maps to
-// when stockade runs as root (far above any range useradd, systemd's
-// dynamic users or subuid(5) hand out).
+// Identity of the jailed user inside the jail, and the base of the host ids
+// it maps to when stockade runs as root. 0x70000000 starts the range that
+// systemd's UIDS-GIDS document leaves unused (0x70000000-0x7FFDFFFF, between
+// the container ranges, 0x80000-0x6FFFFFFF, that systemd-nspawn
+// --private-users=pick and nsresourced hand out 64K at a time, and the
+// foreign range at 0x7FFE0000): below it, a container given the same
+// range would share host uids with the jails. It is far above useradd's,
+// systemd's dynamic users' and the usual subuid(5) ranges, and below 2^31,
+// which some tools take for negative.
 const (
 	JailUID = 1000
 	JailGID = 1000
-	HostID  = 1 << 30
+	HostID  = 0x70000000
 )
 
 // Exit statuses of a jail that could not start its command.

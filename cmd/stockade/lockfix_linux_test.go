@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/runlock"
+)
+
+// startInLockDir starts a stockade with a lock directory of its own whose
+// payload (tagged with marker, so the host can find it) writes
+// /work/secret, prints "up" and sleeps; it returns once the jail is up.
+func startInLockDir(t *testing.T, lockDir, marker string) *exec.Cmd {
+	t.Helper()
+	cmd := stockadeIn(t, "", "run", "--timeout", "30s", "--", "python3", "-c",
+		"import time\nopen('/work/secret', 'w').write('PRIVATE-'+'DATA')\nprint('up', flush=True)\ntime.sleep(30)", marker)
+	cmd.Env = append(cmd.Env, runlock.DirEnv+"="+lockDir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "up\n" {
+		t.Fatalf("the jail did not come up: %q", line)
+	}
+	return cmd
+}
+
+// hostUIDOf is the host uid of the jailed python3 whose arguments carry
+// marker.
+func hostUIDOf(t *testing.T, marker string) string {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.HasPrefix(cmdline, []byte("python3\x00")) || !bytes.Contains(cmdline, []byte(marker)) {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				return f[1]
+			}
+		}
+	}
+	t.Fatalf("no jailed python3 with %s on the host", marker)
+	return ""
+}
+
+// TestAttackUIDCollisionAcrossLockDirs: two root stockades with lock
+// directories of their own (STOCKADE_LOCK_DIR, or containers with their own
+// /run) both hold slot 0 of theirs. Their jails must still run as distinct
+// host uids, or one jail may enter the other's run directory, signal its
+// processes and spend its per-user kernel allowances.
+func TestAttackUIDCollisionAcrossLockDirs(t *testing.T) {
+	needJail(t)
+	if os.Geteuid() != 0 {
+		t.Skip("the per-run host uid is root's")
+	}
+	mark := fmt.Sprintf("stockade-uidcoll-%d", time.Now().UnixNano())
+	startInLockDir(t, filepath.Join(t.TempDir(), "runs"), mark+"-A")
+	startInLockDir(t, filepath.Join(t.TempDir(), "runs"), mark+"-B")
+	a, b := hostUIDOf(t, mark+"-A"), hostUIDOf(t, mark+"-B")
+	if a == b {
+		t.Fatalf("two concurrent jails of stockades with different lock directories share host uid %s", a)
+	}
+	for _, u := range []string{a, b} {
+		// systemd hands 0x80000-0x6FFFFFFF to containers (UIDS-GIDS.md).
+		var n uint64
+		fmt.Sscan(u, &n)
+		if n >= 0x80000 && n <= 0x6FFFFFFF {
+			t.Errorf("jail host uid %d is in systemd's container uid range", n)
+		}
+	}
+}
+
+// TestAttackNeighbourWorkViaROTmp: jail B's operator binds /tmp (or the
+// run base, or a lock directory) read-only; from there B would list every
+// run's directory and read what a neighbour's jail writes while it runs.
+// Every bind of stockade's own state, or of a directory holding it, is
+// refused, and B never sees A's data.
+func TestAttackNeighbourWorkViaROTmp(t *testing.T) {
+	needJail(t)
+	if os.Geteuid() != 0 {
+		t.Skip("root's run base and lock directories")
+	}
+	mark := fmt.Sprintf("stockade-neighbour-%d", time.Now().UnixNano())
+	startInLockDir(t, filepath.Join(t.TempDir(), "runs"), mark)
+	lockB := filepath.Join(t.TempDir(), "runs")
+	read := "import glob, os\n" +
+		"for p in glob.glob('/h/**/secret', recursive=True) + glob.glob('/h/**/r*/work/secret', recursive=True):\n" +
+		"    try: print(p, open(p).read())\n" +
+		"    except Exception as e: print(p, e)\n"
+	for _, src := range []string{"/tmp", filepath.Dir(lockB), lockB, jail.RunBase(), filepath.Dir(jail.RunBase()), runlock.IDDir} {
+		cmd := stockadeIn(t, "", "run", "--ro", src+":/h", "--", "python3", "-c", read)
+		cmd.Env = append(cmd.Env, runlock.DirEnv+"="+lockB)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 125 {
+			t.Errorf("--ro %s: %v, want exit 125; stdout %q, stderr %q", src, err, out.String(), errb.String())
+		}
+		if strings.Contains(out.String(), "PRIVATE-DATA") {
+			t.Errorf("--ro %s: jail B read jail A's /work: %s", src, out.String())
+		}
+		if !strings.Contains(errb.String(), "refusing") {
+			t.Errorf("--ro %s: stderr %q does not say why it is refused", src, errb.String())
+		}
+	}
+}
+
+// TestAttackTmpBaseDirSquat: any local user can make $TMPDIR/stockade-0
+// before root's first run (after a reboot or a clean of /tmp). Root's runs
+// must not depend on it: their directories live under /run, where only
+// root writes.
+func TestAttackTmpBaseDirSquat(t *testing.T) {
+	needJail(t)
+	if os.Geteuid() != 0 {
+		t.Skip("squats root's directory")
+	}
+	tmp := t.TempDir()
+	if err := os.Chmod(tmp, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	squat := filepath.Join(tmp, "stockade-0")
+	if err := os.Mkdir(squat, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(squat, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := stockadeIn(t, "", "run", "--", "python3", "-c", "print('ran')")
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, runlock.DirEnv+"="+filepath.Join(t.TempDir(), "runs"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ran") {
+		t.Fatalf("with %s made by nobody: %v: %s", squat, err, out)
+	}
+	if ents, _ := os.ReadDir(squat); len(ents) != 0 {
+		t.Errorf("root's run used the squatted %s: %v", squat, ents)
+	}
+}
+
+// TestAttackTmpBaseDirSquatUnprivileged: the same squat against a normal
+// user without $XDG_RUNTIME_DIR, whose lock directory and run base are in
+// the shared temp directory: the run goes ahead from a private directory
+// of its own, says so, and leaves nothing behind.
+func TestAttackTmpBaseDirSquatUnprivileged(t *testing.T) {
+	bin := builtBinary(t)
+	_, uid, gid := throwawayUser(t)
+	// Not t.TempDir: its parent is root's 0700.
+	tmp, err := os.MkdirTemp("", "stockade-squat-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	squat := filepath.Join(tmp, fmt.Sprintf("stockade-%d", uid))
+	if err := os.Mkdir(squat, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(squat, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--no-cgroup", "--", "python3", "-c", "print('JAIL' + 'RAN')")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8", "TMPDIR=" + tmp}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil || out.String() != "JAILRAN\n" {
+		t.Fatalf("with %s made by nobody: %v, stdout %q, stderr %q", squat, err, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "private") {
+		t.Errorf("no notice of the fallback: %q", errb.String())
+	}
+	ents, _ := os.ReadDir(tmp)
+	for _, e := range ents {
+		if e.Name() != filepath.Base(squat) {
+			t.Errorf("left behind in the temp directory: %s", e.Name())
+		}
+	}
+	if ents, _ := os.ReadDir(squat); len(ents) != 0 {
+		t.Errorf("the run used the squatted %s: %v", squat, ents)
+	}
+}

@@ -1,0 +1,66 @@
+package runlock
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// IDDir is where a root stockade takes the number behind its jail's host
+// uid. It is fixed, never $STOCKADE_LOCK_DIR: the uid is a host-wide
+// resource, and two stockades with lock directories of their own (a test,
+// a second service, a container with its own /run but the host's uids and
+// a bind of this directory) that numbered their uids by their own slots
+// would both run a jail as the same uid, and then one jail could read the
+// other's live /work through the 0710 run directory.
+const IDDir = "/run/stockade/ids"
+
+// ID is a host-wide number held for a run's life: a file in IDDir per
+// number, flock(2)ed. The files are never removed (an unlink would let a
+// second stockade lock a fresh file under the same name while the first
+// still holds the old one); there are never more than the most runs that
+// were ever live at once.
+type ID struct {
+	n  int
+	fd int
+}
+
+// AcquireID takes the lowest number in dir whose lock is free.
+func AcquireID(dir string) (*ID, error) {
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	for n := range MaxSlots {
+		path := filepath.Join(dir, strconv.Itoa(n))
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("uid locks: open %s: %w", path, err)
+		}
+		err = flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			unix.Close(fd)
+			continue
+		}
+		if err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("uid locks: flock %s: %w", path, err)
+		}
+		return &ID{n: n, fd: fd}, nil
+	}
+	return nil, fmt.Errorf("uid locks: all %d numbers in %s are held by live runs", MaxSlots, dir)
+}
+
+// N is the number, unique among the IDs held at once from one directory.
+func (i *ID) N() int { return i.n }
+
+// Release drops the lock. Call it only when nothing of the run that held
+// the number can still run as its uid.
+func (i *ID) Release() {
+	if i.fd >= 0 {
+		unix.Close(i.fd)
+		i.fd = -1
+	}
+}
