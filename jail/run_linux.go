@@ -375,8 +375,8 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 	p.stdout = &capture{limit: spec.OutputLimit, stream: st.Stdout}
 	p.stderr = &capture{limit: spec.OutputLimit, stream: st.Stderr}
 
-	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled(),
-		supervisorCPUs: supervisorCPUs(spec)}
+	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled()}
+	sv.supervisorCPUs, sv.jailCPU = supervisorCPUs(spec, cg)
 	if err := sv.launch(); err != nil {
 		return setupError("start jail", explainStart(err))
 	}
@@ -446,13 +446,19 @@ func (p *Prepared) collect() error {
 	return nil
 }
 
-// supervisorCPUs is the CPU stockade may spend answering a run's refused
-// system calls: half of the run's CPU limit. A jail looping on refused
-// calls spends a little less per call than the supervisor does (and
-// nothing while it waits for the answer), so jail and supervisor together
-// stay within about the jail's own limit. Without a cgroup the CPU limit
-// is not enforced on the jail, but still bounds the supervisor.
-func supervisorCPUs(spec Spec) float64 { return spec.Cgroup.CPUs / 2 }
+// supervisorCPUs is the CPU limit that bounds stockade's answering of a
+// run's refused system calls. With the run's cgroup, the supervisor reads
+// the jail's own CPU counter and spends only what the jail leaves of the
+// limit, so jail and supervisor together stay within it. Without one (the
+// jail's CPU is then neither limited nor seen) the supervisor takes half
+// of --cpus, as a jail looping on refused calls spends about as much per
+// call as the supervisor does.
+func supervisorCPUs(spec Spec, cg *runCgroup) (float64, func() (time.Duration, error)) {
+	if cg == nil {
+		return spec.Cgroup.CPUs / 2, nil
+	}
+	return spec.Cgroup.CPUs, cg.group.CPUUsage
+}
 
 // explainStart turns a failed clone into the reason a user can act on.
 func explainStart(err error) error {

@@ -40,6 +40,7 @@ type supervision struct {
 	work workDisk
 	// supervisorCPUs bounds what answering refused calls may cost.
 	supervisorCPUs float64
+	jailCPU        func() (time.Duration, error) // nil: the jail's CPU is not seen
 
 	net     *runNetwork
 	proxied bool
@@ -263,7 +264,7 @@ func (sv *supervision) readMessages() {
 			if len(fds) == 1 && sv.filter == nil {
 				sv.filter = seccomp.NewSupervisor(fds[0])
 				sv.filter.ObserveNetwork(sv.net.observer(sv.proxied))
-				sv.filter.LimitCPU(sv.supervisorCPUs)
+				sv.filter.LimitCPU(sv.supervisorCPUs, sv.jailCPU)
 				sv.filterDone = make(chan struct{})
 				go func(s *seccomp.Supervisor, done chan struct{}) { s.Run(); close(done) }(sv.filter, sv.filterDone)
 				fds = nil

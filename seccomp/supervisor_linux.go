@@ -80,11 +80,32 @@ func (s *Supervisor) Run() {
 	} else {
 		timeout = pollInterval
 	}
+	var lastServed time.Time
 	for {
 		if s.isClosed() {
 			return
 		}
-		_, err := unix.Poll(fds, timeout)
+		// Look without blocking first: a notification is often already
+		// pending (the jail's other threads). Every time this locked
+		// thread blocks, the Go runtime runs other threads in its place
+		// (about 6 us a time here), CPU that the thread clock does not
+		// see; a jail answered at once that calls again at once would
+		// make it block once per call. So when the queue empties within
+		// gatherEvery of the last answer, the supervisor waits that long
+		// and answers what gathered meanwhile: at most one block per
+		// gatherEvery while busy, and an occasional call is still
+		// answered at once.
+		n, err := unix.Poll(fds, 0)
+		if err == nil && n == 0 {
+			if time.Since(lastServed) < gatherEvery {
+				if !s.wait(gatherEvery) {
+					return // Close
+				}
+				lastServed = time.Time{}
+				continue
+			}
+			_, err = unix.Poll(fds, timeout)
+		}
 		if err == unix.EINTR {
 			continue
 		}
@@ -103,10 +124,15 @@ func (s *Supervisor) Run() {
 				s.fail(err)
 				return
 			}
-			if d := s.cpu.spend(); d > 0 {
-				// The refused caller (and every task queued behind it)
-				// stays blocked in the kernel meanwhile, using nothing.
-				time.Sleep(d)
+			lastServed = time.Now()
+			// The refused caller (and every task queued behind it)
+			// stays blocked in the kernel meanwhile, using nothing. The
+			// jail's other threads may run on, so its counter is read
+			// again after each wait until the debt is paid.
+			for d := s.cpu.spend(false); d > 0; d = s.cpu.spend(true) {
+				if !s.wait(d) {
+					return // Close
+				}
 			}
 			continue
 		}
@@ -124,31 +150,60 @@ func (s *Supervisor) Run() {
 // of one CPU, at most 1: Run is one thread). Each refused call costs the
 // supervisor a few microseconds outside the jail's cgroup; a jail looping
 // on one would otherwise turn its own CPU limit into that much again of
-// stockade's. Past the budget, Run waits before reading the next
-// notification. Call it before Run; 0 means no limit.
-func (s *Supervisor) LimitCPU(cores float64) {
+// stockade's. jailCPU, if not nil, reads the CPU the jail itself has used
+// (its cgroup's counter): the supervisor's share is then what the jail
+// leaves of the limit, so supervisor and jail together stay within cores
+// over any window (plus one burst). Past the budget, Run waits before
+// reading the next notification, and the callers wait blocked in the
+// kernel. Call it before Run; cores 0 means no limit.
+func (s *Supervisor) LimitCPU(cores float64, jailCPU func() (time.Duration, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.running {
 		s.cpu.rate = min(cores, 1)
+		if jailCPU != nil {
+			// The jail and the supervisor together may use the limit,
+			// which can exceed the one thread's single core.
+			s.cpu.rate = cores
+		}
+		s.cpu.jail = jailCPU
 	}
 }
 
-// cpuBudget is a token bucket of CPU time measured on the supervisor's
-// own thread (CLOCK_THREAD_CPUTIME_ID): tokens accrue at rate CPUs per
-// second of wall time, up to cpuBurst, and each notification served pays
-// what it cost.
+// cpuBudget is a token bucket of CPU time: tokens accrue at rate CPUs per
+// second of wall time, up to cpuBurst; each notification served pays what
+// it cost on the supervisor's own thread (CLOCK_THREAD_CPUTIME_ID: Run is
+// locked to it), and, if jail is set, what the jail used meanwhile.
 type cpuBudget struct {
 	rate   float64 // cores; 0 = no limit
 	tokens time.Duration
 	last   time.Time     // wall clock of the last accrual
 	used   time.Duration // thread CPU time at the last charge
+
+	jail       func() (time.Duration, error)
+	jailUsed   time.Duration // the jail's CPU at the last sample
+	jailSample time.Time     // wall clock of the last sample
 }
 
 // cpuBurst is how much CPU the supervisor may spend at once before the
 // rate applies: enough for the occasional refused call of a normal run
 // to be answered at once.
 const cpuBurst = 20 * time.Millisecond
+
+// jailSampleEvery bounds how often the jail's counter is read while the
+// bucket is not in debt: a file read costs about as much as answering a
+// call. The jail can use at most this much unseen per core it has.
+const jailSampleEvery = 2 * time.Millisecond
+
+// gatherEvery is how long a busy supervisor lets calls gather before
+// answering them together (see Run).
+const gatherEvery = time.Millisecond
+
+// minWait is the shortest wait once in debt. Each wait wakes the Go
+// runtime on other threads, which the thread clock does not see; many
+// tiny waits (one per call at a few microseconds of debt) cost the
+// process more than the calls did.
+const minWait = 10 * time.Millisecond
 
 func threadCPU() time.Duration {
 	var ts unix.Timespec
@@ -160,23 +215,66 @@ func threadCPU() time.Duration {
 
 func (b *cpuBudget) start() {
 	b.tokens, b.last, b.used = cpuBurst, time.Now(), threadCPU()
+	if b.jail != nil {
+		used, err := b.jail()
+		if err != nil {
+			// Fail closed to the supervisor's own share alone: the jail's
+			// usage cannot be seen, so assume it uses half the limit.
+			b.jail, b.rate = nil, min(b.rate/2, 1)
+			return
+		}
+		b.jailUsed, b.jailSample = used, b.last
+	}
 }
 
-// spend charges the CPU used since the last call and returns how long to
-// wait until the bucket is no longer in debt.
-func (b *cpuBudget) spend() time.Duration {
-	if b.rate <= 0 {
-		return 0
-	}
+// charge accrues tokens and pays for the CPU used since the last charge.
+// force reads the jail's counter whatever its age.
+func (b *cpuBudget) charge(force bool) {
 	now, used := time.Now(), threadCPU()
 	b.tokens += time.Duration(float64(now.Sub(b.last)) * b.rate)
 	b.tokens = min(b.tokens, cpuBurst)
 	b.tokens -= used - b.used
 	b.last, b.used = now, used
+	if b.jail != nil && (force || now.Sub(b.jailSample) >= jailSampleEvery) {
+		if j, err := b.jail(); err == nil && j >= b.jailUsed {
+			b.tokens -= j - b.jailUsed
+			b.jailUsed = j
+		}
+		b.jailSample = now
+		// The read itself ran on this thread: charge it too.
+		used = threadCPU()
+		b.tokens -= used - b.used
+		b.used = used
+	}
+}
+
+// spend charges the CPU used since the last call and returns how long to
+// wait until the bucket is no longer in debt; 0 once it is not.
+func (b *cpuBudget) spend(force bool) time.Duration {
+	if b.rate <= 0 {
+		return 0
+	}
+	b.charge(force)
 	if b.tokens >= 0 {
 		return 0
 	}
-	return time.Duration(float64(-b.tokens) / b.rate)
+	return max(time.Duration(float64(-b.tokens)/b.rate), minWait)
+}
+
+// wait sleeps for d, or less if Close is called meanwhile; it reports
+// false if Close was called.
+func (s *Supervisor) wait(d time.Duration) bool {
+	if s.wakeFD < 0 {
+		time.Sleep(min(d, pollInterval*time.Millisecond))
+		return !s.isClosed()
+	}
+	fds := []unix.PollFd{{Fd: int32(s.wakeFD), Events: unix.POLLIN}}
+	ms := int((d + time.Millisecond - 1) / time.Millisecond)
+	n, err := unix.Poll(fds, ms)
+	if err != nil && err != unix.EINTR {
+		time.Sleep(min(d, pollInterval*time.Millisecond))
+	}
+	return !(n > 0 && fds[0].Revents != 0) && !s.isClosed()
 }
 
 // serveOne reads one notification, refuses it and records it.
