@@ -24,10 +24,12 @@ type hierarchy struct {
 
 func (h *hierarchy) has(c string) bool { return slices.Contains(h.controllers, c) }
 
-// Manager creates stockade.* groups under one parent. It holds no locks or
-// open files; each Group owns its own. It never removes a group it did not
-// create: a caller that proves a group's owner gone (package runlock) uses
-// RemoveStale.
+// Manager creates stockade.* groups under one parent. On v2 it holds a
+// shared flock on the parent directory from NewManager to Close: that lock
+// is how a closing stockade proves no other stockade still relies on the
+// controllers it enabled there (see Close). Each Group owns its own files.
+// It never removes a group it did not create: a caller that proves a
+// group's owner gone (package runlock) uses RemoveStale.
 type Manager struct {
 	mode     Mode
 	variant  string
@@ -37,6 +39,7 @@ type Manager struct {
 	hostSwap bool             // the host has active swap (matters only when swap is not accounted)
 	notes    []string         // what NewManager did or found, for Describe
 	logf     func(format string, a ...any)
+	parentFD int // v2: the parent directory, flocked LOCK_SH until Close; -1 if none
 }
 
 // NewManager detects the cgroup mode, resolves the parent, makes it usable
@@ -60,6 +63,7 @@ func NewManager(opts Options) (*Manager, error) {
 		}
 	}
 	if !usable {
+		_ = m.Close()
 		return nil, fmt.Errorf("no cgroup controller is usable: %s", strings.Join(dedupe(reasons), "; "))
 	}
 	return m, nil
@@ -67,7 +71,7 @@ func NewManager(opts Options) (*Manager, error) {
 
 // setup is NewManager after detection, for any layout.
 func setup(l layout, opts Options) *Manager {
-	m := &Manager{mode: l.mode, variant: l.variant, ctlErr: map[string]error{}, logf: opts.Logf}
+	m := &Manager{mode: l.mode, variant: l.variant, ctlErr: map[string]error{}, logf: opts.Logf, parentFD: -1}
 	if m.logf == nil {
 		m.logf = func(string, ...any) {}
 	}
@@ -212,7 +216,7 @@ func (m *Manager) resolveV2(l layout, parent, subdir string) {
 	h := &hierarchy{mount: *l.v2, controllers: slices.Clone(v2Controllers)}
 	m.hiers = []*hierarchy{h}
 	own := l.self.unified
-	if path.Base(own) == "supervisor" {
+	if path.Base(own) == leafName {
 		// We (or the stockade that started us) moved here earlier; the
 		// groups go beside the leaf, not below it, or every NewManager in
 		// a long-lived process would nest one level deeper.
@@ -221,6 +225,12 @@ func (m *Manager) resolveV2(l layout, parent, subdir string) {
 	h.parent, h.err = resolveParent(*l.v2, own, parent, subdir)
 	if h.err == nil && l.v2.readOnly {
 		h.err = fmt.Errorf("%s is a read-only mount (a container without a writable cgroupfs?)", l.v2.mountPoint)
+	}
+	if h.err == nil {
+		// Before reading or changing anything in the parent: a stockade
+		// undoing its leaf there (Close) holds LOCK_EX, and we must see
+		// the parent after it is done, not halfway.
+		m.parentFD, h.err = lockShared(h.parent)
 	}
 	if h.err != nil {
 		h.err = fmt.Errorf("cgroup v2: %w", h.err)
@@ -318,7 +328,7 @@ func explainEnable(dir string, err error) error {
 // moveSelfToLeaf moves this process (all its threads) into dir/supervisor.
 // Only stockade itself is moved: other processes in the cgroup are not ours.
 func (m *Manager) moveSelfToLeaf(dir string) error {
-	leaf := filepath.Join(dir, "supervisor")
+	leaf := filepath.Join(dir, leafName)
 	if err := unix.Mkdir(leaf, 0o755); err != nil && err != unix.EEXIST {
 		return fmt.Errorf("mkdir %s: %w", leaf, err)
 	}
@@ -333,7 +343,7 @@ func (m *Manager) moveSelfToLeaf(dir string) error {
 // where stockade already is. Only called at the root of stockade's cgroup
 // namespace (see resolveV2).
 func (m *Manager) moveOthersToLeaf(dir string) error {
-	leaf := filepath.Join(dir, "supervisor")
+	leaf := filepath.Join(dir, leafName)
 	pids, err := readPids(dir)
 	if err != nil {
 		return err

@@ -250,5 +250,7 @@ func TestHelperProcess(t *testing.T) {
 		t.Skip("helper process only")
 	case "leaf":
 		helperLeaf()
+	case "undo":
+		helperUndo()
 	}
 }

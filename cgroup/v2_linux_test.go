@@ -149,6 +149,171 @@ func helperLeaf() {
 		fail("second NewManager: parent %s (first %s), now in %s", m2.primary().parent, m.primary().parent, self2)
 	}
 	fmt.Println("second manager same parent")
+	// Close: the first manager's finds the second still holding the
+	// parent and must change nothing; the last one puts the parent back
+	// as it was, so that its owner (a systemd unit) can place a process
+	// there again.
+	parent := m.primary().parent
+	if err := m.Close(); err != nil {
+		fail("Close: %v", err)
+	}
+	if !exists(filepath.Join(parent, leafName)) || !strings.Contains(readSelf(), "/"+leafName) {
+		fail("first Close undid the leaf while a second manager held the parent")
+	}
+	if err := m2.Close(); err != nil {
+		fail("second Close: %v", err)
+	}
+	ctl, _ := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
+	if strings.TrimSpace(string(ctl)) != "" || exists(filepath.Join(parent, leafName)) || strings.Contains(readSelf(), leafName) {
+		fail("after the last Close: subtree_control %q, leaf there %v, in %s", ctl, exists(filepath.Join(parent, leafName)), readSelf())
+	}
+	// The unit's next process must be placeable in the parent.
+	fmt.Println("closed: parent as found")
+	os.Exit(0)
+}
+
+func readSelf() string {
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	return string(b)
+}
+
+// TestV2CloseUndoesLeaf: what NewManager does to a cgroup that holds
+// stockade (move into <own>/supervisor), Close undoes when stockade is the
+// parent's last user, and leaves alone while anything else may rely on it:
+// another stockade's lock, a process in the leaf, another child group. On
+// this hybrid host the cgroup2 mount has no controllers, so the helper
+// makes the move itself; the VM runs the same with controllers
+// (TestV2NoInternalProcesses).
+func TestV2CloseUndoesLeaf(t *testing.T) {
+	requireRoot(t)
+	l, err := detectHost()
+	if err != nil || l.v2 == nil || l.self.unified == "" {
+		t.Skip("needs a cgroup2 mount")
+	}
+	own, err := hostDir(*l.v2, l.self.unified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, want string }{
+		{"alone", "undone: moved stockade"},
+		{"locked", "kept while locked; undone after the other Close"},
+		{"process in leaf", "kept: a process in the leaf"},
+		{"other child", "kept: another child group"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(own, fmt.Sprintf("stockadetest-undo-%d-%s", os.Getpid(), strings.ReplaceAll(tc.name, " ", "_")))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				for _, d := range []string{filepath.Join(dir, "other"), filepath.Join(dir, leafName), dir} {
+					if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+						t.Errorf("cleanup %s: %v", d, err)
+					}
+				}
+			})
+			fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
+			cmd.Env = append(os.Environ(), "STOCKADE_CGROUP_HELPER=undo", "STOCKADE_UNDO_CASE="+tc.name)
+			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("helper (%v) lacks %q:\n%s", err, tc.want, out)
+			}
+			// Seen from outside, after the helper is gone.
+			leafThere := exists(filepath.Join(dir, leafName))
+			if wantLeaf := tc.name != "alone" && tc.name != "locked"; leafThere != wantLeaf {
+				t.Errorf("leaf %s there: %v, want %v", filepath.Join(dir, leafName), leafThere, wantLeaf)
+			}
+		})
+	}
+}
+
+// helperUndo is a stockade started in a cgroup of its own (a unit's).
+func helperUndo() {
+	fail := func(format string, a ...any) {
+		fmt.Printf("helper: "+format+"\n", a...)
+		os.Exit(1)
+	}
+	l, err := detectHost()
+	if err != nil {
+		fail("%v", err)
+	}
+	l.mode = V2 // on a hybrid host, the cgroup2 mount's mechanics
+	newMgr := func() *Manager {
+		m := setup(l, Options{})
+		if m.hiers[0].err != nil || m.parentFD < 0 {
+			fail("setup: %v (lock fd %d)", m.hiers[0].err, m.parentFD)
+		}
+		return m
+	}
+	m := newMgr()
+	parent := m.primary().parent
+	leaf := filepath.Join(parent, leafName)
+	if !strings.Contains(readSelf(), "/"+leafName) {
+		// What resolveV2 does when the parent holds stockade and a
+		// controller must be enabled; this mount has none to enable.
+		if err := m.moveSelfToLeaf(parent); err != nil {
+			fail("move: %v", err)
+		}
+	}
+	inLeaf := func() bool { return strings.Contains(readSelf(), "/"+leafName) && exists(leaf) }
+	if !inLeaf() {
+		fail("not in %s after the move: %s", leaf, readSelf())
+	}
+	switch os.Getenv("STOCKADE_UNDO_CASE") {
+	case "alone":
+		if err := m.Close(); err != nil {
+			fail("Close: %v", err)
+		}
+		if inLeaf() {
+			fail("Close left stockade in %s", leaf)
+		}
+		if pids, _ := readPids(parent); len(pids) != 1 || pids[0] != os.Getpid() {
+			fail("parent holds %v, want only %d", pids, os.Getpid())
+		}
+		fmt.Println("undone: moved stockade back")
+	case "locked":
+		other := newMgr() // another stockade's manager on the same parent
+		if err := m.Close(); err != nil {
+			fail("Close: %v", err)
+		}
+		if !inLeaf() {
+			fail("Close undid the leaf while another manager held the parent")
+		}
+		if err := other.Close(); err != nil {
+			fail("other Close: %v", err)
+		}
+		if inLeaf() {
+			fail("the last Close left stockade in %s", leaf)
+		}
+		fmt.Println("kept while locked; undone after the other Close")
+	case "process in leaf":
+		sleep := exec.Command("/bin/sleep", "60") // starts in our cgroup, the leaf
+		if err := sleep.Start(); err != nil {
+			fail("%v", err)
+		}
+		err := m.Close()
+		still := inLeaf()
+		sleep.Process.Kill()
+		sleep.Wait()
+		if err != nil || !still {
+			fail("Close with a process in the leaf: %v, still in leaf %v", err, still)
+		}
+		fmt.Println("kept: a process in the leaf")
+	case "other child":
+		if err := os.Mkdir(filepath.Join(parent, "other"), 0o755); err != nil {
+			fail("%v", err)
+		}
+		if err := m.Close(); err != nil || !inLeaf() {
+			fail("Close with another child group: %v, still in leaf %v", err, inLeaf())
+		}
+		fmt.Println("kept: another child group")
+	}
 	os.Exit(0)
 }
 

@@ -16,6 +16,7 @@ import (
 type runCgroup struct {
 	group *cgroup.Group
 	mode  cgroup.Mode
+	mgr   *cgroup.Manager // closed after the group is deleted (close)
 }
 
 // newRunCgroup creates the run's cgroup. Failing to enforce a requested
@@ -34,20 +35,46 @@ func newRunCgroup(spec Spec, own *ownership, id string, notices io.Writer) (*run
 	l := cgroup.Limits{MemoryMax: spec.Cgroup.MemoryMax, SwapMax: spec.Cgroup.SwapMax,
 		CPUs: spec.Cgroup.CPUs, PidsMax: spec.Cgroup.PidsMax}
 	if err := m.Check(l); err != nil {
+		closeManager(m, logf)
 		return nil, fmt.Errorf("%w (%s)", err, cgroupFix(err))
 	}
 	// Recorded before they exist: a SIGKILL between the record and the
 	// mkdir leaves a record of nothing, never a group nobody knows of.
 	for _, d := range m.GroupDirs(id) {
 		if err := own.lock.Record(recordCgroup, d); err != nil {
+			closeManager(m, logf)
 			return nil, err
 		}
 	}
 	g, err := m.Create(id, l)
 	if err != nil {
+		closeManager(m, logf)
 		return nil, err
 	}
-	return &runCgroup{group: g, mode: m.Mode()}, nil
+	return &runCgroup{group: g, mode: m.Mode(), mgr: m}, nil
+}
+
+// close deletes the group (a no-op once finish has) and then closes the
+// manager, which on v2 gives the cgroup stockade started in back the shape
+// it had (see cgroup.Manager.Close): inside a systemd unit, the unit's next
+// Exec*= process must be able to start there. It returns the group's
+// deletion error; the manager's is a notice, as the run itself is done.
+func (c *runCgroup) close(notices io.Writer) error {
+	// A group left behind keeps the parent's controllers in use, and
+	// Close then sees a second child and undoes nothing.
+	err := c.group.Delete()
+	closeManager(c.mgr, func(format string, a ...any) {
+		if notices != nil {
+			fmt.Fprintf(notices, "stockade: cgroup: "+format+"\n", a...)
+		}
+	})
+	return err
+}
+
+func closeManager(m *cgroup.Manager, logf func(string, ...any)) {
+	if err := m.Close(); err != nil {
+		logf("%v", err)
+	}
 }
 
 // pollCPU ends the run when the whole tree has used more CPU time than the

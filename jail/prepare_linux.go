@@ -129,7 +129,7 @@ func (p *Prepared) Close() error {
 	}
 	if p.cg != nil {
 		// A no-op once finish has removed it.
-		if err := p.cg.group.Delete(); err != nil && p.own != nil {
+		if err := p.cg.close(p.st.Notices); err != nil && p.own != nil {
 			p.own.leftovers = true
 		}
 	}

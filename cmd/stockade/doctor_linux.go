@@ -72,6 +72,13 @@ func hostFacts() []string {
 	} else {
 		cgOK = m.Check(cgroup.Limits{MemoryMax: 1 << 30, CPUs: 1, PidsMax: 64}) == nil
 		out = append(out, m.Describe()...)
+		// Doctor looks and leaves: whatever NewManager changed to make
+		// the cgroup usable (a leaf, controllers for children) is undone
+		// here, or `ExecStartPre=stockade doctor` would leave the unit's
+		// cgroup unable to take its ExecStart= (219/CGROUP).
+		if err := m.Close(); err != nil {
+			p("cgroup: %v", err)
+		}
 	}
 	if !cgOK && os.Getuid() != 0 {
 		name := strconv.Itoa(os.Getuid())

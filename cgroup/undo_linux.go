@@ -1,0 +1,182 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// leafName is the leaf stockade moves itself into on v2 (resolveV2).
+const leafName = "supervisor"
+
+// lockShared opens dir and takes a shared flock on it, waiting out a
+// stockade that holds it exclusively while it undoes its leaf.
+func lockShared(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", dir, err)
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_SH)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("flock %s: %w", dir, err)
+	}
+	return fd, nil
+}
+
+// Close releases the Manager's lock on its v2 parent. If this process is
+// then the parent's only user, it puts the parent back the way a unit's
+// cgroup has to be for the unit's next process: NewManager moved stockade
+// into <parent>/supervisor and enabled controllers for the parent's
+// children, and under cgroup v2's "no internal processes" rule nobody (not
+// systemd starting the unit's next ExecStart=) can put a process into the
+// parent while those stay enabled. So Close disables them, moves stockade
+// back and removes the leaf. It does so only when nothing else can rely on
+// them: no other stockade holds the parent's lock (LOCK_EX succeeds), the
+// leaf holds this process alone, and the parent has no other child and no
+// process. Otherwise it leaves everything as it is. Groups must be deleted
+// first. Safe to call more than once; a nil error also when nothing was
+// undone.
+func (m *Manager) Close() error {
+	if m == nil || m.parentFD < 0 {
+		return nil
+	}
+	fd := m.parentFD
+	m.parentFD = -1
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil // another stockade uses the parent: its controllers stay
+	}
+	h := m.hiers[0]
+	undone, err := undoLeaf(h.mount, h.parent)
+	if err != nil {
+		return fmt.Errorf("cgroup v2: undo %s: %w", filepath.Join(h.parent, leafName), err)
+	}
+	if undone != "" {
+		m.logf("cgroup v2: %s", undone)
+	}
+	return nil
+}
+
+// undoLeaf does Close's undo under the exclusive lock, and says what it
+// did ("" for nothing). Every check comes before the first change, and the
+// changes go in the only order the kernel allows: controllers off, then the
+// process back into the parent, then the empty leaf removed.
+func undoLeaf(mnt mountEntry, parent string) (string, error) {
+	leaf := filepath.Join(parent, leafName)
+	self, err := selfV2Dir(mnt)
+	if err != nil {
+		return "", err
+	}
+	if self != leaf {
+		return "", nil // we never moved (or someone moved us elsewhere)
+	}
+	// Any other child is someone's: a stockade.* group of a run still
+	// going or crashed, or a group the unit made itself.
+	if others, err := childDirs(parent); err != nil {
+		return "", err
+	} else if len(others) != 1 {
+		return "", nil
+	}
+	if kids, err := childDirs(leaf); err != nil || len(kids) != 0 {
+		return "", err
+	}
+	pids, err := readPids(leaf)
+	if err != nil {
+		return "", err
+	}
+	if len(pids) != 1 || pids[0] != os.Getpid() {
+		// The leaf holds processes stockade started (or, at the root of a
+		// container's cgroup namespace, the container's own): they stay
+		// in a cgroup without controllers in use only if we leave it be.
+		return "", nil
+	}
+	if pids, err := readPids(parent); err != nil || len(pids) != 0 {
+		return "", err
+	}
+	leafCtl, err := readFields(filepath.Join(leaf, "cgroup.subtree_control"))
+	if err != nil || len(leafCtl) != 0 {
+		return "", err
+	}
+	enabled, err := readFields(filepath.Join(parent, "cgroup.subtree_control"))
+	if err != nil {
+		return "", err
+	}
+	for _, c := range enabled {
+		if !slices.Contains(v2Controllers, c) {
+			// Not one stockade enables: someone else's intent, and with
+			// it on the parent cannot take a process back anyway.
+			return "", nil
+		}
+	}
+	if len(enabled) > 0 {
+		off := ""
+		for i, c := range enabled {
+			if i > 0 {
+				off += " "
+			}
+			off += "-" + c
+		}
+		if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), off); err != nil {
+			return "", err
+		}
+	}
+	if err := writeFile(filepath.Join(parent, "cgroup.procs"), strconv.Itoa(os.Getpid())); err != nil {
+		if len(enabled) > 0 {
+			// Put back what we took, so the state is the one we found.
+			_ = enableControllers(parent, enabled)
+		}
+		return "", err
+	}
+	if err := unix.Rmdir(leaf); err != nil && !errors.Is(err, unix.ENOENT) {
+		return "", fmt.Errorf("rmdir %s: %w", leaf, err)
+	}
+	what := fmt.Sprintf("moved stockade (pid %d) back into %s and removed %s", os.Getpid(), parent, leaf)
+	if len(enabled) > 0 {
+		what = fmt.Sprintf("disabled %s for children of %s, ", plusList(enabled), parent) + what
+	}
+	return what + ", as it found them", nil
+}
+
+// selfV2Dir is this process's cgroup v2 directory, read now: NewManager
+// may have moved it since detectHost.
+func selfV2Dir(mnt mountEntry) (string, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	pc, err := parseProcCgroup(f)
+	if err != nil {
+		return "", err
+	}
+	if pc.unified == "" {
+		return "", errors.New("/proc/self/cgroup has no 0:: line")
+	}
+	return hostDir(mnt, pc.unified)
+}
+
+// childDirs lists the child cgroups of dir.
+func childDirs(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
