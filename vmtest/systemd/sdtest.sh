@@ -19,12 +19,36 @@ leftovers() { # nothing of stockade's may be left: cgroups, processes, run dirs
 echo "SDTEST START systemd $(systemctl --version | head -1) cgroup $(stat -fc %T /sys/fs/cgroup)"
 useradd --create-home --shell /bin/sh agent
 
-# 1. systemctl start of the example-shaped service, as its dedicated user.
+# 0. the shipped example unit, as its install comment says: doctor in
+# ExecStartPre=, then the job; started twice.
+useradd --system --no-create-home --shell /usr/sbin/nologin stockade-agent
+for n in 1 2; do
+	if systemctl start stockade-agent-job.service; then
+		i=0 # the journal may take a moment to have the unit's stdout
+		while :; do
+			j=$(journalctl -u stockade-agent-job -o cat --no-pager)
+			runs=$(printf '%s\n' "$j" | grep -c '^{"verdict":"ok"')
+			[ "$runs" -ge $n ] || [ $i -ge 10 ] && break
+			sleep 1; i=$((i + 1))
+		done
+		if [ "$runs" = $n ] && printf '%s\n' "$j" | grep -q '^default jail: ok'; then
+			ok "shipped stockade-agent-job.service, start $n: doctor ok, then the job's verdict ok"
+		else
+			bad "shipped stockade-agent-job.service, start $n: $runs ok runs: $(printf '%s\n' "$j" | tail -n 8 | tr '\n' '|')"
+		fi
+	else
+		bad "systemctl start stockade-agent-job.service ($n): $(systemctl status stockade-agent-job --no-pager 2>&1 | tail -n 12 | tr '\n' '|')"
+	fi
+done
+
+# 1. systemctl start of the example-shaped service, as its dedicated user:
+# doctor, then two runs in the same start.
 if systemctl start agent-job.service && wait_file /var/lib/agent/agent-job.json 5 &&
-	[ "$(field /var/lib/agent/agent-job.json verdict)" = ok ] && [ "$(field /var/lib/agent/agent-job.json cgroup)" = v2 ]; then
-	ok "systemctl start agent-job.service: verdict ok, cgroup v2, as user agent"
+	[ "$(field /var/lib/agent/agent-job.json verdict)" = ok ] && [ "$(field /var/lib/agent/agent-job.json cgroup)" = v2 ] &&
+	[ "$(field /var/lib/agent/agent-job2.json verdict)" = ok ]; then
+	ok "systemctl start agent-job.service: doctor, then two runs, verdict ok, cgroup v2, as user agent"
 else
-	bad "systemctl start agent-job.service: $(tail -c 600 /var/lib/agent/agent-job.json 2>&1) | $(journalctl -u agent-job -o cat --no-pager | tail -n 6 | tr '\n' '|')"
+	bad "systemctl start agent-job.service: $(tail -c 600 /var/lib/agent/agent-job.json /var/lib/agent/agent-job2.json 2>&1) | $(journalctl -u agent-job -o cat --no-pager | tail -n 6 | tr '\n' '|')"
 fi
 
 # 2. the timer fires the job.
