@@ -254,14 +254,19 @@ func helperUndo() {
 	m := newMgr()
 	parent := m.primary().parent
 	leaf := filepath.Join(parent, leafName)
-	if !strings.Contains(readSelf(), "/"+leafName) {
+	inLeaf := func() bool {
+		self, err := selfV2Dir(*l.v2)
+		return err == nil && self == leaf && exists(leaf)
+	}
+	if !inLeaf() {
 		// What resolveV2 does when the parent holds stockade and a
-		// controller must be enabled; this mount has none to enable.
+		// controller must be enabled; on a hybrid host's cgroup2 mount
+		// (and below a leaf without controllers in the VM) there is none
+		// to enable.
 		if err := m.moveSelfToLeaf(parent); err != nil {
 			fail("move: %v", err)
 		}
 	}
-	inLeaf := func() bool { return strings.Contains(readSelf(), "/"+leafName) && exists(leaf) }
 	if !inLeaf() {
 		fail("not in %s after the move: %s", leaf, readSelf())
 	}
