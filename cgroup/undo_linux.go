@@ -34,41 +34,66 @@ func lockShared(dir string) (int, error) {
 	return fd, nil
 }
 
-// Close releases the Manager's lock on its v2 parent. If this process is
-// then the parent's only user, it puts the parent back the way a unit's
-// cgroup has to be for the unit's next process: NewManager moved stockade
-// into <parent>/supervisor and enabled controllers for the parent's
-// children, and under cgroup v2's "no internal processes" rule nobody (not
-// systemd starting the unit's next ExecStart=) can put a process into the
-// parent while those stay enabled. So Close disables them, moves stockade
-// back and removes the leaf. It does so only when nothing else can rely on
-// them: no other stockade holds the parent's lock (LOCK_EX succeeds), the
-// leaf holds this process alone, and the parent has no other child and no
-// process. Otherwise it leaves everything as it is. Groups must be deleted
-// first. Safe to call more than once; a nil error also when nothing was
-// undone.
+// Close releases the Manager's shared lock on its v2 parent. It undoes
+// nothing: a process that keeps running jails (a library user, a test
+// binary that also starts stockade children) stays in its leaf, where the
+// children it starts are born. Restore, at the process's exit, undoes the
+// leaf. Safe to call more than once.
 func (m *Manager) Close() error {
 	if m == nil || m.parentFD < 0 {
 		return nil
 	}
-	fd := m.parentFD
+	err := unix.Close(m.parentFD)
 	m.parentFD = -1
-	defer unix.Close(fd)
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil // another stockade uses the parent: its controllers stay
-	}
-	h := m.hiers[0]
-	undone, err := undoLeaf(h.mount, h.parent)
-	if err != nil {
-		return fmt.Errorf("cgroup v2: undo %s: %w", filepath.Join(h.parent, leafName), err)
-	}
-	if undone != "" {
-		m.logf("cgroup v2: %s", undone)
-	}
-	return nil
+	return err
 }
 
-// undoLeaf does Close's undo under the exclusive lock, and says what it
+// Restore is for a stockade process about to exit (`stockade run`, doctor,
+// serve): if a Manager moved it into <parent>/supervisor on cgroup v2,
+// Restore puts the parent back the way a unit's cgroup has to be for the
+// unit's next process. NewManager enabled controllers for the parent's
+// children, and under cgroup v2's "no internal processes" rule nobody (not
+// systemd starting the unit's next Exec*=) can put a process into the
+// parent while those stay enabled. So Restore disables them, moves this
+// process back and removes the leaf, but only when nothing else can rely
+// on them: no stockade holds the parent's lock (every Manager holds it
+// shared until Close; Restore needs it exclusive), the leaf holds this
+// process alone, and the parent has no other child and no process.
+// Otherwise it leaves everything as it is. It says what it did ("" for
+// nothing). Close every Manager (and delete its groups) first.
+func Restore() (string, error) {
+	l, err := detectHost()
+	if err != nil || l.mode != V2 || l.v2 == nil {
+		return "", nil
+	}
+	return restoreOn(*l.v2)
+}
+
+func restoreOn(mnt mountEntry) (string, error) {
+	self, err := selfV2Dir(mnt)
+	if err != nil || filepath.Base(self) != leafName {
+		return "", err
+	}
+	parent := filepath.Dir(self)
+	fd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("cgroup v2: open %s: %w", parent, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return "", nil // another stockade uses the parent: its controllers stay
+	}
+	what, err := undoLeaf(mnt, parent)
+	if err != nil {
+		return "", fmt.Errorf("cgroup v2: undo %s: %w", self, err)
+	}
+	if what != "" {
+		what = "cgroup v2: " + what
+	}
+	return what, nil
+}
+
+// undoLeaf does Restore's undo under the exclusive lock, and says what it
 // did ("" for nothing). Every check comes before the first change, and the
 // changes go in the only order the kernel allows: controllers off, then the
 // process back into the parent, then the empty leaf removed.

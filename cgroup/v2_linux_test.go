@@ -157,11 +157,17 @@ func helperLeaf() {
 	if err := m.Close(); err != nil {
 		fail("Close: %v", err)
 	}
+	if _, err := Restore(); err != nil {
+		fail("Restore: %v", err)
+	}
 	if !exists(filepath.Join(parent, leafName)) || !strings.Contains(readSelf(), "/"+leafName) {
-		fail("first Close undid the leaf while a second manager held the parent")
+		fail("Restore undid the leaf while a second manager held the parent")
 	}
 	if err := m2.Close(); err != nil {
 		fail("second Close: %v", err)
+	}
+	if _, err := Restore(); err != nil {
+		fail("Restore: %v", err)
 	}
 	ctl, _ := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
 	if strings.TrimSpace(string(ctl)) != "" || exists(filepath.Join(parent, leafName)) || strings.Contains(readSelf(), leafName) {
@@ -270,9 +276,16 @@ func helperUndo() {
 	if !inLeaf() {
 		fail("not in %s after the move: %s", leaf, readSelf())
 	}
+	restore := func(m *Manager) error {
+		if err := m.Close(); err != nil {
+			return err
+		}
+		_, err := restoreOn(*l.v2)
+		return err
+	}
 	switch os.Getenv("STOCKADE_UNDO_CASE") {
 	case "alone":
-		if err := m.Close(); err != nil {
+		if err := restore(m); err != nil {
 			fail("Close: %v", err)
 		}
 		if inLeaf() {
@@ -284,13 +297,13 @@ func helperUndo() {
 		fmt.Println("undone: moved stockade back")
 	case "locked":
 		other := newMgr() // another stockade's manager on the same parent
-		if err := m.Close(); err != nil {
+		if err := restore(m); err != nil {
 			fail("Close: %v", err)
 		}
 		if !inLeaf() {
 			fail("Close undid the leaf while another manager held the parent")
 		}
-		if err := other.Close(); err != nil {
+		if err := restore(other); err != nil {
 			fail("other Close: %v", err)
 		}
 		if inLeaf() {
@@ -302,7 +315,7 @@ func helperUndo() {
 		if err := sleep.Start(); err != nil {
 			fail("%v", err)
 		}
-		err := m.Close()
+		err := restore(m)
 		still := inLeaf()
 		sleep.Process.Kill()
 		sleep.Wait()
@@ -314,7 +327,7 @@ func helperUndo() {
 		if err := os.Mkdir(filepath.Join(parent, "other"), 0o755); err != nil {
 			fail("%v", err)
 		}
-		if err := m.Close(); err != nil || !inLeaf() {
+		if err := restore(m); err != nil || !inLeaf() {
 			fail("Close with another child group: %v, still in leaf %v", err, inLeaf())
 		}
 		fmt.Println("kept: another child group")

@@ -55,13 +55,12 @@ func newRunCgroup(spec Spec, own *ownership, id string, notices io.Writer) (*run
 }
 
 // close deletes the group (a no-op once finish has) and then closes the
-// manager, which on v2 gives the cgroup stockade started in back the shape
-// it had (see cgroup.Manager.Close): inside a systemd unit, the unit's next
-// Exec*= process must be able to start there. It returns the group's
-// deletion error; the manager's is a notice, as the run itself is done.
+// manager, releasing its lock on the parent cgroup: on v2, a stockade
+// exiting after its last run then restores the parent (cgroup.Restore).
+// It returns the group's deletion error; the manager's is a notice.
 func (c *runCgroup) close(notices io.Writer) error {
 	// A group left behind keeps the parent's controllers in use, and
-	// Close then sees a second child and undoes nothing.
+	// Restore then sees a second child and undoes nothing.
 	err := c.group.Delete()
 	closeManager(c.mgr, func(format string, a ...any) {
 		if notices != nil {

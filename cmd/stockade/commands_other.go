@@ -40,3 +40,5 @@ func serveCommand(io.Writer) *cli.Command {
 func runRemote(*cli.Context, []string, *os.File, io.Writer, io.Writer) error {
 	return &exitError{code: jail.ExitJailError, msg: "run --server: stockade runs jails on Linux only"}
 }
+
+func restoreCgroup(io.Writer) {}

@@ -72,10 +72,8 @@ func hostFacts() []string {
 	} else {
 		cgOK = m.Check(cgroup.Limits{MemoryMax: 1 << 30, CPUs: 1, PidsMax: 64}) == nil
 		out = append(out, m.Describe()...)
-		// Doctor looks and leaves: whatever NewManager changed to make
-		// the cgroup usable (a leaf, controllers for children) is undone
-		// here, or `ExecStartPre=stockade doctor` would leave the unit's
-		// cgroup unable to take its ExecStart= (219/CGROUP).
+		// Its lock on the cgroup released, so that restoreCgroup can
+		// undo the leaf when doctor exits.
 		if err := m.Close(); err != nil {
 			p("cgroup: %v", err)
 		}

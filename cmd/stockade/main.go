@@ -22,7 +22,9 @@ func main() {
 	if jail.IsChild() {
 		jail.ChildMain()
 	}
-	os.Exit(realMain(os.Args, os.Stdin, os.Stdout, os.Stderr))
+	code := realMain(os.Args, os.Stdin, os.Stdout, os.Stderr)
+	restoreCgroup(os.Stderr)
+	os.Exit(code)
 }
 
 // exitError carries the process exit status out of a command's action.
