@@ -318,13 +318,7 @@ func (sv *supervision) result(res *Result, end *ending) error {
 		return setupError("supervise", sv.badMsg)
 	}
 	res.BlockedSyscalls = blockedOf(sv.filter)
-	from := sv.begin
-	if !sv.clock.IsZero() {
-		from = sv.clock
-	} else if !sv.started.IsZero() {
-		from = sv.started
-	}
-	res.WallMs = ms(sv.end.Sub(from))
+	res.WallMs = ms(wallTime(sv.begin, sv.started, sv.clock, sv.end))
 	switch {
 	case sv.cpuOver:
 		// A CPU-time limit is a time limit: the same status as a timeout.
@@ -372,3 +366,18 @@ func (sv *supervision) result(res *Result, end *ending) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// wallTime is how long the run took: from the run's clock (Start), or, when
+// there was none, from the payload's start, or else init's launch. A cold
+// payload that ends before Start has even begun its clock (doctor's
+// trivial run does) is timed from its own start, never negatively.
+func wallTime(begin, started, clock, end time.Time) time.Duration {
+	switch {
+	case !clock.IsZero() && !clock.After(end):
+		return end.Sub(clock)
+	case !started.IsZero() && !started.After(end):
+		return end.Sub(started)
+	default:
+		return end.Sub(begin)
+	}
+}
