@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -185,12 +186,22 @@ func NormalizeName(s string) (string, error) {
 			return "", fmt.Errorf("host name %q: byte %q is not allowed in a DNS name", s, c)
 		}
 	}
+	if !utf8.ValidString(s) {
+		// IDNA maps invalid UTF-8 to U+FFFD and encodes that: the name
+		// would match a rule the caller never wrote.
+		return "", fmt.Errorf("host name %q: not valid UTF-8", s)
+	}
 	s = strings.TrimSuffix(s, ".")
 	a, err := lookup.ToASCII(s)
 	if err != nil {
 		return "", fmt.Errorf("host name %q: %v", s, err)
 	}
 	a = strings.ToLower(a)
+	if again, err := lookup.ToASCII(a); err != nil || again != a {
+		// Only a name that is its own normal form is compared with the
+		// rules: anything else is refused rather than guessed at.
+		return "", fmt.Errorf("host name %q: its IDNA form %q is not a valid name", s, a)
+	}
 	if len(a) == 0 || len(a) > 253 {
 		return "", fmt.Errorf("host name %q: not 1 to 253 bytes long", s)
 	}

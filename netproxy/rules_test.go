@@ -156,7 +156,7 @@ func TestAllowPrivateNeverOpensLoopbackOrMetadata(t *testing.T) {
 }
 
 func FuzzNormalizeName(f *testing.F) {
-	for _, s := range []string{"pypi.org", "Bücher.example.", "a\x00b", "x%41.com", "[::1]", "1.2.3.4"} {
+	for _, s := range []string{"pypi.org", "Bücher.example.", "a\x00b", "x%41.com", "[::1]", "1.2.3.4", "\xff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
