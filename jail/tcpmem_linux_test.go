@@ -42,9 +42,12 @@ func TestAttackTCPBuffersBeyondMemoryLimit(t *testing.T) {
 	s.Cgroup.MemoryMax = limit
 	s.Timeout = 60 * time.Second
 	r := mustRun(t, s)
-	if r.Verdict == VerdictMemory && r.PeakMemoryBytes <= limit {
+	if r.Verdict == VerdictMemory && r.PeakMemoryBytes <= limit+1<<20 {
 		// v2 charges socket buffers to memory.current: the limit holds
-		// them, and the next allocation past it is an OOM kill.
+		// them, and the next allocation past it is an OOM kill. The
+		// network stack may force-charge a few pages past memory.max
+		// before that kill (seen in the VM: 40 KiB over 64 MiB), so the
+		// peak may pass the limit by that much, never by hundreds of MiB.
 		t.Logf("the memory limit ended the run at a peak of %d MiB", r.PeakMemoryBytes>>20)
 		return
 	}
