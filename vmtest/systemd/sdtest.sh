@@ -54,7 +54,7 @@ fi
 # 2. the timer fires the job.
 rm -f /var/lib/agent/agent-job.json
 systemctl start agent-job.timer
-if wait_file /var/lib/agent/agent-job.json 60 && [ "$(field /var/lib/agent/agent-job.json verdict)" = ok ]; then
+if wait_file /var/lib/agent/agent-job.json 180 && [ "$(field /var/lib/agent/agent-job.json verdict)" = ok ]; then
 	ok "agent-job.timer fired the job (verdict ok)"
 else
 	bad "agent-job.timer: $(systemctl status agent-job.timer --no-pager | tail -3)"
