@@ -139,7 +139,7 @@ func (s *testServer) stop() {
 		s.t.Errorf("socket %s left after shutdown: %v", s.sock, err)
 	}
 	if left := leftovers(s.cmd.Process.Pid); len(left) > 0 {
-		s.t.Errorf("left behind by the server: %v", left)
+		s.t.Errorf("left behind by the server: %v\nits log:\n%s", left, s.logString())
 	}
 }
 
