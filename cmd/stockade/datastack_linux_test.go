@@ -44,10 +44,23 @@ func runJSON(t *testing.T, args ...string) jail.Result {
 	if len(r.BlockedSyscalls) != 0 {
 		t.Errorf("refused calls: %+v", r.BlockedSyscalls)
 	}
-	if r.Stderr != "" || errs != "" {
+	if errs = ofThisRun(errs); r.Stderr != "" || errs != "" {
 		t.Errorf("stderr not clean:\n%s%s", r.Stderr, errs)
 	}
 	return r
+}
+
+// ofThisRun drops what stockade said of other runs: the notice that it
+// swept a dead stockade's leftovers is right whenever another test (or
+// another engineer's) killed one, and says nothing of this run.
+func ofThisRun(errs string) string {
+	var keep []string
+	for _, l := range strings.SplitAfter(errs, "\n") {
+		if !strings.HasPrefix(l, "stockade: removed the leftovers of a stockade that died") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "")
 }
 
 func tail(s string, n int) string {
@@ -266,7 +279,7 @@ func TestDataLibrarySuitesPassAsOutside(t *testing.T) {
 			if len(r.BlockedSyscalls) != 0 {
 				t.Errorf("refused calls: %+v", r.BlockedSyscalls)
 			}
-			if errs != "" {
+			if errs = ofThisRun(errs); errs != "" {
 				t.Errorf("stockade said: %s", errs)
 			}
 		})
