@@ -29,15 +29,56 @@ func startInLockDir(t *testing.T, lockDir, marker string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := runEntries(t)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		// SIGTERM, not SIGKILL: a SIGKILLed stockade leaves its run
+		// directory and cgroups for the next sweep of its lock directory,
+		// and this one is the test's own, gone with it, so nothing would
+		// ever sweep them; the host would keep them for good, named with a
+		// pid some later stockade gets again.
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Errorf("stockade %d did not end within 30s of SIGTERM", cmd.Process.Pid)
+		}
+		mark := fmt.Sprintf("-%d-", cmd.Process.Pid)
+		for e := range runEntries(t) {
+			if !before[e] && strings.Contains(filepath.Base(e), mark) {
+				t.Errorf("stockade %d left %s behind", cmd.Process.Pid, e)
+			}
+		}
+	})
 	line, _ := bufio.NewReader(out).ReadString('\n')
 	if line != "up\n" {
 		t.Fatalf("the jail did not come up: %q", line)
 	}
 	return cmd
+}
+
+// runEntries lists the run directories and the cgroups in this process's
+// own cgroup directories, where the stockades it starts make their runs'.
+func runEntries(t *testing.T) map[string]bool {
+	t.Helper()
+	dirs := []string{jail.RunBase()}
+	for _, d := range ownCgroupDirs(t) {
+		dirs = append(dirs, d)
+	}
+	all := map[string]bool{}
+	for _, d := range dirs {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			all[filepath.Join(d, e.Name())] = true
+		}
+	}
+	return all
 }
 
 // hostUIDOf is the host uid of the jailed python3 whose arguments carry
