@@ -43,6 +43,7 @@ type testServer struct {
 	log    *bytes.Buffer
 	hc     *http.Client
 	exited chan struct{}
+	before map[string]bool // run directories and cgroups there before it started
 }
 
 // socketDir is a directory other users can traverse, for the tests that
@@ -70,7 +71,7 @@ func startServer(t *testing.T, args ...string) *testServer {
 
 func startServerAt(t *testing.T, bin, sock string, args ...string) *testServer {
 	t.Helper()
-	s := &testServer{t: t, sock: sock, log: &bytes.Buffer{}, exited: make(chan struct{})}
+	s := &testServer{t: t, sock: sock, log: &bytes.Buffer{}, exited: make(chan struct{}), before: entrySet()}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--socket", sock}, args...)...)
 	s.cmd.Stderr = &lockedWriter{w: s.log}
 	if err := s.cmd.Start(); err != nil {
@@ -138,7 +139,7 @@ func (s *testServer) stop() {
 	if _, err := os.Lstat(s.sock); !os.IsNotExist(err) {
 		s.t.Errorf("socket %s left after shutdown: %v", s.sock, err)
 	}
-	if left := leftovers(s.cmd.Process.Pid); len(left) > 0 {
+	if left := leftovers(s.cmd.Process.Pid, s.before); len(left) > 0 {
 		s.t.Errorf("left behind by the server: %v\nits log:\n%s", left, s.logString())
 	}
 }
@@ -201,39 +202,65 @@ func (s *testServer) run(req RunRequest) *RunResponse {
 
 func code(s string) *string { return &s }
 
-// leftovers lists the run directories and cgroups of runs that process
-// pid made (their names carry it), and its jails' processes.
-func leftovers(pid int) []string {
-	var left []string
-	mark := "-" + strconv.Itoa(pid) + "-"
+// stockadeEntries lists every run directory and stockade cgroup where
+// leftovers looks, whoever made them.
+func stockadeEntries() []string {
+	var all []string
 	ents, _ := os.ReadDir(jail.RunBase())
 	for _, e := range ents {
-		if strings.Contains(e.Name(), mark) {
-			left = append(left, "run dir "+e.Name())
+		if strings.HasPrefix(e.Name(), "r") {
+			all = append(all, "run dir "+e.Name())
 		}
 	}
 	f, err := os.Open("/proc/self/cgroup")
-	if err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			parts := strings.SplitN(sc.Text(), ":", 3)
-			if len(parts) != 3 || strings.HasPrefix(parts[1], "name=") {
-				continue
-			}
-			mnt := "/sys/fs/cgroup"
-			if parts[1] != "" {
-				mnt = "/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0]
-			}
-			dir := filepath.Join(mnt, parts[2])
-			for _, d := range []string{dir, filepath.Dir(dir)} {
-				ents, _ := os.ReadDir(d)
-				for _, e := range ents {
-					if e.IsDir() && strings.HasPrefix(e.Name(), "stockade") && strings.Contains(e.Name(), mark) {
-						left = append(left, "cgroup "+filepath.Join(d, e.Name()))
-					}
+	if err != nil {
+		return all
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 || strings.HasPrefix(parts[1], "name=") {
+			continue
+		}
+		mnt := "/sys/fs/cgroup"
+		if parts[1] != "" {
+			mnt = "/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0]
+		}
+		dir := filepath.Join(mnt, parts[2])
+		for _, d := range []string{dir, filepath.Dir(dir)} {
+			ents, _ := os.ReadDir(d)
+			for _, e := range ents {
+				if e.IsDir() && strings.HasPrefix(e.Name(), "stockade") {
+					all = append(all, "cgroup "+filepath.Join(d, e.Name()))
 				}
 			}
+		}
+	}
+	return all
+}
+
+// entrySet is stockadeEntries as a set.
+func entrySet() map[string]bool {
+	set := map[string]bool{}
+	for _, e := range stockadeEntries() {
+		set[e] = true
+	}
+	return set
+}
+
+// leftovers lists the run directories and cgroups of runs that process
+// pid made (their names carry it) and that were not there before it
+// started (before, from entrySet), and its jails' processes. Pids are
+// reused: a run directory or cgroup named with this pid that predates the
+// process is another's, such as one of a stockade SIGKILLed long ago from
+// a lock directory of its own, which no sweep ever finds.
+func leftovers(pid int, before map[string]bool) []string {
+	var left []string
+	mark := "-" + strconv.Itoa(pid) + "-"
+	for _, e := range stockadeEntries() {
+		if strings.Contains(e, mark) && !before[e] {
+			left = append(left, e)
 		}
 	}
 	for _, p := range childrenOf(pid) {

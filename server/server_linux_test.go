@@ -481,12 +481,12 @@ func TestServeKill9LeavesNothingAfterNextStart(t *testing.T) {
 	pid := a.cmd.Process.Pid
 	a.cmd.Process.Kill()
 	<-a.exited
-	if len(leftovers(pid)) == 0 {
+	if len(leftovers(pid, a.before)) == 0 {
 		t.Log("nothing left right after the kill (the test then proves little)")
 	}
 	b := startServerAt(t, bin, sock, "--pool", "2")
-	eventually(t, "the killed server's leftovers swept", func() bool { return len(leftovers(pid)) == 0 })
-	if left := leftovers(pid); len(left) > 0 {
+	eventually(t, "the killed server's leftovers swept", func() bool { return len(leftovers(pid, a.before)) == 0 })
+	if left := leftovers(pid, a.before); len(left) > 0 {
 		t.Errorf("after the next start: %v", left)
 	}
 	if r := b.run(RunRequest{Code: code("print(1)")}); r.Verdict != "ok" {
