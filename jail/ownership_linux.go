@@ -138,6 +138,53 @@ func hostIDFor(n int) int {
 	return HostID + 1 + n
 }
 
+// Sweep removes what dead runs left behind, as every run's start does:
+// the cgroups and run directories recorded in the run lock slots of
+// stockades that are gone, and those a run of this process gave up on
+// when its Close could not remove them (Close's error said so). A
+// long-lived caller (stockade serve) calls it before it exits, when a
+// Close failed, rather than leave them to the next stockade's start. The
+// error lists what is still there of this process's runs; what another's
+// sweep could not remove is a notice, as at a run's start.
+func Sweep(notices io.Writer) error {
+	mine := fmt.Sprintf("-%d-", os.Getpid())
+	var own []error
+	clean := func(s runlock.Stale) error {
+		err := removeLeftovers(s, notices)
+		if err != nil && ranHere(s, mine) {
+			own = append(own, err)
+		}
+		return err
+	}
+	notice := func(err error) {
+		for _, o := range own {
+			if errors.Is(err, o) {
+				return // returned, not told each time round
+			}
+		}
+		if notices != nil {
+			fmt.Fprintf(notices, "stockade: %v\n", err)
+		}
+	}
+	if err := runlock.Sweep(runlock.DefaultDir(), clean, notice); err != nil {
+		return err
+	}
+	return errors.Join(own...)
+}
+
+// ranHere reports whether a slot's record names a run directory made by
+// this process (named r<slot>-<pid>-<random>, see newRunDir). A dead
+// stockade's run with the same pid would be matched too; such a run is
+// long gone, and its leftovers are as much to remove.
+func ranHere(s runlock.Stale, mine string) bool {
+	for _, e := range s.Entries {
+		if e.Kind == recordRunDir && strings.Contains(filepath.Base(e.Path), mine) {
+			return true
+		}
+	}
+	return false
+}
+
 // removeLeftovers kills and removes what a dead stockade's slot recorded:
 // its cgroup first (whose processes could still be writing), then its run
 // directory with the /work data.

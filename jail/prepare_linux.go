@@ -106,7 +106,9 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 
 // Close kills the jail if it never started, and removes everything it
 // held on the host: processes, cgroup, run directory, pipes, its run lock.
-// It is safe to call more than once.
+// It is safe to call more than once. An error names a cgroup or run
+// directory it could not remove; that stays recorded, for Sweep or the
+// next run's start to remove.
 func (p *Prepared) Close() error {
 	if p.closed {
 		return nil
@@ -127,29 +129,36 @@ func (p *Prepared) Close() error {
 	if p.net != nil {
 		p.net.close()
 	}
+	// Never silent: a cgroup left behind holds the parent's controllers, a
+	// run directory the host's disk. Either stays recorded in the run's
+	// lock slot for a sweep (Sweep, or the next run's start).
+	var cgErr, dirErr error
 	if p.cg != nil {
 		// A no-op once finish has removed it.
-		if err := p.cg.close(p.st.Notices); err != nil && p.own != nil {
-			p.own.leftovers = true
+		if cgErr = p.cg.close(p.st.Notices); cgErr != nil {
+			p.leftover(cgErr)
 		}
 	}
 	for _, f := range p.files {
 		f.Close()
 	}
-	var err error
 	if p.dir != nil {
-		// Never silent: a run directory left behind is the host's disk.
-		if err = p.dir.remove(); err != nil {
-			if p.own != nil {
-				p.own.leftovers = true
-			}
-			if p.st.Notices != nil {
-				fmt.Fprintf(p.st.Notices, "stockade: %v\n", err)
-			}
+		if dirErr = p.dir.remove(); dirErr != nil {
+			p.leftover(dirErr)
 		}
 	}
 	if p.own != nil {
 		p.own.release(p.st.Notices)
 	}
-	return err
+	return errors.Join(cgErr, dirErr)
+}
+
+// leftover notes something of the run that Close could not remove.
+func (p *Prepared) leftover(err error) {
+	if p.own != nil {
+		p.own.leftovers = true
+	}
+	if p.st.Notices != nil {
+		fmt.Fprintf(p.st.Notices, "stockade: %v\n", err)
+	}
 }

@@ -80,6 +80,21 @@ func Acquire(dir string, clean func(Stale) error, notice func(error)) (*Lock, er
 	return take(dir, taken)
 }
 
+// Sweep cleans every stale slot in dir, as Acquire does, without taking
+// one: for a stockade that gave up a slot's record (Abandon) when it could
+// not remove what it lists, and tries again before it exits. Errors go to
+// notice, as Acquire's do; a missing dir holds nothing to sweep.
+func Sweep(dir string, clean func(Stale) error, notice func(error)) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := ensureDir(dir); err != nil {
+		return err
+	}
+	_, err := sweep(dir, clean, notice)
+	return err
+}
+
 // sweep cleans every stale slot in dir and returns the slots that are live
 // (or were, a moment ago).
 func sweep(dir string, clean func(Stale) error, notice func(error)) (map[int]bool, error) {
