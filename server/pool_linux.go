@@ -19,11 +19,14 @@ type ready struct {
 	pids  int64
 }
 
-// close destroys the jail and gives back its share of the budget.
-func (r *ready) close(b *budget) {
+// close destroys the jail and gives back its share of the budget. The
+// error names a cgroup or run directory it could not remove (still
+// recorded in the jail's run lock slot, for jail.Sweep).
+func (r *ready) close(b *budget) error {
 	r.stdin.Close()
-	r.p.Close()
+	err := r.p.Close()
 	b.give(r.mem, r.pids)
+	return err
 }
 
 // prepareJail makes one jail that waits for its job on stdin. The caller
@@ -52,6 +55,7 @@ type pool struct {
 	target int
 	budget *budget
 	logf   func(format string, a ...any)
+	failed func(error) // a close left something behind
 
 	mu        sync.Mutex
 	ready     []*ready
@@ -59,6 +63,12 @@ type pool struct {
 	stats     PoolStats
 	wake      chan struct{}
 	done      chan struct{}
+	// closing counts the discarded jails take is closing in the
+	// background; drain waits for them, or Serve could return (and the
+	// process exit) halfway through a close, leaving its cgroup or run
+	// directory behind. Added to under mu only, while the pool still
+	// has jails: none after drain has emptied it.
+	closing sync.WaitGroup
 }
 
 // PoolStats is what GET /v1/health reports of one profile's pool.
@@ -73,8 +83,8 @@ type PoolStats struct {
 	Evicted     int `json:"evicted"`      // given up to make room in the budget
 }
 
-func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any)) *pool {
-	return &pool{name: name, spec: spec, target: target, budget: b, logf: logf,
+func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any), failed func(error)) *pool {
+	return &pool{name: name, spec: spec, target: target, budget: b, logf: logf, failed: failed,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -144,7 +154,13 @@ func (p *pool) take() *ready {
 		case <-r.p.Done():
 			p.stats.DiedWaiting++
 			p.logf("pool %s: discarded a jail that ended while waiting (made %v ago)", p.name, time.Since(r.made).Round(time.Millisecond))
-			go r.close(p.budget)
+			// Not on the request's time: a dead jail's close can wait for
+			// its cgroup to empty.
+			p.closing.Add(1)
+			go func() {
+				defer p.closing.Done()
+				p.close(r)
+			}()
 			continue
 		default:
 		}
@@ -166,17 +182,25 @@ func (p *pool) evict() bool {
 	p.ready = p.ready[:len(p.ready)-1]
 	p.stats.Evicted++
 	p.mu.Unlock()
-	r.close(p.budget)
+	p.close(r)
 	return true
 }
 
+// drain closes every waiting jail and waits for the closes take started.
 func (p *pool) drain() {
 	p.mu.Lock()
 	rs := p.ready
 	p.ready = nil
 	p.mu.Unlock()
 	for _, r := range rs {
-		r.close(p.budget)
+		p.close(r)
+	}
+	p.closing.Wait()
+}
+
+func (p *pool) close(r *ready) {
+	if err := r.close(p.budget); err != nil {
+		p.failed(err)
 	}
 }
 

@@ -23,7 +23,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, &apiError{Status: 405, Msg: "POST /v1/run"})
 		return
 	}
-	s.inflight.Add(1)
+	if !s.admit() {
+		retryAfter(w, time.Second)
+		s.writeError(w, &apiError{Status: 503, Msg: "shutting down: no new runs"})
+		return
+	}
 	defer s.inflight.Done()
 	caller, e := s.admitPeer(r)
 	if e != nil {
@@ -153,7 +157,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	// the files are read, not after the caller has taken the response.
 	release := func() {
 		if jl != nil {
-			jl.close(s.budget)
+			if err := jl.close(s.budget); err != nil {
+				s.closeFailed(err)
+			}
 			jl = nil
 		}
 	}

@@ -98,8 +98,71 @@ type Server struct {
 	gate     *gate
 	budget   *budget
 	audit    *auditLog
-	inflight sync.WaitGroup
 	logMu    sync.Mutex
+
+	// Requests that may use a jail. A WaitGroup alone cannot tell
+	// shutdown about a handler that net/http started just as the server
+	// closed (a connection whose request had just been read): its Add
+	// could come after Wait returned, and it would take a jail from a
+	// drained pool or make one while the process exits. So Adds are made
+	// under runMu and only until closing is set.
+	runMu    sync.Mutex
+	closing  bool
+	inflight sync.WaitGroup
+}
+
+// closeFailed reports a jail's close that left something behind. The
+// jail's run lock slot keeps the record; the next jail's start (any
+// stockade's) sweeps it, and Serve does before it returns.
+func (s *Server) closeFailed(err error) {
+	s.logf("a jail's close left something behind, to be removed again: %v", err)
+}
+
+// sweepTimeout bounds how long shutdown keeps trying to remove what
+// jails' closes could not. A cgroup's removal waits for its last tasks to
+// finish exiting, which the kernel may take a while over on a busy host
+// (cgroup.Delete itself gives it 2 s).
+const sweepTimeout = 10 * time.Second
+
+// sweep removes, before Serve returns, what jails' closes left behind
+// (a failed set-up's close too, which only the jail's notices tell of),
+// trying again for up to sweepTimeout.
+func (s *Server) sweep() error {
+	err := jail.Sweep(s.cfg.Notices)
+	if err == nil {
+		return nil
+	}
+	s.logf("removing what jails' closes left behind, for up to %v: %v", sweepTimeout, err)
+	deadline := time.Now().Add(sweepTimeout)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		if time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		if err = jail.Sweep(s.cfg.Notices); err == nil {
+			return nil
+		}
+	}
+}
+
+// admit counts a request that may use a jail, unless shutdown began.
+func (s *Server) admit() bool {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// stopAdmitting refuses the requests to come and waits for the admitted
+// ones to end.
+func (s *Server) stopAdmitting() {
+	s.runMu.Lock()
+	s.closing = true
+	s.runMu.Unlock()
+	s.inflight.Wait()
 }
 
 // New checks the configuration; Serve starts the pools and the server.
@@ -135,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serve: profile %s given twice", p.Name)
 		}
 		s.profiles[p.Name] = spec
-		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf)
+		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.closeFailed)
 	}
 	return s, nil
 }
@@ -241,12 +304,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		hs.Close()
 	}
 	cancel()
-	s.inflight.Wait()
+	// hs.Close does not wait for handlers, and neither call waits for a
+	// handler started as the server closed.
+	s.stopAdmitting()
 	stopPools()
 	for _, p := range s.pools {
 		<-p.done
 	}
-	s.logf("stopped: every jail, cgroup and run directory removed")
+	if serr := s.sweep(); serr != nil {
+		s.logf("stopped, leaving behind what could not be removed in %v (recorded in its run lock slot; the next stockade's start removes it): %v", sweepTimeout, serr)
+	} else {
+		s.logf("stopped: every jail, cgroup and run directory removed")
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/mplcache"
 )
 
@@ -662,5 +663,91 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 	if left := processesWith(mark); len(left) > 0 {
 		t.Errorf("jail processes after shutdown: %v", left)
+	}
+}
+
+// A jail that died while waiting is closed in the background when a
+// request finds it, and SIGTERM may come before that close is done: Serve
+// must still return only once every jail, cgroup and run directory is
+// gone (stop checks). The dead jail's run directory is given many files,
+// so that its removal takes a while; and the budget holds one jail, so
+// the request, which cannot get room while the discarded jail holds its
+// share, is refused at once, and SIGTERM comes during that close.
+func TestServeShutdownWaitsForDiscardedJail(t *testing.T) {
+	s := startServer(t, "--pool", "1", "--budget-memory", "512M", "--queue-wait", "1ms")
+	var waiting []string
+	eventually(t, "one waiting interpreter", func() bool {
+		waiting = descendantsWith(s.cmd.Process.Pid, "_stockade_header")
+		return len(waiting) == 1
+	})
+	if len(waiting) != 1 {
+		t.Fatalf("want one waiting interpreter, found %v", waiting)
+	}
+	pid, _ := strconv.Atoi(waiting[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the jail's init reaped", func() bool { return len(childrenOf(s.cmd.Process.Pid)) == 0 })
+	dirs := leftovers(s.cmd.Process.Pid, s.before)
+	if len(dirs) == 0 || !strings.HasPrefix(dirs[0], "run dir ") {
+		t.Fatalf("the dead jail's run directory not found: %v", dirs)
+	}
+	junk := filepath.Join(jail.RunBase(), strings.TrimPrefix(dirs[0], "run dir "), "junk")
+	if err := os.Mkdir(junk, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5000 {
+		if err := os.WriteFile(filepath.Join(junk, strconv.Itoa(i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status, _, body := s.post(RunRequest{Code: code("print(1)")})
+	s.stop()
+	if status != 503 {
+		t.Errorf("the request got %d %s, want 503: the discarded jail's close was over before SIGTERM, and this test proved nothing", status, body)
+	}
+	if !strings.Contains(s.logString(), "ended while waiting") {
+		t.Errorf("the dead jail was not discarded:\n%s", s.logString())
+	}
+}
+
+// A jail's close that cannot remove everything (here a mount pins its run
+// directory, as a kernel slow to let go of a cgroup would pin that) is
+// logged, and shutdown tries again until it can: Serve returns with
+// nothing left (stop checks), and says what it did.
+func TestServeShutdownRetriesWhatACloseLeft(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	dirs := leftovers(s.cmd.Process.Pid, s.before)
+	if len(dirs) == 0 || !strings.HasPrefix(dirs[0], "run dir ") {
+		t.Fatalf("the waiting jail's run directory not found: %v", dirs)
+	}
+	pin := filepath.Join(jail.RunBase(), strings.TrimPrefix(dirs[0], "run dir "), "pin")
+	if err := os.Mkdir(pin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("stockade-test-pin", pin, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	pinned := true
+	t.Cleanup(func() {
+		if pinned {
+			syscall.Unmount(pin, syscall.MNT_DETACH)
+		}
+	})
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, "the failed close logged", func() bool { return strings.Contains(s.logString(), "left something behind") })
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-s.exited:
+		t.Fatalf("the server exited with its jail's run directory still there:\n%s", s.logString())
+	default:
+	}
+	if err := syscall.Unmount(pin, 0); err != nil {
+		t.Fatal(err)
+	}
+	pinned = false
+	s.stop()
+	if log := s.logString(); !strings.Contains(log, "removing what jails' closes left behind, for up to") || !strings.Contains(log, "stopped: every jail, cgroup and run directory removed") {
+		t.Errorf("the retry is not in the log:\n%s", log)
 	}
 }
