@@ -751,3 +751,32 @@ func TestServeShutdownRetriesWhatACloseLeft(t *testing.T) {
 		t.Errorf("the retry is not in the log:\n%s", log)
 	}
 }
+
+// leftovers blames a server only for what appeared after it started: pids
+// are reused, and a run directory named with this pid that was there
+// before (CI once had one from a stockade SIGKILLed long before, from a
+// lock directory of its own that no sweep reads) is another's.
+func TestLeftoversIgnoreWhatPredatesTheServer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("plants a directory in root's run base")
+	}
+	if err := os.MkdirAll(jail.RunBase(), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	pid := os.Getpid()
+	old := filepath.Join(jail.RunBase(), fmt.Sprintf("r99-%d-predates", pid))
+	if err := os.Mkdir(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(old) })
+	before := entrySet()
+	fresh := filepath.Join(jail.RunBase(), fmt.Sprintf("r98-%d-fresh", pid))
+	if err := os.Mkdir(fresh, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(fresh) })
+	left := strings.Join(leftovers(pid, before), " ")
+	if strings.Contains(left, filepath.Base(old)) || !strings.Contains(left, filepath.Base(fresh)) {
+		t.Errorf("leftovers: %s; want %s and not %s", left, filepath.Base(fresh), filepath.Base(old))
+	}
+}
