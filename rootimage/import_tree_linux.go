@@ -137,6 +137,33 @@ func (t *tree) mkdir(rel string, mode uint32) error {
 
 // create writes a regular file at rel from r, replacing what is there.
 func (t *tree) create(rel string, r io.Reader, mode uint32, mtime time.Time) error {
+	return t.replace(rel, func(pfd int, base string) error {
+		fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fmt.Errorf("create %s: %w", rel, err)
+		}
+		f := os.NewFile(uintptr(fd), rel)
+		defer f.Close()
+		if _, err := io.Copy(f, r); err != nil {
+			return fmt.Errorf("write %s: %w", rel, err)
+		}
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return fmt.Errorf("chmod %s: %w", rel, err)
+		}
+		// Keep mtimes: CPython checks a .pyc against its source's mtime, and a
+		// read-only root cannot rewrite stale ones.
+		tv := unix.NsecToTimeval(mtime.UnixNano())
+		if err := unix.Futimes(fd, []unix.Timeval{tv, tv}); err != nil {
+			return fmt.Errorf("set times of %s: %w", rel, err)
+		}
+		return f.Close()
+	})
+}
+
+// replace removes what is at rel, if anything, and calls mk with rel's
+// parent directory (opened beneath the tree, made if missing) and the name
+// to make in it.
+func (t *tree) replace(rel string, mk func(pfd int, base string) error) error {
 	pfd, base, err := t.parent(rel, true)
 	if err != nil {
 		return err
@@ -145,43 +172,19 @@ func (t *tree) create(rel string, r io.Reader, mode uint32, mtime time.Time) err
 	if err := t.removeAt(pfd, base, rel); err != nil {
 		return err
 	}
-	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", rel, err)
-	}
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
-	if _, err := io.Copy(f, r); err != nil {
-		return fmt.Errorf("write %s: %w", rel, err)
-	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return fmt.Errorf("chmod %s: %w", rel, err)
-	}
-	// Keep mtimes: CPython checks a .pyc against its source's mtime, and a
-	// read-only root cannot rewrite stale ones.
-	tv := unix.NsecToTimeval(mtime.UnixNano())
-	if err := unix.Futimes(fd, []unix.Timeval{tv, tv}); err != nil {
-		return fmt.Errorf("set times of %s: %w", rel, err)
-	}
-	return f.Close()
+	return mk(pfd, base)
 }
 
 // symlink makes rel a symlink to target, replacing what is there. The
 // target is data, not followed here: inside the jail it resolves against
 // the jail's own root.
 func (t *tree) symlink(rel, target string) error {
-	pfd, base, err := t.parent(rel, true)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	if err := t.removeAt(pfd, base, rel); err != nil {
-		return err
-	}
-	if err := unix.Symlinkat(target, pfd, base); err != nil {
-		return fmt.Errorf("symlink %s: %w", rel, err)
-	}
-	return nil
+	return t.replace(rel, func(pfd int, base string) error {
+		if err := unix.Symlinkat(target, pfd, base); err != nil {
+			return fmt.Errorf("symlink %s: %w", rel, err)
+		}
+		return nil
+	})
 }
 
 // link makes rel a hardlink to target, both inside the tree. linkat without
@@ -192,18 +195,12 @@ func (t *tree) link(rel, target string) error {
 		return fmt.Errorf("hardlink target %s: %w", target, err)
 	}
 	defer unix.Close(tfd)
-	pfd, base, err := t.parent(rel, true)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	if err := t.removeAt(pfd, base, rel); err != nil {
-		return err
-	}
-	if err := unix.Linkat(tfd, tbase, pfd, base, 0); err != nil {
-		return fmt.Errorf("hardlink %s to %s: %w", rel, target, err)
-	}
-	return nil
+	return t.replace(rel, func(pfd int, base string) error {
+		if err := unix.Linkat(tfd, tbase, pfd, base, 0); err != nil {
+			return fmt.Errorf("hardlink %s to %s: %w", rel, target, err)
+		}
+		return nil
+	})
 }
 
 // remove deletes rel and all below it, if it is there. A parent that does
