@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/stockade/stockade/runlock"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,31 +74,12 @@ func newFallback() (string, error) {
 // ensureBase makes base and the directory above it, 0711, and checks that
 // both are ours and not writable by others: a directory planted by another
 // user could redirect a run's directory. The jail user must be able to
-// search them: init reaches the run directory as that user. Above that it makes what is
-// missing as any directory would be (a bare system without /run), not
-// trusting it.
+// search them: init reaches the run directory as that user, and the lock
+// directory's parent may have been made 0700 first (/run/stockade holds
+// both), hence the search bits added where missing.
 func ensureBase(base string) error {
-	if err := os.MkdirAll(filepath.Dir(filepath.Dir(base)), 0o755); err != nil {
+	if err := runlock.EnsureOwnedDir(base, 0o711, 0o011); err != nil {
 		return fmt.Errorf("run directory base %s: %w", base, err)
-	}
-	for _, d := range []string{filepath.Dir(base), base} {
-		if err := unix.Mkdir(d, 0o711); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("run directory base %s: %w", d, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(d, &st); err != nil {
-			return fmt.Errorf("run directory base %s: %w", d, err)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-			return fmt.Errorf("run directory base %s: not a directory owned by uid %d and writable only by it; remove it", d, os.Geteuid())
-		}
-		// The lock directory's parent may have been made 0700 first
-		// (/run/stockade holds both).
-		if st.Mode&0o011 != 0o011 {
-			if err := unix.Chmod(d, st.Mode&0o7777|0o011); err != nil {
-				return fmt.Errorf("run directory base %s: %w", d, err)
-			}
-		}
 	}
 	return nil
 }

@@ -250,21 +250,38 @@ func linkFD(fd int, path string) error {
 // real directory owned by us and writable by nobody else: its records name
 // paths that a sweep kills and removes, so nobody else may write them.
 func ensureDir(dir string) error {
-	// Above the two levels we own (a bare system without /run, a fresh
-	// XDG_RUNTIME_DIR): made as any directory would be, not trusted.
-	if err := os.MkdirAll(filepath.Dir(filepath.Dir(dir)), 0o755); err != nil {
+	if err := EnsureOwnedDir(dir, 0o700, 0); err != nil {
 		return fmt.Errorf("run locks: %w", err)
 	}
+	return nil
+}
+
+// EnsureOwnedDir makes dir and its parent with mode where they are missing
+// and checks that both are real directories owned by the effective uid and
+// writable by nobody else, adding the permission bits need where they lack
+// them. Those two levels are the caller's to trust: one planted by another
+// user could redirect or rewrite what the caller keeps in it. Above them it
+// makes what is missing as any directory would be (a bare system without
+// /run, a fresh XDG_RUNTIME_DIR), 0755, not trusting it.
+func EnsureOwnedDir(dir string, mode, need uint32) error {
+	if err := os.MkdirAll(filepath.Dir(filepath.Dir(dir)), 0o755); err != nil {
+		return err
+	}
 	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := unix.Mkdir(d, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("run locks: mkdir %s: %w", d, err)
+		if err := unix.Mkdir(d, mode); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("mkdir %s: %w", d, err)
 		}
 		var st unix.Stat_t
 		if err := unix.Lstat(d, &st); err != nil {
-			return fmt.Errorf("run locks: %s: %w", d, err)
+			return fmt.Errorf("lstat %s: %w", d, err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-			return fmt.Errorf("run locks: %s is not a directory owned by uid %d and writable only by it; remove it", d, os.Geteuid())
+			return fmt.Errorf("%s is not a directory owned by uid %d and writable only by it; remove it", d, os.Geteuid())
+		}
+		if st.Mode&need != need {
+			if err := unix.Chmod(d, st.Mode&0o7777|need); err != nil {
+				return fmt.Errorf("chmod %s: %w", d, err)
+			}
 		}
 	}
 	return nil
