@@ -48,9 +48,10 @@ var (
 	readmeServeCmd = regexp.MustCompile(`^stockade serve\s`)
 )
 
-// splitComment returns the command and its trailing "# ..." comment, a '#'
-// counting only outside quotes and after white space, as the shell reads it.
-func splitComment(s string) (string, string) {
+// shellScan reads s as the shell does and returns where its trailing
+// "# ..." comment starts (-1 if none; a '#' counts only outside quotes and
+// after white space) and the quote s ends inside (0 if none).
+func shellScan(s string) (comment int, open byte) {
 	var q byte
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -66,8 +67,16 @@ func splitComment(s string) (string, string) {
 		case c == '\\':
 			i++
 		case c == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t'):
-			return strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:])
+			return i, 0
 		}
+	}
+	return -1, q
+}
+
+// splitComment returns the command and its trailing "# ..." comment.
+func splitComment(s string) (string, string) {
+	if i, _ := shellScan(s); i >= 0 {
+		return strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:])
 	}
 	return strings.TrimSpace(s), ""
 }
@@ -75,24 +84,7 @@ func splitComment(s string) (string, string) {
 // openQuote says whether s ends inside a quoted string (a command that goes
 // on on the next line).
 func openQuote(s string) bool {
-	var q byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case q != 0:
-			if c == q {
-				q = 0
-			} else if c == '\\' && q == '"' {
-				i++
-			}
-		case c == '\'' || c == '"':
-			q = c
-		case c == '\\':
-			i++
-		case c == '#' && (i == 0 || s[i-1] == ' '):
-			return false
-		}
-	}
+	_, q := shellScan(s)
 	return q != 0
 }
 
