@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,52 +166,22 @@ func strs(v any) []string {
 // (in the other hierarchies ours is the root), removed after.
 func containerParent(t *testing.T, name string) string {
 	t.Helper()
-	own, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	memPath := ""
-	for _, line := range strings.Split(string(own), "\n") {
-		if f := strings.SplitN(line, ":", 3); len(f) == 3 && strings.Contains(","+f[1]+",", ",memory,") {
-			memPath = f[2]
-		}
-	}
-	if memPath == "" {
-		t.Skip("needs a cgroup v1 memory hierarchy")
-	}
-	rel := filepath.Join(memPath, name)
+	rel := filepath.Join(ownV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy"), name)
+	var hierarchies []string
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
-	var created []string
-	t.Cleanup(func() {
-		for i := len(created) - 1; i >= 0; i-- {
-			if err := os.Remove(created[i]); err != nil {
-				t.Errorf("remove %s: %v", created[i], err)
+	for _, e := range ents {
+		hierarchies = append(hierarchies, e.Name())
+	}
+	makeV1Cgroups(t, rel, hierarchies, func(hierarchy, dir string) {
+		if strings.HasPrefix(hierarchy, "cpuset") {
+			// A new cpuset is empty; a task cannot join it until it has
+			// cpus and mems.
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, _ := os.ReadFile(filepath.Join(filepath.Dir(dir), f))
+				os.WriteFile(filepath.Join(dir, f), v, 0o644)
 			}
 		}
 	})
-	for _, e := range ents {
-		mnt := filepath.Join("/sys/fs/cgroup", e.Name())
-		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
-			continue
-		}
-		cur := mnt
-		for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
-			cur = filepath.Join(cur, part)
-			if err := os.Mkdir(cur, 0o755); err == nil {
-				created = append(created, cur)
-				if strings.HasPrefix(e.Name(), "cpuset") {
-					// A new cpuset is empty; a task cannot join it until
-					// it has cpus and mems.
-					for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-						v, _ := os.ReadFile(filepath.Join(filepath.Dir(cur), f))
-						os.WriteFile(filepath.Join(cur, f), v, 0o644)
-					}
-				}
-			} else if !errors.Is(err, fs.ErrExist) {
-				t.Fatal(err)
-			}
-		}
-	}
 	return rel
 }
 
@@ -221,19 +189,8 @@ func containerParent(t *testing.T, name string) string {
 // and output.
 func runContainer(t *testing.T, runc, bundle, id string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(runc, "run", "--bundle", bundle, id)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	exec.Command(runc, "delete", "--force", id).Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
+	defer exec.Command(runc, "delete", "--force", id).Run()
+	return runExit(t, exec.Command(runc, "run", "--bundle", bundle, id))
 }
 
 // Each CI/Kubernetes container shape, started by real runtimes (runc, and

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,6 +54,23 @@ func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
 	defer in.Close()
 	var out, errb bytes.Buffer
 	code := realMain(append([]string{"stockade"}, args...), in, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// runExit runs cmd to its end and returns its exit status and output; a
+// command that could not be run or was killed by a signal fails the test.
+func runExit(t testing.TB, cmd *exec.Cmd) (int, string, string) {
+	t.Helper()
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
 	return code, out.String(), errb.String()
 }
 

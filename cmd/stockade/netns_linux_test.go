@@ -271,16 +271,7 @@ func (n *testNet) stockade(args ...string) (int, string, string) {
 	cmd := exec.Command("nsenter", append([]string{"--net=" + n.hostNS, os.Args[0]}, args...)...)
 	cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1", "STOCKADE_NET_HOSTS="+n.hostsFile,
 		"HTTPS_PROXY=", "https_proxy=")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		n.t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
+	return runExit(n.t, cmd)
 }
 
 // caArgs bind the test CA into the jail and point every client at it.

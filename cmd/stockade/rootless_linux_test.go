@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -56,17 +54,7 @@ func asUserEnv(t *testing.T, bin string, uid, gid int, env []string, args ...str
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8"}, env...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
+	return runExit(t, cmd)
 }
 
 // v1Delegation does what `stockade doctor` tells the admin for cgroup v1:
@@ -76,44 +64,9 @@ func asUserEnv(t *testing.T, bin string, uid, gid int, env []string, args ...str
 // --cgroup-parent path.
 func v1Delegation(t *testing.T, name string, uid, gid int) string {
 	t.Helper()
-	own, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	memPath := ""
-	for _, line := range strings.Split(string(own), "\n") {
-		if f := strings.SplitN(line, ":", 3); len(f) == 3 && strings.Contains(","+f[1]+",", ",memory,") {
-			memPath = f[2]
-		}
-	}
-	if memPath == "" {
-		t.Skip("needs a cgroup v1 memory hierarchy (the VM covers v2)")
-	}
-	rel := filepath.Join(memPath, "stockade-"+name)
-	var created []string
-	t.Cleanup(func() {
-		for i := len(created) - 1; i >= 0; i-- {
-			if err := os.Remove(created[i]); err != nil {
-				t.Errorf("remove the delegated cgroup: %v", err)
-			}
-		}
-	})
-	for _, c := range []string{"memory", "cpu", "cpuacct", "pids", "freezer"} {
-		mnt := filepath.Join("/sys/fs/cgroup", c)
-		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
-			continue
-		}
-		// Make each missing level, remembering what we made.
-		cur := mnt
-		for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
-			cur = filepath.Join(cur, part)
-			if err := os.Mkdir(cur, 0o755); err == nil {
-				created = append(created, cur)
-			} else if !errors.Is(err, fs.ErrExist) {
-				t.Fatal(err)
-			}
-		}
-		for _, p := range []string{cur, filepath.Join(cur, "cgroup.procs"), filepath.Join(cur, "tasks")} {
+	rel := filepath.Join(ownV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy (the VM covers v2)"), "stockade-"+name)
+	for _, dir := range makeV1Cgroups(t, rel, []string{"memory", "cpu", "cpuacct", "pids", "freezer"}, nil) {
+		for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs"), filepath.Join(dir, "tasks")} {
 			if err := os.Chown(p, uid, gid); err != nil {
 				t.Fatal(err)
 			}

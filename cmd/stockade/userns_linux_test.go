@@ -50,17 +50,7 @@ func containerCmd(bin string, uidMap, gidMap []syscall.SysProcIDMap, args ...str
 // in a user namespace has), like rootless podman or a CI runner.
 func inUserNamespace(t *testing.T, bin string, uidMap, gidMap []syscall.SysProcIDMap, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := containerCmd(bin, uidMap, gidMap, args...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
+	return runExit(t, containerCmd(bin, uidMap, gidMap, args...))
 }
 
 // jailIDs is what the jailed code reports about itself.
