@@ -3,7 +3,6 @@ package netproxy
 import (
 	"fmt"
 	"net/netip"
-	"strings"
 )
 
 // addrClass is a range of addresses a jail must not reach through its
@@ -76,21 +75,15 @@ type AddrPolicy struct {
 // --allow-private 169.254.169.254/32 learns it does nothing.
 func ParsePrivate(entries []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, e := range entries {
-		for _, s := range strings.Split(e, ",") {
-			s = strings.TrimSpace(s)
-			if s == "" {
-				continue
-			}
-			p, err := parsePrefix(s)
-			if err != nil {
-				return nil, fmt.Errorf("allow-private %q: want an address or CIDR: %v", s, err)
-			}
-			if c, ok := classOf(p.Addr()); ok && !c.private && c.prefix.Bits() <= p.Bits() {
-				return nil, fmt.Errorf("allow-private %q: %s is never reachable from a jail", s, c.reason)
-			}
-			out = append(out, p)
+	for _, s := range listItems(entries) {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("allow-private %q: want an address or CIDR: %v", s, err)
 		}
+		if c, ok := classOf(p.Addr()); ok && !c.private && c.prefix.Bits() <= p.Bits() {
+			return nil, fmt.Errorf("allow-private %q: %s is never reachable from a jail", s, c.reason)
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }

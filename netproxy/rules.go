@@ -34,20 +34,29 @@ type Rules []Rule
 // "[2001:db8::1]:443". Entries may also be comma-separated.
 func ParseRules(entries []string) (Rules, error) {
 	var rs Rules
-	for _, e := range entries {
-		for _, part := range strings.Split(e, ",") {
-			part = strings.TrimSpace(part)
-			if part == "" {
-				continue
-			}
-			r, err := ParseRule(part)
-			if err != nil {
-				return nil, err
-			}
-			rs = append(rs, r)
+	for _, part := range listItems(entries) {
+		r, err := ParseRule(part)
+		if err != nil {
+			return nil, err
 		}
+		rs = append(rs, r)
 	}
 	return rs, nil
+}
+
+// listItems splits entries as a flag given several times or a profile's
+// list gives them, each of which may also be comma-separated, into their
+// items, trimmed, skipping empty ones.
+func listItems(entries []string) []string {
+	var items []string
+	for _, e := range entries {
+		for _, s := range strings.Split(e, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				items = append(items, s)
+			}
+		}
+	}
+	return items
 }
 
 // ParseRule parses one allowlist entry.
