@@ -34,13 +34,26 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
+// sideBySide measures b.N times without a filter and under the python
+// policy, alternating so that both see the same load, and reports the
+// medians in unit and their ratio.
+func sideBySide(b *testing.B, unit string, measure func(policy string) float64) {
+	var off, on []float64
+	for i := 0; i < b.N; i++ {
+		off = append(off, measure("off"))
+		on = append(on, measure("python"))
+	}
+	b.ReportMetric(median(off), unit+"-unfiltered")
+	b.ReportMetric(median(on), unit+"-filtered")
+	b.ReportMetric(median(on)/median(off), "ratio")
+}
+
 // BenchmarkAllowedSyscalls runs the loop without a filter and under the
 // python policy, alternating, and reports the medians and their ratio.
 func BenchmarkAllowedSyscalls(b *testing.B) {
 	requirePython(b)
 	args := pythonArgs(b, syscallLoop)
-	var off, on []float64
-	measure := func(policy string) float64 {
+	sideBySide(b, "ns/round", func(policy string) float64 {
 		run := runHelper(b, "exec", policy, args)
 		if run.Err != nil {
 			b.Fatalf("%s: %v\n%s", policy, run.Err, run.Stderr)
@@ -50,14 +63,7 @@ func BenchmarkAllowedSyscalls(b *testing.B) {
 			b.Fatalf("%s: output %q", policy, run.Stdout)
 		}
 		return v
-	}
-	for i := 0; i < b.N; i++ {
-		off = append(off, measure("off"))
-		on = append(on, measure("python"))
-	}
-	b.ReportMetric(median(off), "ns/round-unfiltered")
-	b.ReportMetric(median(on), "ns/round-filtered")
-	b.ReportMetric(median(on)/median(off), "ratio")
+	})
 }
 
 // BenchmarkPythonStartup is the per-run cost: python3 -I -c pass forked from
@@ -65,22 +71,14 @@ func BenchmarkAllowedSyscalls(b *testing.B) {
 func BenchmarkPythonStartup(b *testing.B) {
 	requirePython(b)
 	args, _ := json.Marshal([]string{"-I", "-c", "pass"})
-	var off, on []float64
-	measure := func(policy string) float64 {
+	sideBySide(b, "µs/run", func(policy string) float64 {
 		start := time.Now()
 		run := runHelper(b, "exec", policy, string(args))
 		if run.Err != nil {
 			b.Fatalf("%s: %v\n%s", policy, run.Err, run.Stderr)
 		}
 		return float64(time.Since(start).Microseconds())
-	}
-	for i := 0; i < b.N; i++ {
-		off = append(off, measure("off"))
-		on = append(on, measure("python"))
-	}
-	b.ReportMetric(median(off), "µs/run-unfiltered")
-	b.ReportMetric(median(on), "µs/run-filtered")
-	b.ReportMetric(median(on)/median(off), "ratio")
+	})
 }
 
 func BenchmarkCompile(b *testing.B) {
