@@ -108,12 +108,12 @@ func undoLeaf(mnt mountEntry, parent string) (string, error) {
 	}
 	// Any other child is someone's: a stockade.* group of a run still
 	// going or crashed, or a group the unit made itself.
-	if others, err := childDirs(parent); err != nil {
+	if others, err := subdirs(parent); err != nil {
 		return "", err
 	} else if len(others) != 1 {
 		return "", nil
 	}
-	if kids, err := childDirs(leaf); err != nil || len(kids) != 0 {
+	if kids, err := subdirs(leaf); err != nil || len(kids) != 0 {
 		return "", err
 	}
 	pids, err := readPids(leaf)
@@ -189,19 +189,4 @@ func selfV2Dir(mnt mountEntry) (string, error) {
 		return "", errors.New("/proc/self/cgroup has no 0:: line")
 	}
 	return hostDir(mnt, pc.unified)
-}
-
-// childDirs lists the child cgroups of dir.
-func childDirs(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	return out, nil
 }
