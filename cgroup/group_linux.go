@@ -227,6 +227,33 @@ func (g *Group) procsLeft() ([]int, error) {
 	return slices.Compact(all), nil
 }
 
+// killFrozen kills what procs lists until it lists nothing: it freezes the
+// group around each listing so that nothing forks between the list and the
+// signals, and thaws it after, as frozen tasks cannot die. Past killTimeout
+// it gives up and names who is left.
+func (g *Group) killFrozen(freeze func(on bool), procs func() ([]int, error)) error {
+	deadline := time.Now().Add(killTimeout)
+	var b backoff
+	for {
+		freeze(true)
+		pids, err := procs()
+		if err == nil {
+			signalAll(pids)
+		}
+		freeze(false)
+		if err != nil {
+			return fmt.Errorf("cgroup %s: kill: %w", g.name, err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: kill: %d processes still there after %v (stuck in the kernel?): %v", g.name, len(pids), killTimeout, pids)
+		}
+		b.sleep()
+	}
+}
+
 // signalAll SIGKILLs the listed tasks. The pids come from cgroup.procs, and
 // with the group frozen none of them can exit and be reused under us.
 func signalAll(pids []int) {

@@ -112,27 +112,7 @@ func explainWrite(err error) error {
 }
 
 func (g *Group) killV1() error {
-	deadline := time.Now().Add(killTimeout)
-	var b backoff
-	for {
-		g.freezeV1(true)
-		pids, err := g.procsLeft()
-		if err == nil {
-			signalAll(pids)
-		}
-		// Thawed, the SIGKILLs take effect; frozen tasks cannot die.
-		g.freezeV1(false)
-		if err != nil {
-			return fmt.Errorf("cgroup %s: kill: %w", g.name, err)
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: kill: %d processes still there after %v (stuck in the kernel?): %v", g.name, len(pids), killTimeout, pids)
-		}
-		b.sleep()
-	}
+	return g.killFrozen(g.freezeV1, g.procsLeft)
 }
 
 // freezeV1 freezes or thaws the group through the v1 freezer, if there is

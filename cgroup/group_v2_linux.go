@@ -85,26 +85,14 @@ func (g *Group) killV2() error {
 }
 
 func (g *Group) killV2Slow(dir string) error {
-	deadline := time.Now().Add(killTimeout)
-	var b backoff
-	for {
-		_ = writeFile(filepath.Join(dir, "cgroup.freeze"), "1")
-		pids, err := treePids(dir)
-		if err == nil {
-			signalAll(pids)
+	freeze := func(on bool) {
+		v := "0"
+		if on {
+			v = "1"
 		}
-		_ = writeFile(filepath.Join(dir, "cgroup.freeze"), "0")
-		if err != nil {
-			return fmt.Errorf("cgroup %s: kill: %w", g.name, err)
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: kill: %d processes still there after %v: %v", g.name, len(pids), killTimeout, pids)
-		}
-		b.sleep()
+		_ = writeFile(filepath.Join(dir, "cgroup.freeze"), v)
 	}
+	return g.killFrozen(freeze, func() ([]int, error) { return treePids(dir) })
 }
 
 // waitEmptyV2 waits until cgroup.events says "populated 0", which covers
