@@ -42,6 +42,64 @@ func hostUnixServer(t *testing.T, path string) *atomic.Int64 {
 	return &n
 }
 
+// lateUnixServer starts hostUnixServer at path after delay, while the jail
+// runs, and returns how many connections it has accepted (0 before it
+// starts).
+func lateUnixServer(t *testing.T, path string, delay time.Duration) func() int64 {
+	var n atomic.Pointer[atomic.Int64]
+	go func() {
+		time.Sleep(delay)
+		n.Store(hostUnixServer(t, path))
+	}()
+	return func() int64 {
+		if c := n.Load(); c != nil {
+			return c.Load()
+		}
+		return 0
+	}
+}
+
+// hostFIFO makes a FIFO at path that any uid may write, and holds a reader
+// open on its host side (closed after the test), so that a write from the
+// jail would succeed.
+func hostFIFO(t *testing.T, path string) *os.File {
+	t.Helper()
+	if err := syscall.Mkfifo(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(path, 0o666)
+	fr, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fr.Close() })
+	return fr
+}
+
+// assertDoorsHeld checks a run of connectAll (door says how the host
+// directory reached the jail): the jail reached no host socket or FIFO,
+// the host services accepted no connection, the host FIFO's reader fr got
+// nothing, and the jail saw every one of names, without which the attack
+// proves nothing.
+func assertDoorsHeld(t *testing.T, r *Result, door string, accepted int64, fr *os.File, names ...string) {
+	t.Helper()
+	if strings.Contains(r.Stdout, "CONNECTED") || strings.Contains(r.Stdout, "FIFO WRITTEN") {
+		t.Errorf("the jail reached a host socket or FIFO %s:\n%s", door, r.Stdout)
+	}
+	if accepted > 0 {
+		t.Errorf("host services accepted connections from the jail")
+	}
+	buf := make([]byte, 64)
+	if n, _ := fr.Read(buf); n > 0 {
+		t.Errorf("the host FIFO received %q from the jail", buf[:n])
+	}
+	for _, name := range names {
+		if !strings.Contains(r.Stdout, name) {
+			t.Errorf("the jail did not see %s:\n%s%s", name, r.Stdout, r.Stderr)
+		}
+	}
+}
+
 // connectAll tries every socket and FIFO below a directory in the jail,
 // those there at the start and one the host creates while the jail waits.
 const connectAll = `
@@ -78,43 +136,14 @@ func TestAttackUnixSocketBelowReadOnlyBind(t *testing.T) {
 	os.Chmod(filepath.Join(dir, "a"), 0o755)
 	early := hostUnixServer(t, filepath.Join(dir, "service.sock"))
 	deep := hostUnixServer(t, filepath.Join(sub, "deep.sock"))
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(fifo, 0o666)
-	// A reader on the host side of the FIFO, so a write would succeed.
-	fr, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fr.Close()
+	fr := hostFIFO(t, filepath.Join(dir, "fifo"))
 
 	s := doorSpec("python3", "-c", connectAll, "/data", "1.5")
 	s.ReadOnly = []Bind{{Source: dir, Dest: "/data"}}
-	var late *atomic.Int64
-	go func() {
-		time.Sleep(500 * time.Millisecond)
-		late = hostUnixServer(t, filepath.Join(sub, "late.sock"))
-	}()
+	late := lateUnixServer(t, filepath.Join(sub, "late.sock"), 500*time.Millisecond)
 	r := mustRun(t, s)
 	time.Sleep(100 * time.Millisecond)
-	if strings.Contains(r.Stdout, "CONNECTED") || strings.Contains(r.Stdout, "FIFO WRITTEN") {
-		t.Errorf("the jail reached a host socket or FIFO through --ro:\n%s", r.Stdout)
-	}
-	if n := early.Load() + deep.Load(); n > 0 || (late != nil && late.Load() > 0) {
-		t.Errorf("host services accepted connections from the jail")
-	}
-	buf := make([]byte, 64)
-	if n, _ := fr.Read(buf); n > 0 {
-		t.Errorf("the host FIFO received %q from the jail", buf[:n])
-	}
-	// The attack looked at every socket: otherwise it proves nothing.
-	for _, name := range []string{"service.sock", "deep.sock", "late.sock", "fifo"} {
-		if !strings.Contains(r.Stdout, name) {
-			t.Errorf("the jail did not see %s:\n%s%s", name, r.Stdout, r.Stderr)
-		}
-	}
+	assertDoorsHeld(t, r, "through --ro", early.Load()+deep.Load()+late(), fr, "service.sock", "deep.sock", "late.sock", "fifo")
 }
 
 // TestReadOnlyBindShowsNoHostPath: mountinfo in the jail names neither the
@@ -401,41 +430,14 @@ func TestAttackUnixSocketInWorkdir(t *testing.T) {
 		t.Fatal(err)
 	}
 	early := hostUnixServer(t, filepath.Join(deep, "service.sock"))
-	fifo := filepath.Join(dir, "pipe")
-	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(fifo, 0o666)
-	fr, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fr.Close()
+	fr := hostFIFO(t, filepath.Join(dir, "pipe"))
 	if os.Geteuid() == 0 {
 		filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 4242, 4242) })
 	}
-	var late *atomic.Int64
-	go func() {
-		time.Sleep(500 * time.Millisecond)
-		late = hostUnixServer(t, filepath.Join(deep, "late.sock"))
-	}()
+	late := lateUnixServer(t, filepath.Join(deep, "late.sock"), 500*time.Millisecond)
 	s := doorSpec("python3", "-c", connectAll, "/work", "1.5")
 	s.Workdir = dir
 	r := mustRun(t, s)
 	time.Sleep(100 * time.Millisecond)
-	if strings.Contains(r.Stdout, "CONNECTED") || strings.Contains(r.Stdout, "FIFO WRITTEN") {
-		t.Errorf("the jail reached a host socket or FIFO in --workdir:\n%s", r.Stdout)
-	}
-	if early.Load() > 0 || (late != nil && late.Load() > 0) {
-		t.Errorf("host services accepted connections from the jail")
-	}
-	buf := make([]byte, 64)
-	if n, _ := fr.Read(buf); n > 0 {
-		t.Errorf("the host FIFO received %q from the jail", buf[:n])
-	}
-	for _, name := range []string{"service.sock", "late.sock", "pipe"} {
-		if !strings.Contains(r.Stdout, name) {
-			t.Errorf("the jail did not see %s:\n%s%s", name, r.Stdout, r.Stderr)
-		}
-	}
+	assertDoorsHeld(t, r, "in --workdir", early.Load()+late(), fr, "service.sock", "late.sock", "pipe")
 }
