@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/proctest"
 )
 
 // soakKind is one kind of run in the soak mix, with the verdict it must end in.
@@ -81,24 +83,6 @@ func ownLeftovers(t *testing.T, pid int) []string {
 		}
 	}
 	return left
-}
-
-// childrenOf lists live processes whose parent is pid.
-func childrenOf(pid int) []string {
-	var kids []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so cut at the last ')'.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			kids = append(kids, e.Name())
-		}
-	}
-	return kids
 }
 
 func mountCount(t *testing.T) int {
@@ -236,7 +220,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("jailed processes survived: %v", left)
 	}
 	t.Run("kill-9 in the middle of 20 runs", soakKill9)
-	if kids := childrenOf(os.Getpid()); len(kids) > 0 {
+	if kids := proctest.Children(os.Getpid()); len(kids) > 0 {
 		t.Errorf("children of the test process left: %v", kids)
 	}
 	if left := ownLeftovers(t, os.Getpid()); len(left) > 0 {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -297,16 +298,9 @@ func TestBuiltBinaryRunsSealedInit(t *testing.T) {
 		t.Fatalf("jail did not start: %q %v", buf, err)
 	}
 	var initPid string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) > 1 && f[1] == fmt.Sprint(cmd.Process.Pid) && bytes.Contains(stat, []byte("(jailinit)")) {
-			initPid = e.Name()
+	for _, p := range proctest.Children(cmd.Process.Pid) {
+		if stat, err := os.ReadFile(filepath.Join("/proc", p, "stat")); err == nil && bytes.Contains(stat, []byte("(jailinit)")) {
+			initPid = p
 		}
 	}
 	if initPid == "" {
