@@ -222,13 +222,9 @@ func TestNetCapsEndAFlood(t *testing.T) {
 	n := newTestNet(t)
 	n.serveUpstream()
 	args := append([]string{"--allow-net", "pkg.stockade.test", "--net-max-download", "2M", "--net-max-tunnels", "2"}, n.caArgs()...)
-	script := `
-import urllib.request, socket
-try:
-    n = len(urllib.request.urlopen("https://pkg.stockade.test/big?n=67108864").read())
-    print("read", n)
-except Exception as e:
-    print("cut")
+	// tunnels opens four tunnels at once, printing the proxy's status for each.
+	const tunnels = `
+import socket
 held = []
 for i in range(4):
     s = socket.create_connection(("127.0.0.1", 3128))
@@ -236,6 +232,14 @@ for i in range(4):
     held.append(s)
     print(s.makefile("rb").readline().split(b" ")[1].decode())
 `
+	script := `
+import urllib.request
+try:
+    n = len(urllib.request.urlopen("https://pkg.stockade.test/big?n=67108864").read())
+    print("read", n)
+except Exception as e:
+    print("cut")
+` + tunnels
 	r := n.runJSON(append(args, "--", "python3", "-c", script)...)
 	if !strings.HasPrefix(r.Stdout, "cut\n") {
 		t.Fatalf("the flood was not cut: %q %s", r.Stdout, r.Stderr)
@@ -253,16 +257,7 @@ for i in range(4):
 	}
 	// The byte limit is spent, so every later CONNECT is refused: run the
 	// tunnel flood on its own budget.
-	script2 := `
-import socket
-held = []
-for i in range(4):
-    s = socket.create_connection(("127.0.0.1", 3128))
-    s.sendall(b"CONNECT pkg.stockade.test:443 HTTP/1.1\r\n\r\n")
-    held.append(s)
-    print(s.makefile("rb").readline().split(b" ")[1].decode())
-`
-	r = n.runJSON(append(args, "--", "python3", "-c", script2)...)
+	r = n.runJSON(append(args, "--", "python3", "-c", tunnels)...)
 	if r.Stdout != "200\n200\n503\n503\n" {
 		t.Errorf("tunnel flood: %q %s", r.Stdout, r.Stderr)
 	}

@@ -117,11 +117,7 @@ func TestRootlessWithDelegatedV1Cgroup(t *testing.T) {
 	}
 
 	code, out, errs = asUser(t, bin, uid, gid, "selftest", "--cgroup-parent", parent, "--json")
-	var rep struct {
-		Cgroup         string
-		Passed, Failed int
-		Rows           []struct{ Door, Attack, Status, Happened string }
-	}
+	var rep selftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("selftest: exit %d, %q, %q", code, out, errs)
 	}

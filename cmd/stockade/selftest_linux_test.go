@@ -10,15 +10,18 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
+// selftestReport is what `stockade selftest --json` prints, as a client
+// reads it.
+type selftestReport struct {
+	Cgroup         string
+	Passed, Failed int
+	Rows           []struct{ Door, Attack, Status, Happened string }
+}
+
 func TestSelftestHoldsUnderTheDefaultProfile(t *testing.T) {
 	needJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--json")
-	var rep struct {
-		Rows []struct {
-			Door, Attack, Status, Happened string
-		}
-		Passed, Failed int
-	}
+	var rep selftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
 	}
@@ -79,11 +82,7 @@ func TestSelftestCouldNotStartAJailExits125(t *testing.T) {
 func TestSelftestNoCgroupRunsWithoutCgroups(t *testing.T) {
 	needJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--no-cgroup", "--json")
-	var rep struct {
-		Cgroup         string
-		Passed, Failed int
-		Rows           []struct{ Door, Attack, Status, Happened string }
-	}
+	var rep selftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
 	}
