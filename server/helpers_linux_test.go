@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -263,27 +264,10 @@ func leftovers(pid int, before map[string]bool) []string {
 			left = append(left, e)
 		}
 	}
-	for _, p := range childrenOf(pid) {
+	for _, p := range proctest.Children(pid) {
 		left = append(left, "process "+p)
 	}
 	return left
-}
-
-// childrenOf lists the live processes whose parent is pid.
-func childrenOf(pid int) []string {
-	var kids []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			kids = append(kids, e.Name())
-		}
-	}
-	return kids
 }
 
 // processesWith lists live processes whose command line contains mark.

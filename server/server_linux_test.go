@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/mplcache"
 )
@@ -687,7 +688,7 @@ func TestServeShutdownWaitsForDiscardedJail(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the jail's init reaped", func() bool { return len(childrenOf(s.cmd.Process.Pid)) == 0 })
+	eventually(t, "the jail's init reaped", func() bool { return len(proctest.Children(s.cmd.Process.Pid)) == 0 })
 	dirs := leftovers(s.cmd.Process.Pid, s.before)
 	if len(dirs) == 0 || !strings.HasPrefix(dirs[0], "run dir ") {
 		t.Fatalf("the dead jail's run directory not found: %v", dirs)
