@@ -96,7 +96,7 @@ func Load(nameOrPath string, search []string) (*Profile, error) {
 			return nil, l.extendsErr(chain, "more than %d profiles in the chain of extends", MaxExtendsDepth)
 		}
 		seen = append(seen, src.id)
-		p, err := Parse(src.display, src.data)
+		p, err := src.parse()
 		if err != nil {
 			return nil, err
 		}
@@ -177,6 +177,19 @@ func (l loader) resolve(ref string, from *source) (*source, error) {
 		cand:    len(dirs),
 		data:    data,
 	}, nil
+}
+
+// parse parses the source; the built-in python profile, the base of every
+// chain, is parsed once per process.
+func (s *source) parse() (*Profile, error) {
+	if s.id == builtinPythonID {
+		p, err := builtinPython()
+		if err != nil {
+			return nil, err
+		}
+		return p.Clone(), nil
+	}
+	return Parse(s.display, s.data)
 }
 
 // readSource reads a profile file. It must be a regular file: a FIFO or

@@ -225,3 +225,44 @@ func TestTOMLRoundTrip(t *testing.T) {
 		t.Errorf("show output lacks the memory line with its origin:\n%s", out)
 	}
 }
+
+// The built-in python profile is parsed once per process and handed out as
+// clones: whatever a caller does to one (a layer of flags merged in place,
+// a test's edits) must not reach the next Defaults or Load.
+func TestDefaultsAreIndependentCopies(t *testing.T) {
+	want, err := Parse("builtin:python.toml", pythonTOML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Name = "python"
+	if got := Defaults(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Defaults differs from a fresh parse:\n%+v\n%+v", got, want)
+	}
+	for _, get := range []func() *Profile{Defaults, func() *Profile {
+		p, err := Load("python", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}} {
+		p := get()
+		p.Limits.Memory++
+		p.Filesystem.RO = append(p.Filesystem.RO, Bind{Source: "/srv", Dest: "/srv"})
+		if p.Environment.Vars == nil {
+			p.Environment.Vars = map[string]string{}
+		}
+		p.Environment.Vars["X"] = "1"
+		p.Network.Allow = append(p.Network.Allow[:0:0], "example.org")
+		p.Mark(FieldNetworkAllow, Origin{File: "--allow-net"})
+	}
+	if got := Defaults(); !reflect.DeepEqual(got, want) {
+		t.Errorf("a caller's edits reached the next Defaults:\n%+v\nwant\n%+v", got, want)
+	}
+	p, err := Load("python", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Limits.Memory != want.Limits.Memory || len(p.Filesystem.RO) != len(want.Filesystem.RO) || p.IsSet(FieldNetworkAllow) != want.IsSet(FieldNetworkAllow) {
+		t.Errorf("a caller's edits reached the next Load: %+v", p)
+	}
+}
