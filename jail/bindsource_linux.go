@@ -36,13 +36,16 @@ type sourcePolicy struct {
 	own    []string
 	uidMin uint32 // the first uid of a login account (login.defs UID_MIN)
 	names  map[uint32]string
+	// read is set by hostSourcePolicy: a policy nobody read from the host
+	// (the zero value) refuses every source rather than allow them all.
+	read bool
 }
 
 // hostSourcePolicy reads the policy from this host: /etc/passwd (every
 // entry, system accounts included: postgres's home is /var/lib/postgresql,
 // www-data's /var/www) and /etc/login.defs.
 func hostSourcePolicy() sourcePolicy {
-	p := sourcePolicy{homes: []string{"/root", "/home"}, uidMin: 1000, names: map[uint32]string{}}
+	p := sourcePolicy{homes: []string{"/root", "/home"}, uidMin: 1000, names: map[uint32]string{}, read: true}
 	if b, err := os.ReadFile("/etc/passwd"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Split(line, ":")
@@ -130,6 +133,9 @@ func (p sourcePolicy) checkPath(flag, src string) error {
 // another name (a bind mount of / elsewhere). It returns src's stat.
 func (p sourcePolicy) checkSource(flag, src string) (unix.Stat_t, error) {
 	var st unix.Stat_t
+	if !p.read {
+		return st, fmt.Errorf("%s %s: the host's bind-source policy was not read (a stockade bug); refusing", flag, src)
+	}
 	if err := p.checkPath(flag, src); err != nil {
 		return st, err
 	}

@@ -234,6 +234,23 @@ func TestSourcePolicy(t *testing.T) {
 	}
 }
 
+// A run with no host path to check never reads the host's policy; a check
+// that still reaches the unread (zero) policy must refuse, not allow
+// everything its empty lists allow.
+func TestUnreadSourcePolicyRefuses(t *testing.T) {
+	dir := t.TempDir()
+	var p sourcePolicy
+	if _, err := p.checkSource("--ro", dir); err == nil {
+		t.Errorf("--ro %s passed an unread policy", dir)
+	}
+	if _, err := p.checkWorkdir(dir); err == nil {
+		t.Errorf("--workdir %s passed an unread policy", dir)
+	}
+	if _, err := hostSourcePolicy().checkSource("--ro", dir); err != nil {
+		t.Errorf("--ro %s refused by the host's policy: %v", dir, err)
+	}
+}
+
 // TestAttackWorkdirIsAnotherUsersHome: as root, --workdir of any home
 // directory in /etc/passwd (a user's, so the jail would write her
 // .bashrc; a service's, such as /var/lib/postgresql) or of a directory

@@ -92,7 +92,14 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		return setupError("run lock", err)
 	}
 	p.own = own
-	pol := hostSourcePolicy()
+	// The bind-source policy reads /etc/passwd, the user database and the
+	// temp directory (0.5-1 ms of every start-up); only a run with a host
+	// path to check needs it. Without it every check refuses (see
+	// sourcePolicy.read), so a path that skipped this fails closed.
+	var pol sourcePolicy
+	if spec.Workdir != "" || len(spec.ReadOnly) > 0 || spec.Rootfs != RootfsHost {
+		pol = hostSourcePolicy()
+	}
 	id, err := chooseIdentity(spec, own.hostIDNum(), pol)
 	if err != nil {
 		var se *SetupError
