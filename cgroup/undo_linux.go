@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -62,6 +63,9 @@ func (m *Manager) Close() error {
 // Otherwise it leaves everything as it is. It says what it did ("" for
 // nothing). Close every Manager (and delete its groups) first.
 func Restore() (string, error) {
+	if !inLeaf() {
+		return "", nil
+	}
 	l, err := detectHost()
 	if err != nil || l.mode != V2 || l.v2 == nil {
 		return "", nil
@@ -189,4 +193,24 @@ func selfV2Dir(mnt mountEntry) (string, error) {
 		return "", errors.New("/proc/self/cgroup has no 0:: line")
 	}
 	return hostDir(mnt, pc.unified)
+}
+
+// inLeaf says whether this process may be in a leaf of ours: its cgroup v2
+// path (the 0:: line of /proc/self/cgroup) ends in leafName. Every
+// stockade asks at exit, and on a v1 or hybrid host, or outside a leaf,
+// that answer alone is enough: the mount table, whose parse is most of
+// Restore's cost (hundreds of mounts on a container host), is read only
+// for a process that is in one. On doubt it says yes, and Restore decides
+// as before.
+func inLeaf() bool {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	pc, err := parseProcCgroup(f)
+	if err != nil {
+		return true
+	}
+	return pc.unified != "" && path.Base(pc.unified) == leafName
 }
