@@ -175,21 +175,28 @@ type flagValue struct {
 // flagLayer is the profile the given flags make. Each value is set with the
 // flag's name as its origin, so that every error names the flag.
 func flagLayer(c *cli.Context) (*profiles.Profile, error) {
+	// Which flags were given, asked once: the library's IsSet, for a flag
+	// not given, runs every flag's names through a regexp, which cost every
+	// run half a millisecond. None of these flags has an alias.
+	given := map[string]bool{}
+	for _, n := range c.LocalFlagNames() {
+		given[n] = true
+	}
 	var vals []flagValue
 	for _, f := range policyFlags {
-		if c.IsSet(f.name) {
+		if given[f.name] {
 			vals = append(vals, flagValue{"--" + f.name, f.field, c.String(f.name)})
 		}
 	}
 	switch {
-	case c.IsSet("workdir") && c.IsSet("no-workdir"):
+	case given["workdir"] && given["no-workdir"]:
 		return nil, fmt.Errorf("--workdir and --no-workdir: give one of them")
-	case c.IsSet("workdir"):
+	case given["workdir"]:
 		vals = append(vals, flagValue{"--workdir", profiles.FieldWorkdir, c.String("workdir")})
 	case c.Bool("no-workdir"):
 		vals = append(vals, flagValue{"--no-workdir", profiles.FieldWorkdir, profiles.WorkdirNone})
 	}
-	if c.IsSet("exec-workdir") {
+	if given["exec-workdir"] {
 		vals = append(vals, flagValue{"--exec-workdir", profiles.FieldNoexec, strconv.FormatBool(!c.Bool("exec-workdir"))})
 	}
 	for _, r := range c.StringSlice("ro") {
