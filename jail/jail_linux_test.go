@@ -365,6 +365,9 @@ func TestManyRunsLeaveNothingBehind(t *testing.T) {
 	if testing.Short() {
 		n = 20
 	}
+	if v, err := strconv.Atoi(os.Getenv("STOCKADE_SOAK")); err == nil && v > 0 {
+		n = v // as TestSoak: fewer under emulation (vmtest)
+	}
 	before := snapshot(t)
 	marker := fmt.Sprintf("stockade-many-%d", time.Now().UnixNano())
 	for i := 0; i < n; i++ {
