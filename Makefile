@@ -74,7 +74,11 @@ vmtest: deps-vmtest build
 	$(GO) test -c -o build/vm/jail.test ./jail
 	$(GO) test -c -o build/vm/cgroup.test ./cgroup
 	$(GO) test -c -o build/vm/selfcheck.test ./vmtest/selfcheck
-	vmtest/run $(BIN) build/vm/*.test
+	@# The systemd root's debootstrap (minutes, once) overlaps the v2 VM.
+	@vmtest/systemd/run --root-only >build/vm/systemd-root.log 2>&1 & root=$$!; \
+	vmtest/run $(BIN) build/vm/*.test; rc=$$?; \
+	wait $$root || { echo "vmtest-systemd: building the root failed:"; tail -20 build/vm/systemd-root.log; exit 1; }; \
+	exit $$rc
 	vmtest/systemd/run $(BIN)
 
 bench: deps-bench build
