@@ -76,27 +76,40 @@ func TestV2NoInternalProcesses(t *testing.T) {
 	})
 }
 
-// runHelperIn makes a fresh cgroup below m's parent, optionally puts a
-// sleep there first, and runs the test binary's helper inside it.
-func runHelperIn(t *testing.T, m *Manager, withSibling bool) (string, error) {
+// freshCgroup makes dir, a cgroup of one test's own, and returns a
+// descriptor of it for starting a process inside (UseCgroupFD). After the
+// test it closes that and removes the children named (those the test's
+// processes may have made) and dir.
+func freshCgroup(t *testing.T, dir string, children ...string) int {
 	t.Helper()
-	dir := filepath.Join(m.primary().parent, fmt.Sprintf("stockadetest-ns-%d-%v", os.Getpid(), withSibling))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// The helper moved into supervisor and exited; the sibling is killed below.
-		for _, d := range []string{filepath.Join(dir, "supervisor"), dir} {
-			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
-				t.Errorf("cleanup %s: %v", d, err)
+		for _, c := range children {
+			if err := unix.Rmdir(filepath.Join(dir, c)); err != nil && err != unix.ENOENT {
+				t.Errorf("cleanup %s: %v", filepath.Join(dir, c), err)
 			}
+		}
+		if err := unix.Rmdir(dir); err != nil && err != unix.ENOENT {
+			t.Errorf("cleanup %s: %v", dir, err)
 		}
 	})
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// runHelperIn makes a fresh cgroup below m's parent, optionally puts a
+// sleep there first, and runs the test binary's helper inside it.
+func runHelperIn(t *testing.T, m *Manager, withSibling bool) (string, error) {
+	t.Helper()
+	dir := filepath.Join(m.primary().parent, fmt.Sprintf("stockadetest-ns-%d-%v", os.Getpid(), withSibling))
+	// The helper moved into supervisor and exited; the sibling is killed below.
+	fd := freshCgroup(t, dir, "supervisor")
 	if withSibling {
 		sib := exec.Command("/bin/sleep", "60")
 		sib.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
@@ -208,21 +221,7 @@ func TestV2CloseUndoesLeaf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(own, fmt.Sprintf("stockadetest-undo-%d-%s", os.Getpid(), strings.ReplaceAll(tc.name, " ", "_")))
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				for _, d := range []string{filepath.Join(dir, "other"), filepath.Join(dir, leafName), dir} {
-					if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
-						t.Errorf("cleanup %s: %v", d, err)
-					}
-				}
-			})
-			fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(fd)
+			fd := freshCgroup(t, dir, "other", leafName)
 			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
 			cmd.Env = append(os.Environ(), "STOCKADE_CGROUP_HELPER=undo", "STOCKADE_UNDO_CASE="+tc.name)
 			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
