@@ -9,6 +9,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// runInBackground starts sup.Run and returns a wait for it to return, which
+// fails the test, saying why, if it has not returned within d.
+func runInBackground(t *testing.T, sup *Supervisor) func(d time.Duration, why string) {
+	done := make(chan struct{})
+	go func() { sup.Run(); close(done) }()
+	return func(d time.Duration, why string) {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(d):
+			t.Fatal(why)
+		}
+	}
+}
+
 // TestSupervisorSurvivesADeadCaller: the caller of a refused call is killed
 // while its notification waits; a supervisor started afterwards must neither
 // fail nor hang (RECV answers ENOENT, or the listener only hangs up).
@@ -22,13 +37,8 @@ func TestSupervisorSurvivesADeadCaller(t *testing.T) {
 	_ = h.wait()
 
 	sup := NewSupervisor(h.listener)
-	done := make(chan struct{})
-	go func() { sup.Run(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after the only caller died")
-	}
+	waitRun := runInBackground(t, sup)
+	waitRun(10*time.Second, "Run did not return after the only caller died")
 	if err := sup.Err(); err != nil {
 		t.Errorf("supervisor: %v", err)
 	}
@@ -44,18 +54,13 @@ func TestSupervisorSurvivesADeadCaller(t *testing.T) {
 func TestSupervisorCloseStopsRunAndCallsStayRefused(t *testing.T) {
 	h := startHelper(t, "late", "python", "500")
 	sup := NewSupervisor(h.listener)
-	done := make(chan struct{})
-	go func() { sup.Run(); close(done) }()
+	waitRun := runInBackground(t, sup)
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
 	if err := sup.Close(); err != nil {
 		t.Error(err)
 	}
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after Close")
-	}
+	waitRun(5*time.Second, "Run did not return after Close")
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Close took %v", d)
 	}
@@ -77,13 +82,8 @@ func TestSupervisorReportsABadListener(t *testing.T) {
 	// Far above any descriptor this process opens (a freshly closed number
 	// would be reused at once, by the supervisor's own eventfd).
 	sup := NewSupervisor(1 << 19)
-	done := make(chan struct{})
-	go func() { sup.Run(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run on a closed fd did not return")
-	}
+	waitRun := runInBackground(t, sup)
+	waitRun(5*time.Second, "Run on a closed fd did not return")
 	if sup.Err() == nil {
 		t.Error("Run on a closed fd reported no error")
 	}
