@@ -39,14 +39,7 @@ func startInLockDir(t *testing.T, lockDir, marker string) *exec.Cmd {
 		// and this one is the test's own, gone with it, so nothing would
 		// ever sweep them; the host would keep them for good, named with a
 		// pid some later stockade gets again.
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
+		if !terminate(cmd, 30*time.Second) {
 			t.Errorf("stockade %d did not end within 30s of SIGTERM", cmd.Process.Pid)
 		}
 		mark := fmt.Sprintf("-%d-", cmd.Process.Pid)

@@ -58,6 +58,23 @@ func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// terminate ends a started cmd as a service manager would: SIGTERM, and
+// SIGKILL if it has not exited within d. It says whether SIGTERM sufficed;
+// either way cmd has been waited for.
+func terminate(cmd *exec.Cmd, d time.Duration) bool {
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+		return false
+	}
+}
+
 // runExit runs cmd to its end and returns its exit status and output; a
 // command that could not be run or was killed by a signal fails the test.
 func runExit(t testing.TB, cmd *exec.Cmd) (int, string, string) {

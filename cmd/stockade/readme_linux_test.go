@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -217,15 +216,7 @@ func TestReadmeExamplesRun(t *testing.T) {
 		if server == nil {
 			return
 		}
-		server.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { server.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			server.Process.Kill()
-			<-done
-		}
+		terminate(server, 15*time.Second)
 		server = nil
 	}
 	defer stopServer()
