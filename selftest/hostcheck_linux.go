@@ -12,10 +12,13 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-// hostState is what a run must leave as it found it: this process's mounts,
-// and the cgroups and run directories named after this process (other
-// stockades on the host have their own pid in the names, and are not ours
-// to judge).
+// hostState is what a run must leave as it found it: the mounts of this
+// process's namespace that are stockade's (a run mounts only in the jail's
+// own namespace; one leaking out would sit in a run directory or a
+// stockade state directory), and the cgroups and run directories named
+// after this process (other stockades on the host have their own pid in
+// the names, and are not ours to judge). Other mounts are the host's: a
+// container or an automount starting meanwhile is not a leftover.
 type hostState struct {
 	mounts  int
 	cgroups []string
@@ -25,7 +28,7 @@ type hostState struct {
 func snapshotHost() hostState {
 	var s hostState
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		s.mounts = bytes.Count(b, []byte("\n"))
+		s.mounts = stockadeMounts(string(b))
 	}
 	s.cgroups = ownCgroups()
 	base := jail.RunBase()
@@ -51,6 +54,20 @@ func (s hostState) leftSince(before hostState) string {
 		left = append(left, fmt.Sprintf("run directories %v", s.runDirs))
 	}
 	return strings.Join(left, "; ")
+}
+
+// stockadeMounts counts the mountinfo lines whose mount point is in a
+// directory of stockade's: its name has "stockade" in it (the run base,
+// /run/stockade, a fallback $TMPDIR/stockade-<uid>.*).
+func stockadeMounts(mountinfo string) int {
+	n := 0
+	for _, l := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && strings.Contains(f[4], "stockade") {
+			n++
+		}
+	}
+	return n
 }
 
 // ranByUs reports whether a run directory or cgroup name is of a run of
