@@ -584,19 +584,7 @@ func keys(m map[string]string) []string {
 // request is still served.
 func TestServePooledJailDiedWhileWaiting(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	// One interpreter waits in the pool (the font scan's jail ends soon).
-	var waiting []string
-	eventually(t, "one waiting interpreter", func() bool {
-		waiting = descendantsWith(s.cmd.Process.Pid, "_stockade_header")
-		return len(waiting) == 1
-	})
-	if len(waiting) != 1 {
-		t.Fatalf("want one waiting interpreter, found %v", waiting)
-	}
-	pid, _ := strconv.Atoi(waiting[0])
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	s.killWaitingInterpreter()
 	time.Sleep(300 * time.Millisecond)
 	r := s.run(RunRequest{Code: code("print('served')")})
 	if r.Verdict != "ok" || r.Stdout != "served\n" {
@@ -609,6 +597,24 @@ func TestServePooledJailDiedWhileWaiting(t *testing.T) {
 	}
 	if !strings.Contains(s.logString(), "ended while waiting") {
 		t.Errorf("not reported in the log:\n%s", s.logString())
+	}
+}
+
+// killWaitingInterpreter kills, from the host, the one interpreter that
+// waits in a pool of one (the font scan's jail ends soon).
+func (s *testServer) killWaitingInterpreter() {
+	s.t.Helper()
+	var waiting []string
+	eventually(s.t, "one waiting interpreter", func() bool {
+		waiting = descendantsWith(s.cmd.Process.Pid, "_stockade_header")
+		return len(waiting) == 1
+	})
+	if len(waiting) != 1 {
+		s.t.Fatalf("want one waiting interpreter, found %v", waiting)
+	}
+	pid, _ := strconv.Atoi(waiting[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
@@ -676,18 +682,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 // share, is refused at once, and SIGTERM comes during that close.
 func TestServeShutdownWaitsForDiscardedJail(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--budget-memory", "512M", "--queue-wait", "1ms")
-	var waiting []string
-	eventually(t, "one waiting interpreter", func() bool {
-		waiting = descendantsWith(s.cmd.Process.Pid, "_stockade_header")
-		return len(waiting) == 1
-	})
-	if len(waiting) != 1 {
-		t.Fatalf("want one waiting interpreter, found %v", waiting)
-	}
-	pid, _ := strconv.Atoi(waiting[0])
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	s.killWaitingInterpreter()
 	eventually(t, "the jail's init reaped", func() bool { return len(proctest.Children(s.cmd.Process.Pid)) == 0 })
 	dirs := leftovers(s.cmd.Process.Pid, s.before)
 	if len(dirs) == 0 || !strings.HasPrefix(dirs[0], "run dir ") {
