@@ -3,11 +3,9 @@ package seccomp
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
@@ -69,11 +67,6 @@ func (s *Supervisor) Run() {
 	s.running = true
 	s.mu.Unlock()
 	defer close(s.done)
-	// One thread, so that its CPU clock is the supervisor's cost.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	running.Add(1)
-	defer running.Add(-1)
 	s.cpu.start()
 
 	fds := []unix.PollFd{{Fd: int32(s.notifyFD), Events: unix.POLLIN}}
@@ -83,37 +76,11 @@ func (s *Supervisor) Run() {
 	} else {
 		timeout = pollInterval
 	}
-	var lastServed time.Time
 	for {
 		if s.isClosed() {
 			return
 		}
-		// Look without blocking first: a notification is often already
-		// pending (the jail's other threads). Every time this locked
-		// thread blocks, the Go runtime runs other threads in its place
-		// (about 6 us a time here), CPU that the thread clock does not
-		// see; a jail answered at once that calls again at once would
-		// make it block once per call. So, paying by the thread clock
-		// (more than one supervisor in the process, see running), when
-		// the queue empties within gatherEvery of the last answer, the
-		// supervisor waits that long and answers what gathered
-		// meanwhile: at most one block per gatherEvery while busy, and
-		// an occasional call is still answered at once. Paying by the
-		// process clock it answers at once: that clock sees the blocks,
-		// and waiting cost every connect of a loop 1 ms.
-		n, err := unix.Poll(fds, 0)
-		if err == nil && n == 0 {
-			if !sole() && time.Since(lastServed) < gatherEvery {
-				s.cpu.block()
-				if !s.wait(gatherEvery) {
-					return // Close
-				}
-				lastServed = time.Time{}
-				continue
-			}
-			s.cpu.block()
-			_, err = unix.Poll(fds, timeout)
-		}
+		_, err := unix.Poll(fds, timeout)
 		if err == unix.EINTR {
 			continue
 		}
@@ -132,7 +99,6 @@ func (s *Supervisor) Run() {
 				s.fail(err)
 				return
 			}
-			lastServed = time.Now()
 			// The refused caller (and every task queued behind it)
 			// stays blocked in the kernel meanwhile, using nothing. The
 			// jail's other threads may run on, so its counter is read
@@ -178,26 +144,22 @@ func (s *Supervisor) LimitCPU(cores float64, jailCPU func() (time.Duration, erro
 	}
 }
 
-// running counts the Supervisors running in this process. It is process
-// wide because the clock it chooses is: while one supervisor runs (a
-// `stockade run`), the process's CPU clock is the true cost of answering,
-// since it also sees what the Go runtime spends on other threads each time
-// the supervisor's thread blocks and wakes, which the thread clock misses
-// (measured: 250-300 ms of 600 in 4 s of a looping jail). With more (the
-// server), the process clock would bill each supervisor for all the others,
-// so each pays its own thread's time plus an estimate per block.
-var running atomic.Int32
-
 // cpuBudget is a token bucket of CPU time: tokens accrue at rate CPUs per
-// second of wall time, up to cpuBurst; each notification served pays what
-// it cost (the process's CPU clock while this is the process's only
-// supervisor, else its own thread's: Run is locked to it), and, if jail is
-// set, what the jail used meanwhile.
+// second of wall time, up to cpuBurst; answering pays by the process's CPU
+// clock, and, if jail is set, what the jail used meanwhile.
+//
+// The process clock, not the supervisor's thread's: each time that thread
+// blocks and wakes, the Go runtime spends CPU on other threads, which a
+// thread clock misses (it left 250-300 ms of 600 unpaid in 4 s of a looping
+// jail, even with an estimate per block). In `stockade serve` the process
+// clock also counts the server's other work and its other jails'
+// supervisors, so each supervisor pays for more than its own: a busy
+// server answers its jails' refused calls more slowly, and never spends
+// more than a jail's limit on any one of them.
 type cpuBudget struct {
 	rate   float64 // cores; 0 = no limit
 	tokens time.Duration
 	last   time.Time     // wall clock of the last accrual
-	used   time.Duration // thread CPU time at the last charge
 	proc   time.Duration // process CPU time at the last charge
 
 	jail       func() (time.Duration, error)
@@ -215,50 +177,21 @@ const cpuBurst = 20 * time.Millisecond
 // call. The jail can use at most this much unseen per core it has.
 const jailSampleEvery = 2 * time.Millisecond
 
-// gatherEvery is how long a busy supervisor lets calls gather before
-// answering them together (see Run).
-const gatherEvery = time.Millisecond
-
-// blockCost is charged each time the supervisor's thread blocks: what the
-// Go runtime then spends on its other threads (handing the thread's P on,
-// waking and parking another thread), which the thread clock does not
-// see. Measured here at load 8-11 on 2 cores: 100-200 ms of process CPU
-// off the supervisor's thread in 4 s of a looping jail, a few thousand
-// blocks.
-const blockCost = 40 * time.Microsecond
-
-// minWait is the shortest wait once in debt. Each wait wakes the Go
-// runtime on other threads, which the thread clock does not see; many
-// tiny waits (one per call at a few microseconds of debt) cost the
-// process more than the calls did.
+// minWait is the shortest wait once in debt: each wait wakes the Go
+// runtime on other threads, and many tiny waits (one per call at a few
+// microseconds of debt) cost the process more than the calls did.
 const minWait = 10 * time.Millisecond
 
-func threadCPU() time.Duration { return clockCPU(unix.CLOCK_THREAD_CPUTIME_ID) }
-
-func processCPU() time.Duration { return clockCPU(unix.CLOCK_PROCESS_CPUTIME_ID) }
-
-func clockCPU(clock int32) time.Duration {
+func processCPU() time.Duration {
 	var ts unix.Timespec
-	if unix.ClockGettime(clock, &ts) != nil {
+	if unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) != nil {
 		return 0
 	}
 	return time.Duration(ts.Nano())
 }
 
-// sole says whether this is the only supervisor running in the process,
-// so that the process's CPU clock is its own cost.
-func sole() bool { return running.Load() == 1 }
-
-// block charges what the Go runtime spends elsewhere when the supervisor's
-// thread blocks, where the clock in use does not see it.
-func (b *cpuBudget) block() {
-	if !sole() {
-		b.tokens -= blockCost
-	}
-}
-
 func (b *cpuBudget) start() {
-	b.tokens, b.last, b.used, b.proc = cpuBurst, time.Now(), threadCPU(), processCPU()
+	b.tokens, b.last, b.proc = cpuBurst, time.Now(), processCPU()
 	if b.jail != nil {
 		used, err := b.jail()
 		if err != nil {
@@ -289,16 +222,11 @@ func (b *cpuBudget) charge(force bool) {
 	}
 }
 
-// pay takes from the bucket the CPU spent since the last payment, by the
-// clock that sees it (see running).
+// pay takes from the bucket the process CPU spent since the last payment.
 func (b *cpuBudget) pay() {
-	used, proc := threadCPU(), processCPU()
-	if sole() {
-		b.tokens -= proc - b.proc
-	} else {
-		b.tokens -= used - b.used
-	}
-	b.used, b.proc = used, proc
+	proc := processCPU()
+	b.tokens -= proc - b.proc
+	b.proc = proc
 }
 
 // spend charges the CPU used since the last call and returns how long to
