@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/stockade/stockade/jail"
@@ -139,6 +141,17 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 	return cfg, noop, nil
 }
 
+// remoteFlags are the flags of run that `run --server` carries to the
+// server: the request's profile name and the limits a request may set (the
+// server keeps each within its profile). Every other flag of run, if given,
+// is refused rather than dropped: a dropped --work-size 1M or --allow-net
+// would leave the server profile's looser value in force, and the user who
+// asked for a tighter jail would get a looser one in silence.
+var remoteFlags = map[string]bool{
+	"server": true, "profile": true, "json": true,
+	"timeout": true, "cpu-time": true, "memory": true, "output-limit": true, "cpus": true, "pids": true,
+}
+
 // runRemote is `stockade run --server SOCK`: the same run, by a server.
 // Only the limits a request may carry are sent; flags that change the
 // jail itself belong to the server's profiles.
@@ -146,11 +159,25 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 	fail := func(format string, a ...any) error {
 		return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf(format, a...)}
 	}
-	for _, f := range []string{"env", "rootfs", "tmpfs-size", "workdir", "no-workdir", "exec-workdir", "ro",
-		"open-files", "file-size", "seccomp", "swap", "cgroup-parent", "no-cgroup"} {
-		if c.IsSet(f) {
-			return fail("--%s: not with --server (the server's profiles decide it)", f)
+	// The flags given, asked once, as flagLayer does; the rule is what is
+	// not carried is refused, so a flag added to run is refused here until
+	// the request can carry it.
+	var refused []string
+	for _, n := range c.LocalFlagNames() {
+		if !remoteFlags[n] {
+			refused = append(refused, "--"+n)
 		}
+	}
+	if len(refused) > 0 {
+		sort.Strings(refused)
+		var carried []string
+		for _, f := range c.Command.Flags {
+			if n := f.Names()[0]; remoteFlags[n] && n != "server" {
+				carried = append(carried, "--"+n)
+			}
+		}
+		return fail("%s: not with --server: the server applies its own profile, and a request carries only %s (set it in a profile on the server and pass --profile, or run without --server)",
+			strings.Join(refused, ", "), strings.Join(carried, ", "))
 	}
 	req := &server.RunRequest{Argv: argv, Profile: c.String("profile"), Limits: &server.Limits{
 		Timeout: c.String("timeout"), CPUTime: c.String("cpu-time"), Memory: c.String("memory"),
