@@ -6,20 +6,9 @@ import (
 	"os/exec"
 	"testing"
 	"time"
-)
 
-// refusedLoop calls a refused system call (each one a round trip to
-// stockade's supervisor) from two threads until the run is stopped.
-const refusedLoop = `
-import ctypes, threading
-libc = ctypes.CDLL(None, use_errno=True)
-def loop():
-    while True:
-        libc.syscall(101, 0, 0, 0, 0)  # ptrace(PTRACE_TRACEME): refused, answered EPERM by stockade
-for _ in range(2):
-    threading.Thread(target=loop, daemon=True).start()
-loop()
-`
+	"github.com/stockade/stockade/internal/proctest"
+)
 
 // A jail looping on refused calls makes stockade's supervisor work for
 // it, outside the jail's cgroup: 2.2-2.7 s of host CPU in 5 s under
@@ -38,7 +27,7 @@ func TestAttackRefusedSyscallLoopCPU(t *testing.T) {
 		t.Skip("set STOCKADE_BIN to a stockade built by make build: the cost is measured on a stockade process")
 	}
 	const cpus, wall = 0.2, 4 * time.Second
-	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--", "python3", "-c", refusedLoop)
+	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--", "python3", "-c", proctest.RefusedLoop(2))
 	out, err := cmd.Output()
 	if _, ok := err.(*exec.ExitError); err != nil && !ok {
 		t.Fatal(err)

@@ -7,28 +7,17 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// refusedLoop calls a refused system call from three threads until the
-// run is stopped: each call is a round trip to the server's supervisor.
-const refusedLoop = `
-import ctypes, threading
-libc = ctypes.CDLL(None, use_errno=True)
-def loop():
-    while True:
-        libc.syscall(101, 0, 0, 0, 0)
-for _ in range(THREADS):
-    threading.Thread(target=loop, daemon=True).start()
-loop()
-`
+	"github.com/stockade/stockade/internal/proctest"
+)
 
 // threads is how many extra looping threads the jail starts
 // (STOCKADE_ATTACK_THREADS, default 2).
-func threads() string {
-	if n := os.Getenv("STOCKADE_ATTACK_THREADS"); n != "" {
+func threads() int {
+	if n, err := strconv.Atoi(os.Getenv("STOCKADE_ATTACK_THREADS")); err == nil && n >= 0 {
 		return n
 	}
-	return "2"
+	return 2
 }
 
 // procCPU is what the host has spent on pid and the children it reaped
@@ -96,7 +85,7 @@ func TestAttackRefusedSyscallLoopCPUServe(t *testing.T) {
 			rs := make(chan *RunResponse, c.n)
 			for i := 0; i < c.n; i++ {
 				go func() {
-					rs <- s.run(RunRequest{Code: code(strings.Replace(refusedLoop, "THREADS", threads(), 1)), Limits: &Limits{CPUs: ptr(cpus), Timeout: "4s"}})
+					rs <- s.run(RunRequest{Code: code(proctest.RefusedLoop(threads())), Limits: &Limits{CPUs: ptr(cpus), Timeout: "4s"}})
 				}()
 			}
 			var jailCPU time.Duration
