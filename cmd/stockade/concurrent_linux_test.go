@@ -175,23 +175,46 @@ func ranByAny(name string, pids map[int]bool) (int, bool) {
 	return pid, err == nil && pids[pid]
 }
 
-// leftoversOfAny lists run directories and cgroups of runs made by any of
-// pids: in the run directory base, in every hierarchy's directory of ours
-// (on this host the roots, for cpu, cpuacct, pids and freezer) and in the
-// given extra memory parents.
-func leftoversOfAny(t *testing.T, pids map[int]bool, extra ...string) []string {
+// runPlaces are the directories where runs leave their run directory and
+// cgroups: the run directory base (root's and the temp directory's),
+// every hierarchy's directory of ours (on this host the roots, for cpu,
+// cpuacct, pids and freezer) and the given extra memory parents.
+func runPlaces(t *testing.T, extra ...string) []string {
 	t.Helper()
-	dirs := []string{filepath.Join(os.TempDir(), fmt.Sprintf("stockade-%d", os.Getuid()))}
+	dirs := []string{jail.RunBase(), filepath.Join(os.TempDir(), fmt.Sprintf("stockade-%d", os.Getuid()))}
 	for _, d := range ownCgroupDirs(t) {
 		dirs = append(dirs, d)
 	}
-	dirs = append(dirs, extra...)
-	var left []string
-	for _, d := range dirs {
+	return append(dirs, extra...)
+}
+
+// runEntries lists what the run places hold now, to tell a test's own
+// leftovers from older ones: a dead stockade's pid is reused (pid_max is
+// often 32768), and a leftover named with it must not count against the
+// new stockade.
+func runEntries(t *testing.T, extra ...string) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, d := range runPlaces(t, extra...) {
 		ents, _ := os.ReadDir(d)
 		for _, e := range ents {
-			if _, ok := ranByAny(e.Name(), pids); ok {
-				left = append(left, filepath.Join(d, e.Name()))
+			seen[filepath.Join(d, e.Name())] = true
+		}
+	}
+	return seen
+}
+
+// leftoversOfAny lists run directories and cgroups of runs made by any of
+// pids in the run places that were not there before.
+func leftoversOfAny(t *testing.T, pids map[int]bool, before map[string]bool, extra ...string) []string {
+	t.Helper()
+	var left []string
+	for _, d := range runPlaces(t, extra...) {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			p := filepath.Join(d, e.Name())
+			if _, ok := ranByAny(e.Name(), pids); ok && !before[p] {
+				left = append(left, p)
 			}
 		}
 	}
@@ -263,6 +286,7 @@ func TestAttackConcurrentStockadesKillEachOther(t *testing.T) {
 	// and their pid labels could be ours: the notice check must see ours only.
 	privateLockDir(t)
 	sibs := siblingMemoryCgroups(t, 4)
+	before := runEntries(t, sibs...)
 	type job struct{ dir, token string }
 	var jobs []job
 	for round := range 2 {
@@ -308,7 +332,7 @@ func TestAttackConcurrentStockadesKillEachOther(t *testing.T) {
 		}
 	}
 	t.Logf("%d concurrent stockades (32 in 4 sibling memory cgroups, 16 in one), %d lost or killed", len(outcomes), bad)
-	if left := leftoversOfAny(t, pids, sibs...); len(left) > 0 {
+	if left := leftoversOfAny(t, pids, before, sibs...); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 }
@@ -464,6 +488,7 @@ func TestSoakSiblingCgroups(t *testing.T) {
 	}
 	const cgroups, concurrency = 4, 4
 	sibs := siblingMemoryCgroups(t, cgroups)
+	before := runEntries(t, sibs...)
 	marker := fmt.Sprintf("stockade-soak-sib-%d", time.Now().UnixNano())
 
 	var mu sync.Mutex
@@ -558,7 +583,7 @@ func TestSoakSiblingCgroups(t *testing.T) {
 	if left := procsWith(marker); len(left) > 0 {
 		t.Errorf("jailed processes survived: %v", left)
 	}
-	if left := leftoversOfAny(t, pids, sibs...); len(left) > 0 {
+	if left := leftoversOfAny(t, pids, before, sibs...); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 	slots, _ := os.ReadDir(runlock.DefaultDir())

@@ -56,24 +56,6 @@ func startInLockDir(t *testing.T, lockDir, marker string) *exec.Cmd {
 	return cmd
 }
 
-// runEntries lists the run directories and the cgroups in this process's
-// own cgroup directories, where the stockades it starts make their runs'.
-func runEntries(t *testing.T) map[string]bool {
-	t.Helper()
-	dirs := []string{jail.RunBase()}
-	for _, d := range ownCgroupDirs(t) {
-		dirs = append(dirs, d)
-	}
-	all := map[string]bool{}
-	for _, d := range dirs {
-		ents, _ := os.ReadDir(d)
-		for _, e := range ents {
-			all[filepath.Join(d, e.Name())] = true
-		}
-	}
-	return all
-}
-
 // hostUIDOf is the host uid of the jailed python3 whose arguments carry
 // marker.
 func hostUIDOf(t *testing.T, marker string) string {
