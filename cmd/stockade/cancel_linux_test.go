@@ -30,6 +30,7 @@ func TestSignalToStockadeIsACancel(t *testing.T) {
 				args = append(args, "--json")
 			}
 			args = append(args, "--", "python3", "-c", "import time\ntime.sleep(1000)", marker)
+			before := runEntries(t)
 			cmd := exec.Command("/proc/self/exe", args...)
 			cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1")
 			var out, errb bytes.Buffer
@@ -67,39 +68,15 @@ func TestSignalToStockadeIsACancel(t *testing.T) {
 			} else if !strings.Contains(errb.String(), "stockade: cancelled ("+name+")") || strings.Contains(errb.String(), "killed by signal") {
 				t.Errorf("stderr %q does not say cancelled by %s", errb.String(), name)
 			}
-			if left := leftoversOf(cmd.Process.Pid); len(left) > 0 {
+			if left := leftoversOf(t, cmd.Process.Pid, before); len(left) > 0 {
 				t.Errorf("a cancelled run left %v", left)
 			}
 		})
 	}
 }
 
-// leftoversOf lists run directories and cgroups (below this process's own
-// cgroups, which a child stockade shares) of runs made by process pid:
-// they are named [stockade.]r<slot>-<pid>-<random>.
-func leftoversOf(pid int) []string {
-	mine := func(name string) bool {
-		slot, rest, ok := strings.Cut(strings.TrimPrefix(name, "stockade."), "-")
-		return ok && len(slot) > 1 && slot[0] == 'r' && strings.HasPrefix(rest, fmt.Sprint(pid)+"-")
-	}
-	var left []string
-	dirs := []string{jail.RunBase()}
-	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			if len(parts) != 3 || parts[1] == "" || strings.HasPrefix(parts[1], "name=") {
-				continue
-			}
-			dirs = append(dirs, "/sys/fs/cgroup/"+strings.Split(parts[1], ",")[0]+parts[2])
-		}
-	}
-	for _, d := range dirs {
-		ents, _ := os.ReadDir(d)
-		for _, e := range ents {
-			if mine(e.Name()) {
-				left = append(left, d+"/"+e.Name())
-			}
-		}
-	}
-	return left
+// leftoversOf lists what the stockade pid left in the run places that
+// was not there before (see runEntries).
+func leftoversOf(t *testing.T, pid int, before map[string]bool) []string {
+	return leftoversOfAny(t, map[int]bool{pid: true}, before)
 }

@@ -238,6 +238,7 @@ func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
 	needJail(t)
 	privateLockDir(t)
 	marker := fmt.Sprintf("stockade-sigkill-%d", time.Now().UnixNano())
+	before := runEntries(t)
 	cmd := exec.Command("/proc/self/exe", "run", "--timeout", "60s", "--", "python3", "-c",
 		"import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(1000)", marker)
 	cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1")
@@ -265,14 +266,14 @@ func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if left := leftoversOf(cmd.Process.Pid); len(left) == 0 {
+	if left := leftoversOf(t, cmd.Process.Pid, before); len(left) == 0 {
 		t.Error("the SIGKILLed stockade left nothing: then this test proves nothing about the sweep")
 	}
 	// The next run removes the run directory and cgroups the killed one left.
 	if code, _, errs := invoke(t, "", "run", "--", "true"); code != 0 {
 		t.Fatalf("next run: %d %s", code, errs)
 	}
-	if left := leftoversOf(cmd.Process.Pid); len(left) > 0 {
+	if left := leftoversOf(t, cmd.Process.Pid, before); len(left) > 0 {
 		t.Errorf("left behind by the killed stockade: %v", left)
 	}
 }
