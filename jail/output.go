@@ -30,19 +30,6 @@ func (c *capture) setStream(w io.Writer) {
 	}
 }
 
-func (c *capture) drain(r io.Reader) {
-	chunk := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(chunk)
-		if n > 0 {
-			c.add(chunk[:n])
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 func (c *capture) add(p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -59,6 +46,21 @@ func (c *capture) add(p []byte) {
 		// A caller that stopped reading must not stop the drain.
 		_, _ = c.stream.Write(p)
 	}
+}
+
+// full reports whether the kept bytes reached the limit: from then on
+// everything read is only counted.
+func (c *capture) full() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.buf.Len()) >= c.limit
+}
+
+// count adds n dropped bytes to the total.
+func (c *capture) count(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += n
 }
 
 func (c *capture) truncated() bool { return c.total > int64(c.buf.Len()) }

@@ -307,12 +307,14 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 	}
 	p.files = append(p.files, outR)
 	defer outW.Close()
+	growPipe(outR)
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	p.files = append(p.files, errR)
 	defer errW.Close()
+	growPipe(errR)
 
 	uncapJailQueues()
 	initExePath, initFile, err := initPath()
@@ -395,8 +397,9 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 		pump.afterStart()
 	}
 	p.drained = make(chan struct{}, 2)
-	go func() { p.stdout.drain(outR); p.drained <- struct{}{} }()
-	go func() { p.stderr.drain(errR); p.drained <- struct{}{} }()
+	pace := newDrainPace(spec.Cgroup.CPUs, sv.jailCPU, sv.exited)
+	go func() { p.stdout.drain(outR, pace); p.drained <- struct{}{} }()
+	go func() { p.stderr.drain(errR, pace); p.drained <- struct{}{} }()
 
 	var place func() error
 	if cfg.WaitPlacement {
