@@ -20,14 +20,8 @@ func threads() int {
 	return 2
 }
 
-// procCPU is what the host has spent on pid and the children it reaped
-// (utime+stime+cutime+cstime of /proc/pid/stat).
-func procCPU(t *testing.T, pid int) time.Duration {
-	self, reaped := procCPUs(t, pid)
-	return self + reaped
-}
-
-// procCPUs splits procCPU: pid's own threads, and what it reaped.
+// procCPUs is what the host has spent on pid (utime+stime of
+// /proc/pid/stat) and on the children it reaped (cutime+cstime).
 func procCPUs(t *testing.T, pid int) (self, reaped time.Duration) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
