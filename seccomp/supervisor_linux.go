@@ -80,7 +80,11 @@ func (s *Supervisor) Run() {
 		if s.isClosed() {
 			return
 		}
+		idle := time.Now()
 		_, err := unix.Poll(fds, timeout)
+		if time.Since(idle) >= idleForgiven {
+			s.cpu.forgive()
+		}
 		if err == unix.EINTR {
 			continue
 		}
@@ -206,10 +210,16 @@ func (b *cpuBudget) start() {
 
 // charge accrues tokens and pays for the CPU used since the last charge.
 // force reads the jail's counter whatever its age.
+//
+// What was spent since the last charge is set against what accrued over
+// the same time before the bucket is capped: capping first forgave the
+// accrual of a long quiet spell but billed all that the jail and stockade
+// spent in it, so a jail that had computed (or printed, which stockade
+// copies) within its limit for seconds then waited seconds for one
+// connect (seen: 3-4 s).
 func (b *cpuBudget) charge(force bool) {
 	now := time.Now()
 	b.tokens += time.Duration(float64(now.Sub(b.last)) * b.rate)
-	b.tokens = min(b.tokens, cpuBurst)
 	b.last = now
 	b.pay()
 	if b.jail != nil && (force || now.Sub(b.jailSample) >= jailSampleEvery) {
@@ -220,7 +230,21 @@ func (b *cpuBudget) charge(force bool) {
 		b.jailSample = now
 		b.pay() // the read itself cost CPU too
 	}
+	b.tokens = min(b.tokens, cpuBurst)
 }
+
+// idleForgiven is how long the supervisor must have waited for a call
+// before what the process spent meanwhile is not billed to it: stockade's
+// other work (copying a jail's output, in `stockade serve` other jails)
+// is not the supervisor's, and billing it made a jail that printed 200 MB
+// wait 4-6 s for its next connect. A jail looping on calls never leaves
+// it idle that long; one that spaces its calls out gets at most one
+// unbilled wake-up per idleForgiven, a fraction of a percent of a core.
+const idleForgiven = 5 * time.Millisecond
+
+// forgive starts the process clock's bill afresh after a long idle (see
+// idleForgiven). The jail's own CPU is still billed, against what accrued.
+func (b *cpuBudget) forgive() { b.proc = processCPU() }
 
 // pay takes from the bucket the process CPU spent since the last payment.
 func (b *cpuBudget) pay() {
