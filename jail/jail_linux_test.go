@@ -23,6 +23,19 @@ func needJail(t *testing.T) {
 	}
 }
 
+// builtStockade is the stockade binary that make test names in
+// STOCKADE_BIN, for the tests that judge a whole stockade process (its CPU
+// as the host sees it, a sibling run in another process); they skip
+// without it, saying why.
+func builtStockade(t *testing.T, why string) string {
+	t.Helper()
+	bin := os.Getenv("STOCKADE_BIN")
+	if bin == "" {
+		t.Skip("set STOCKADE_BIN to a stockade built by make build: " + why)
+	}
+	return bin
+}
+
 func spec(args ...string) Spec { return testSpec(args...) }
 
 func mustRun(t *testing.T, s Spec) *Result {

@@ -35,10 +35,7 @@ while True:
 // jail's init reaped it before dying, which a killed flood often is not.
 func TestAttackOutputFloodHostCPU(t *testing.T) {
 	needJail(t)
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("set STOCKADE_BIN to a stockade built by make build: the cost is measured on a stockade process")
-	}
+	bin := builtStockade(t, "the cost is measured on a stockade process")
 	const cpus, wall, limit = 0.2, 4 * time.Second, 1 << 20
 	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--output-limit", "1M", "--", "python3", "-c", outputFlood)
 	var stdout bytes.Buffer

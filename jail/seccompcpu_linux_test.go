@@ -2,7 +2,6 @@ package jail
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -22,10 +21,7 @@ import (
 // Measuring this test process instead counted other tests' leftovers.
 func TestAttackRefusedSyscallLoopCPU(t *testing.T) {
 	needJail(t)
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("set STOCKADE_BIN to a stockade built by make build: the cost is measured on a stockade process")
-	}
+	bin := builtStockade(t, "the cost is measured on a stockade process")
 	const cpus, wall = 0.2, 4 * time.Second
 	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--", "python3", "-c", proctest.RefusedLoop(2))
 	out, err := cmd.Output()

@@ -23,10 +23,7 @@ import (
 // slot abandoned with a record proves the sweep really ran.
 func TestAttackSweepRemovesLiveJails(t *testing.T) {
 	needJail(t)
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("needs STOCKADE_BIN for the sibling CLI run")
-	}
+	bin := builtStockade(t, "it makes the sibling CLI run")
 	lockDir := filepath.Join(t.TempDir(), "runs")
 	t.Setenv(runlock.DirEnv, lockDir)
 
