@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/runlock"
 )
 
 // soakKind is one kind of run in the soak mix, with the verdict it must end in.
@@ -258,6 +259,34 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+// waitLockHolders waits until no process but this one has a file of the
+// run lock directory open, and returns those that still do.
+func waitLockHolders(within time.Duration) []string {
+	dir := runlock.DefaultDir() + "/"
+	self := strconv.Itoa(os.Getpid())
+	deadline := time.Now().Add(within)
+	for {
+		var holders []string
+		procs, _ := os.ReadDir("/proc")
+		for _, p := range procs {
+			if p.Name() == self {
+				continue
+			}
+			fds, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+			for _, fd := range fds {
+				if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && strings.HasPrefix(l, dir) {
+					holders = append(holders, p.Name())
+					break
+				}
+			}
+		}
+		if len(holders) == 0 || time.Now().After(deadline) {
+			return holders
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // soakLoopEnv makes TestSoakLoopHelper run: it is the stockade that
 // TestSoak's kill-9 step kills in the middle of its runs.
 const soakLoopEnv = "STOCKADE_SOAK_LOOP"
@@ -323,6 +352,13 @@ func soakKill9(t *testing.T) {
 	cmd.Wait()
 	if left := waitGone(marker, 5*time.Second); len(left) > 0 {
 		t.Fatalf("jailed processes outlived the killed stockade: %v", left)
+	}
+	// A child the killed stockade was forking at that moment (an init not
+	// yet exec'd) holds copies of all its run locks until the kernel's
+	// SIGKILL for its dead parent lands: until then its slots are rightly
+	// live, and no sweep may take them.
+	if holders := waitLockHolders(5 * time.Second); len(holders) > 0 {
+		t.Fatalf("processes still hold run locks 5 s after the kill: %v", holders)
 	}
 	left := ownLeftovers(t, pid)
 	t.Logf("killed stockade %d after %d runs started, %d jailed processes up; it left %d cgroups/run dirs", pid, started, jailed, len(left))
