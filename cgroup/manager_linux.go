@@ -272,9 +272,14 @@ func (m *Manager) resolveV2(l layout, parent, subdir string) {
 			// (docker-in-docker, systemd in a container) makes it usable
 			// is to move its processes into the leaf too. Never outside a
 			// namespace root: there the others are not ours.
-			if merr := m.moveOthersToLeaf(h.parent); merr != nil {
-				err = fmt.Errorf("%w; moving the container's processes into the leaf failed too: %v", err, merr)
-			} else {
+			// A process forked while its parent was being moved can
+			// still land in the root (seen once in four VM runs): move
+			// again, a few times, while the kernel says busy.
+			for try := 0; errors.Is(err, unix.EBUSY) && try < 5; try++ {
+				if merr := m.moveOthersToLeaf(h.parent); merr != nil {
+					err = fmt.Errorf("%w; moving the container's processes into the leaf failed too: %v", err, merr)
+					break
+				}
 				err = enableControllers(h.parent, missing)
 			}
 		}
