@@ -10,11 +10,11 @@ import (
 )
 
 // The defaults live once, in the built-in python profile. The flags' help
-// and the README's flag table say them again for the reader; this test
+// and the flag table of docs/cli.md say them again for the reader; this test
 // holds all three to the profile.
 func TestDocumentedDefaultsAreThePythonProfiles(t *testing.T) {
 	def := profiles.Defaults()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestDocumentedDefaultsAreThePythonProfiles(t *testing.T) {
 	for _, f := range policyFlags {
 		want := def.Text(f.field)
 		if got, ok := documented[f.name]; !ok || got != want {
-			t.Errorf("README: --%s default %q, the python profile's %s is %q", f.name, got, f.field, want)
+			t.Errorf("docs/cli.md: --%s default %q, the python profile's %s is %q", f.name, got, f.field, want)
 		}
 		if help[f.name] != want {
 			t.Errorf("help: --%s default %q, the python profile's %s is %q", f.name, help[f.name], f.field, want)
