@@ -14,10 +14,11 @@ import (
 )
 
 // A README example is one shell command in an indented code block that
-// invokes stockade. The founders' rule is that every one runs as written, so
-// this test reads them out of README.md and runs them with bin/stockade.
+// invokes stockade, in README.md, ARCHITECTURE.md or docs/*.md. The founders'
+// rule is that every one runs as written, so this test reads them out of
+// those files and runs them with bin/stockade.
 //
-// What the README says about an example, the test reads:
+// What the documentation says about an example, the test reads:
 //   - a trailing comment's "exit N" is the status expected (else 0), and its
 //     "prints TEXT" the whole of stdout (trimmed);
 //   - "<!-- synopsis -->" before a block: usage with placeholders, not
@@ -26,14 +27,15 @@ import (
 //     in a line's comment: an example this machine cannot run, counted and
 //     logged with its reason.
 //
-// The examples share one directory holding what the README says they find
-// there: task.py, data/sales.csv (city, sales) and out/ owned by an
-// unprivileged user.
+// The examples share one directory holding what the documentation says
+// they find there: task.py, data/sales.csv (city, sales) and out/ owned by
+// an unprivileged user.
 type readmeExample struct {
-	line    int    // README line of its first physical line
+	file    string // the file it is in, relative to the repository
+	line    int    // line of its first physical line in file
 	cmd     string // the command, comment removed, continuation lines joined
 	comment string
-	block   int    // index of its code block
+	block   int    // index of its code block, counted over every file
 	skip    string // why it is not run; "" when it runs
 	synop   bool
 }
@@ -87,8 +89,32 @@ func openQuote(s string) bool {
 	return q != 0
 }
 
-// readmeExamples parses README.md's indented code blocks (fenced blocks are
-// data: JSON, TOML, YAML) into commands.
+// allExamples reads every documentation file's examples, numbering their
+// blocks across files so that a server's block never spans two.
+func allExamples(t *testing.T) []readmeExample {
+	t.Helper()
+	var out []readmeExample
+	blocks := 0
+	for _, f := range docFiles(t) {
+		text, err := os.ReadFile(filepath.Join("../..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex := readmeExamples(string(text))
+		for i := range ex {
+			ex[i].file = f
+			ex[i].block += blocks
+		}
+		if len(ex) > 0 {
+			blocks = ex[len(ex)-1].block
+		}
+		out = append(out, ex...)
+	}
+	return out
+}
+
+// readmeExamples parses one Markdown file's indented code blocks (fenced
+// blocks are data: JSON, TOML, YAML) into commands.
 func readmeExamples(text string) []readmeExample {
 	lines := strings.Split(text, "\n")
 	var out []readmeExample
@@ -171,7 +197,8 @@ func TestReadmeExamplesParse(t *testing.T) {
 	}
 }
 
-// TestReadmeExamplesRun runs every README example this machine can run.
+// TestReadmeExamplesRun runs every example of README.md, ARCHITECTURE.md
+// and docs/*.md this machine can run.
 func TestReadmeExamplesRun(t *testing.T) {
 	needJail(t)
 	bin := os.Getenv("STOCKADE_BIN")
@@ -182,11 +209,7 @@ func TestReadmeExamplesRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	examples := readmeExamples(string(text))
+	examples := allExamples(t)
 
 	pathDir := t.TempDir()
 	if err := os.Symlink(bin, filepath.Join(pathDir, "stockade")); err != nil {
@@ -232,7 +255,7 @@ func TestReadmeExamplesRun(t *testing.T) {
 			synopses++
 			continue
 		case ex.skip != "":
-			skipped = append(skipped, "README.md:"+strconv.Itoa(ex.line)+": "+ex.skip)
+			skipped = append(skipped, ex.file+":"+strconv.Itoa(ex.line)+": "+ex.skip)
 			continue
 		}
 		isClient := !readmeInvokes.MatchString(ex.cmd)
@@ -255,7 +278,7 @@ func TestReadmeExamplesRun(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("README.md:%d: %s: no socket after 20s: %s", ex.line, ex.cmd, serr.String())
+					t.Fatalf("%s:%d: %s: no socket after 20s: %s", ex.file, ex.line, ex.cmd, serr.String())
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -278,31 +301,31 @@ func TestReadmeExamplesRun(t *testing.T) {
 		if err != nil {
 			ee, ok := err.(*exec.ExitError)
 			if !ok {
-				t.Errorf("README.md:%d: %s: %v", ex.line, ex.cmd, err)
+				t.Errorf("%s:%d: %s: %v", ex.file, ex.line, ex.cmd, err)
 				continue
 			}
 			got = ee.ExitCode()
 		}
 		if got != want {
-			t.Errorf("README.md:%d: %s\nexit %d, README says %d\nstdout: %.500s\nstderr: %.500s", ex.line, ex.cmd, got, want, stdout.String(), stderr.String())
+			t.Errorf("%s:%d: %s\nexit %d, the file says %d\nstdout: %.500s\nstderr: %.500s", ex.file, ex.line, ex.cmd, got, want, stdout.String(), stderr.String())
 			continue
 		}
 		if m := readmePrints.FindStringSubmatch(ex.comment); m != nil {
 			if strings.TrimSpace(stdout.String()) != m[1] {
-				t.Errorf("README.md:%d: %s\nprints %q, README says %q\nstderr: %.500s", ex.line, ex.cmd, stdout.String(), m[1], stderr.String())
+				t.Errorf("%s:%d: %s\nprints %q, the file says %q\nstderr: %.500s", ex.file, ex.line, ex.cmd, stdout.String(), m[1], stderr.String())
 			}
 		}
 	}
 	stopServer()
-	// What the examples left behind that the README says they make.
+	// What the examples left behind that the documentation says they make.
 	if _, err := os.Stat(filepath.Join(dir, "out", "chart.png")); err != nil {
 		t.Errorf("the data stack example made no out/chart.png: %v", err)
 	}
-	t.Logf("README: %d examples, %d run, %d not run here, %d synopsis lines", ran+len(skipped), ran, len(skipped), synopses)
+	t.Logf("README.md, ARCHITECTURE.md, docs/*.md: %d examples, %d run, %d not run here, %d synopsis lines", ran+len(skipped), ran, len(skipped), synopses)
 	for _, s := range skipped {
 		t.Logf("not run: %s", s)
 	}
-	if ran < 8 {
-		t.Errorf("only %d README examples ran: has the parser lost them?", ran)
+	if ran < 18 {
+		t.Errorf("only %d documentation examples ran: has the parser lost them?", ran)
 	}
 }
