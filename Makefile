@@ -14,6 +14,10 @@ BIN := bin/stockade
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := build/tools/staticcheck-$(STATICCHECK_VERSION)
 FUZZTIME ?= 5s
+# make install's prefix; the built binary and stockade(1) name DOCDIR, where
+# the documentation is installed, in --help.
+PREFIX ?= /usr/local
+DOCDIR := $(PREFIX)/share/doc/stockade
 
 .PHONY: all build demo check test lint fuzz vmtest bench soak clean install uninstall install-check deps-%
 
@@ -27,12 +31,12 @@ deps-%:
 INIT := jail/jailinit.bin
 build: deps-build
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(INIT) ./jail/internal/jailinit/jailinit
-	$(GO) build -tags urfave_cli_no_docs,embed_jailinit -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/stockade
+	$(GO) build -tags urfave_cli_no_docs,embed_jailinit -ldflags "-X main.version=$(VERSION) -X main.docDir=$(DOCDIR)" -o $(BIN) ./cmd/stockade
 	@# stockade(1) and the completions come from the same command tables. The
 	@# man page needs the CLI library's document generator, which the shipped
 	@# binary leaves out, so a separate build makes it (tag stockade_genman).
 	@mkdir -p build/man build/completions
-	GOFLAGS= $(GO) run -tags stockade_genman ./cmd/stockade __man > build/man/stockade.1
+	GOFLAGS= $(GO) run -tags stockade_genman -ldflags "-X main.docDir=$(DOCDIR)" ./cmd/stockade __man > build/man/stockade.1
 	$(BIN) completion bash > build/completions/stockade.bash
 	$(BIN) completion zsh > build/completions/_stockade
 	$(BIN) completion fish > build/completions/stockade.fish
@@ -90,8 +94,9 @@ soak: build
 	STOCKADE_SOAK=$${STOCKADE_SIBLING_SOAK:-500} $(GO) test -count=1 -run '^TestSoakSiblingCgroups$$' -timeout 60m -v ./cmd/stockade/
 
 # make install PREFIX=/usr/local (DESTDIR for staging): the binary, stockade(1),
-# bash/zsh/fish completions and the examples. make uninstall removes exactly those.
-PREFIX ?= /usr/local
+# bash/zsh/fish completions, the examples and the documentation (README.md,
+# ARCHITECTURE.md, docs/*.md in DOCDIR). make uninstall removes exactly those.
+DOCS := README.md ARCHITECTURE.md $(wildcard docs/*.md)
 INSTALLED := bin/stockade share/man/man1/stockade.1 share/bash-completion/completions/stockade \
 	share/zsh/site-functions/_stockade share/fish/vendor_completions.d/stockade.fish
 install: build
@@ -100,22 +105,27 @@ install: build
 	install -D -m 0644 build/completions/stockade.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/stockade
 	install -D -m 0644 build/completions/_stockade $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_stockade
 	install -D -m 0644 build/completions/stockade.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/stockade.fish
-	install -d $(DESTDIR)$(PREFIX)/share/doc/stockade/examples/systemd
-	install -m 0644 examples/systemd/* $(DESTDIR)$(PREFIX)/share/doc/stockade/examples/systemd/
+	install -d $(DESTDIR)$(DOCDIR)/examples/systemd $(DESTDIR)$(DOCDIR)/docs
+	install -m 0644 examples/systemd/* $(DESTDIR)$(DOCDIR)/examples/systemd/
+	install -m 0644 README.md ARCHITECTURE.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
-	rm -rf $(DESTDIR)$(PREFIX)/share/doc/stockade
+	rm -rf $(DESTDIR)$(DOCDIR)
 
 # install into a staging directory, check every file, uninstall, check that
 # nothing is left.
 install-check: build
 	@rm -rf build/install-check
 	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/build/install-check PREFIX=/usr/local >/dev/null
-	@d=build/install-check/usr/local; for f in $(INSTALLED) share/doc/stockade/examples/systemd; do \
+	@d=build/install-check/usr/local; for f in $(INSTALLED) share/doc/stockade/examples/systemd $(addprefix share/doc/stockade/,$(DOCS)); do \
 		test -e $$d/$$f || { echo "install-check: $$f not installed"; exit 1; }; done; \
 	$$d/bin/stockade --version >/dev/null; \
 	grep -q '^.TH stockade 1' $$d/share/man/man1/stockade.1 || { echo "install-check: stockade.1 is not section 1"; exit 1; }; \
+	grep -q '/usr/local/share/doc/stockade: README.md' $$d/share/man/man1/stockade.1 || { echo "install-check: stockade(1) does not point at the installed docs"; exit 1; }; \
+	$$d/bin/stockade --help | grep -q '/usr/local/share/doc/stockade: README.md' || { echo "install-check: --help does not point at the installed docs"; exit 1; }; \
+	for f in $$(grep -o 'docs/[a-z]*\.md' $$d/share/man/man1/stockade.1); do test -e $$d/share/doc/stockade/$$f || { echo "install-check: stockade(1) names $$f, which is not installed"; exit 1; }; done; \
 	! command -v man >/dev/null || man -l $$d/share/man/man1/stockade.1 2>/dev/null | grep -q "stockade - run untrusted code" || { echo "install-check: stockade(1) does not render"; exit 1; }; \
 	bash -c 'source '$$d'/share/bash-completion/completions/stockade; COMP_WORDS=(stockade ru); COMP_CWORD=1; _stockade; [[ "$${COMPREPLY[*]}" == run ]]' || { echo "install-check: bash completion of \"ru\" is not \"run\""; exit 1; }
 	$(MAKE) --no-print-directory uninstall DESTDIR=$(CURDIR)/build/install-check PREFIX=/usr/local >/dev/null

@@ -323,7 +323,7 @@ func TestAttackReadOnlyBindOfRuntimeState(t *testing.T) {
 	}
 }
 
-// TestNoexecIsNotAnExecBoundary pins what the README says: noexec on /work,
+// TestNoexecIsNotAnExecBoundary pins what docs/jail.md says: noexec on /work,
 // /tmp and --ro stops execve of a file there, not a copy in a memfd.
 func TestNoexecIsNotAnExecBoundary(t *testing.T) {
 	needJail(t)

@@ -114,7 +114,7 @@ func TestAttackMessageQueuesOfAnotherJail(t *testing.T) {
 	uncapJailQueues()
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_MSGQUEUE, &rl) != nil || rl.Max != unix.RLIM_INFINITY {
-		t.Skip("stockade cannot lift its own RLIMIT_MSGQUEUE here (no CAP_SYS_RESOURCE, as in a container): jails share one message queue allowance (README, Known limits)")
+		t.Skip("stockade cannot lift its own RLIMIT_MSGQUEUE here (no CAP_SYS_RESOURCE, as in a container): jails share one message queue allowance (docs/security.md, Known limits)")
 	}
 	const mqOpen = `
 import ctypes, os

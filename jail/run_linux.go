@@ -254,7 +254,7 @@ const jailMsgQueueBytes = 819200
 // (restored by init, see rlimitsFor), and the messages themselves are
 // charged to the jail's memory cgroup. Raising it takes CAP_SYS_RESOURCE;
 // without it (a container's root) the jails keep sharing one allowance, a
-// limit the README lists, and the run goes ahead: queues are a nicety, not
+// limit docs/security.md lists, and the run goes ahead: queues are a nicety, not
 // isolation. A normal user's jails are all that user anyway.
 func uncapJailQueues() {
 	if os.Geteuid() != 0 {

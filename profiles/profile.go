@@ -219,7 +219,7 @@ func mergeBinds(base, over []Bind) []Bind {
 
 // Defaults returns the profile every chain of extends starts from: the
 // built-in python profile, which sets every field. It is the one place
-// stockade's defaults live; the flags' help and the README are tested
+// stockade's defaults live; the flags' help and docs/cli.md are tested
 // against it.
 func Defaults() *Profile {
 	p, err := builtinPython()

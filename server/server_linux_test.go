@@ -413,7 +413,7 @@ func TestServePeerCredAndAudit(t *testing.T) {
 	}
 }
 
-// curl is a client nobody here wrote: the README's examples, as written.
+// curl is a client nobody here wrote: docs/server.md's examples, as written.
 func TestServeCurlAndCLIClient(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	out, err := exec.Command("curl", "-s", "--unix-socket", s.sock, "-d", `{"code": "print(6*7)"}`, "http://x/v1/run").Output()

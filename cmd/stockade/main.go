@@ -16,6 +16,16 @@ import (
 // version is set by the Makefile with -ldflags "-X main.version=...".
 var version = "dev"
 
+// docDir is where `make install` puts README.md, ARCHITECTURE.md and docs/
+// (-X main.docDir=$(PREFIX)/share/doc/stockade); --help and stockade(1)
+// point there.
+var docDir = "/usr/local/share/doc/stockade"
+
+// docsHelp says where the documentation of each topic is installed.
+func docsHelp() string {
+	return "Documentation, installed in " + docDir + ": README.md (start here), docs/cli.md (flags, exit status), docs/result.md (the JSON result), docs/profiles.md (profiles, root filesystems), docs/server.md (stockade serve), docs/deploying.md (systemd, rootless, containers), docs/security.md (the security model and known limits)."
+}
+
 func main() {
 	// The re-exec hook: a jail's init is this binary started again by
 	// jail.Run. It must take over before any flag parsing.
@@ -67,6 +77,7 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:            "stockade",
 		Usage:           "run untrusted code in a fresh Linux jail",
+		Description:     docsHelp(),
 		Version:         version,
 		Writer:          stdout,
 		ErrWriter:       stderr,
