@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/stockade/stockade/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,6 +112,11 @@ type step struct {
 // path in argv0 and the exec step the payload's pid in pid.
 func containSteps(c *Config, argv0 *string, pid *int) []step {
 	return []step{
+		// First: a descriptor the caller of stockade left open without
+		// close-on-exec (a shell's exec 7</, systemd's journal stream, a
+		// flock wrapper's lock) was inherited by init across its execve.
+		// Everything above the control socket that lacks the flag is that.
+		{"close inherited descriptors", func() error { return fds.CloseInherited(ctlFD + 1) }},
 		{"protect init", protectInit},
 		{"make mounts private", func() error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
 		{"build root", func() error { return buildRoot(c.NewRoot, c.Steps) }},
@@ -132,6 +138,12 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		// From here this thread is the jail user with nothing left, and
 		// only this thread: the payload must be forked from it.
 		{"drop privileges", func() error { return becomeJailUser(c.SetGroups) }},
+		// The payload gets 0-2 and nothing else: every other descriptor
+		// init holds (the control socket, Go's own, any a step opened) is
+		// closed by the payload's execve. Read back before the filter,
+		// which may refuse close_range or reading /proc; after this only
+		// the filter's listener is opened, close-on-exec by the kernel.
+		{"close descriptors above 2 on exec", func() error { return fds.CloseOnExecFrom(3) }},
 		// Last before exec: the filter applies to init's thread too, and it
 		// needs nothing more than fork and exec.
 		{"load seccomp", func() error { return loadSeccomp(c.Seccomp, c.SeccompBPF) }},

@@ -34,6 +34,10 @@ func TestContainStepsAreInTheRequiredOrder(t *testing.T) {
 		{"find command", "drop privileges"},                           // looked up while init can still read the root
 		{"drop privileges", "load seccomp"},                           // the filter refuses what the drop needs
 		{"load seccomp", "exec"},
+		{"close inherited descriptors", "protect init"},          // before anything else, nothing runs with the caller's descriptors
+		{"close inherited descriptors", "build root"},            // no step may mount or open through one
+		{"drop privileges", "close descriptors above 2 on exec"}, // the last step that could open one without the flag
+		{"close descriptors above 2 on exec", "load seccomp"},    // a policy may refuse close_range and reading /proc
 	}
 	pos := func(n string) int {
 		i := slices.Index(names, n)
@@ -46,6 +50,14 @@ func TestContainStepsAreInTheRequiredOrder(t *testing.T) {
 		if pos(b[0]) >= pos(b[1]) {
 			t.Errorf("step %q must come before %q: %v", b[0], b[1], names)
 		}
+	}
+	if names[0] != "close inherited descriptors" {
+		t.Errorf("closing what init inherited must be the first step: %v", names)
+	}
+	// Every step that may open a descriptor comes before the mark; after
+	// it only the filter, whose listener the kernel opens close-on-exec.
+	if got := names[len(names)-3:]; !slices.Equal(got, []string{"close descriptors above 2 on exec", "load seccomp", "exec"}) {
+		t.Errorf("the steps after marking descriptors close-on-exec are %v, want only the filter and the exec", got[1:])
 	}
 	if names[len(names)-1] != "exec" {
 		t.Errorf("exec must be the last step: %v", names)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stockade/stockade/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +56,7 @@ func openBeneath(dirfd int, rel string, flags uint64) (int, error) {
 // mkdirAllBeneath creates the directories of rel below root, one component
 // at a time, never following a symlink, and returns an O_PATH fd of the last.
 func mkdirAllBeneath(root int, rel string, mode uint32) (int, error) {
-	fd, err := unix.Dup(root)
+	fd, err := fds.Dup(root)
 	if err != nil {
 		return -1, err
 	}
