@@ -32,6 +32,12 @@ func main() {
 	if jail.IsChild() {
 		jail.ChildMain()
 	}
+	// Before any command runs: run, python, serve (every request's jail),
+	// selftest, doctor and rootfs all start processes.
+	if err := keepInheritedToOurselves(); err != nil {
+		printError(os.Stderr, err.Error())
+		os.Exit(jail.ExitJailError)
+	}
 	code := realMain(os.Args, os.Stdin, os.Stdout, os.Stderr)
 	restoreCgroup(os.Stderr)
 	os.Exit(code)
