@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/stockade/stockade/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
@@ -348,7 +349,7 @@ func opaque(dirfd int) bool {
 }
 
 func readNames(dirfd int) ([]string, error) {
-	d, err := unix.Dup(dirfd)
+	d, err := fds.Dup(dirfd)
 	if err != nil {
 		return nil, err
 	}

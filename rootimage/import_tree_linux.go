@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade/stockade/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,7 +44,7 @@ func (t *tree) close() { unix.Close(t.fd) }
 // descriptor, creating missing directories (0700 for now) if create is set.
 func (t *tree) openDir(rel string, create bool) (int, error) {
 	if rel == "." {
-		return unix.Dup(t.fd)
+		return fds.Dup(t.fd)
 	}
 	fd, err := openBeneath(t.fd, rel)
 	if err == nil || !errors.Is(err, unix.ENOENT) || !create {
@@ -51,7 +52,7 @@ func (t *tree) openDir(rel string, create bool) (int, error) {
 	}
 	// Walk one component at a time, making what is missing; each step is
 	// itself an openat2 beneath the step before.
-	fd, err = unix.Dup(t.fd)
+	fd, err = fds.Dup(t.fd)
 	if err != nil {
 		return -1, err
 	}

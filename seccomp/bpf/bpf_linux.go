@@ -65,6 +65,7 @@ func Load(policy string, filter []unix.SockFilter) (notifyFD int, err error) {
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	flags := uintptr(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | filterFlagWaitKillableRecv)
 	for {
+		//stockade:no-cloexec the kernel opens the listener O_CLOEXEC (seccomp_set_mode_filter's get_unused_fd_flags)
 		fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
 		switch {
 		case errno == 0:
