@@ -72,8 +72,16 @@ func startServer(t *testing.T, args ...string) *testServer {
 
 func startServerAt(t *testing.T, bin, sock string, args ...string) *testServer {
 	t.Helper()
+	return startServerWith(t, bin, sock, nil, args...)
+}
+
+// startServerWith starts the server with extra descriptors open: entry i
+// of files becomes fd 3+i, without close-on-exec (nil: none there).
+func startServerWith(t *testing.T, bin, sock string, files []*os.File, args ...string) *testServer {
+	t.Helper()
 	s := &testServer{t: t, sock: sock, log: &bytes.Buffer{}, exited: make(chan struct{}), before: entrySet()}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--socket", sock}, args...)...)
+	s.cmd.ExtraFiles = files
 	s.cmd.Stderr = &lockedWriter{w: s.log}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
