@@ -29,6 +29,7 @@ func Attacks() []Attack {
 	var all []Attack
 	all = append(all, networkAttacks()...)
 	all = append(all, fileAttacks()...)
+	all = append(all, descriptorAttacks()...)
 	all = append(all, identityAttacks()...)
 	all = append(all, kernelAttacks()...)
 	all = append(all, resourceAttacks()...)
@@ -181,6 +182,30 @@ func fileAttacks() []Attack {
 			},
 			judge: heldLine},
 	}
+}
+
+// descriptorAttacks: the suite holds a host directory and a host file open
+// without close-on-exec, at high numbers, while the jail starts, as a
+// careless caller of stockade does; stockade's own start-up mark does not
+// cover them (they are opened after it), so a jail's init alone decides.
+func descriptorAttacks() []Attack {
+	return []Attack{
+		{Door: "descriptors", Name: "a host directory and file the caller left open (no close-on-exec)",
+			Expect: "only 0-2 in the jail, the file unchanged", program: "fds_inherited.py", bait: true,
+			judge: andHost(heldLine, baitUntouched)},
+	}
+}
+
+// baitUntouched: the host's bait file is as the suite left it, empty.
+func baitUntouched(o *outcome) string {
+	b, err := os.ReadFile(o.fx.baitLog)
+	if err != nil {
+		return "the bait file: " + err.Error()
+	}
+	if len(b) > 0 {
+		return fmt.Sprintf("the host file %s took %d bytes through the inherited descriptor", o.fx.baitLog, len(b))
+	}
+	return ""
 }
 
 func identityAttacks() []Attack {

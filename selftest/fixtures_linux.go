@@ -29,6 +29,7 @@ type fixtures struct {
 	pathSock *listener // dir/sock, mode 0777
 	gateway  string    // the host's default gateway, "" if none
 	hosts    string    // dir/hosts: the proxy attacks' names, pointing at fixtures
+	baitLog  string    // dir/bait.log, empty, 0600: the descriptors door's file
 	cwd      string
 	before   hostState
 
@@ -112,6 +113,10 @@ func newFixtures() (fx *fixtures, err error) {
 	if err = os.WriteFile(fx.hosts, []byte(hosts), 0o644); err != nil {
 		return fx, err
 	}
+	fx.baitLog = filepath.Join(fx.dir, "bait.log")
+	if err = os.WriteFile(fx.baitLog, nil, 0o600); err != nil {
+		return fx, err
+	}
 	fx.gateway = defaultGateway()
 	if fx.cwd, err = os.Getwd(); err != nil {
 		return fx, err
@@ -137,6 +142,44 @@ func (fx *fixtures) close() {
 	if fx.dir != "" {
 		os.RemoveAll(fx.dir)
 	}
+}
+
+// baitFD is the lowest number the bait descriptors take: high, as a
+// shell's exec 7< or a service manager's passed descriptors are, above
+// whatever a jail's set-up uses.
+const baitFD = 100
+
+// openBait opens what a careless caller holds when it starts stockade: a
+// descriptor on the suite's host directory and one appending to the bait
+// file, neither close-on-exec, at baitFD and up. The returned func closes
+// them; until then every process this one starts inherits them.
+func (fx *fixtures) openBait() (release func(), err error) {
+	var held []int
+	release = func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}
+	for _, o := range []struct {
+		path  string
+		flags int
+	}{{fx.dir, unix.O_RDONLY | unix.O_DIRECTORY}, {fx.baitLog, unix.O_WRONLY | unix.O_APPEND}} {
+		//stockade:no-cloexec the bait: a descriptor a caller left open, which no jail may receive
+		fd, err := unix.Open(o.path, o.flags, 0)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("open %s: %w", o.path, err)
+		}
+		//stockade:no-cloexec the bait again, moved up as exec 7< would place it
+		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD, baitFD)
+		unix.Close(fd)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("move %s to %d and up: %w", o.path, baitFD, err)
+		}
+		held = append(held, high)
+	}
+	return release, nil
 }
 
 func (fx *fixtures) tcpPort() string {

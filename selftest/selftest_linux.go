@@ -18,7 +18,7 @@ var programs embed.FS
 
 // Attack is one way out of the jail that the suite tries.
 type Attack struct {
-	Door   string // network, files, identity, kernel, resources, terminal
+	Door   string // network, files, descriptors, identity, kernel, resources, terminal
 	Name   string // what it tries, e.g. "TCP to the host's 127.0.0.1 listener"
 	Expect string // what a shut door looks like
 
@@ -30,6 +30,9 @@ type Attack struct {
 	adjust func(s *jail.Spec)
 	judge  func(o *outcome) (happened string, held bool)
 	pty    bool // run with a pseudo-terminal as stdin
+	// bait: the suite holds host descriptors without close-on-exec while
+	// the attack's jail starts (fixtures.openBait).
+	bait bool
 	// ro are read-only binds of the host fixtures the attack needs.
 	ro func(fx *fixtures) []jail.Bind
 	// network, if set, gives the attack's jail an allowlist pointing at
@@ -146,6 +149,14 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 			row.Status, row.Happened = Fail, err.Error()
 			return row
 		}
+	}
+	if a.bait {
+		release, err := fx.openBait()
+		if err != nil {
+			row.Status, row.Happened = Fail, "no bait descriptors to test with: "+err.Error()
+			return row
+		}
+		defer release()
 	}
 	begin := time.Now()
 	o.res, o.err = jail.Run(ctx, spec, st)

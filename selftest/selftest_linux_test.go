@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -185,7 +186,7 @@ func TestAttacksAreWellFormed(t *testing.T) {
 			t.Errorf("%s: %s does not start by naming what it tries", a.Name, a.program)
 		}
 	}
-	for _, d := range []string{"network", "files", "identity", "kernel", "resources", "terminal"} {
+	for _, d := range []string{"network", "files", "descriptors", "identity", "kernel", "resources", "terminal"} {
 		found := false
 		for _, a := range Attacks() {
 			found = found || a.Door == d
@@ -254,4 +255,52 @@ func TestReportPrintsAndFails(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Rows) != 2 || back.Rows[1].Status != Fail {
 		t.Errorf("JSON round trip: %v %+v", err, back)
 	}
+}
+
+// The descriptors door holds under the default spec: the jail started
+// while the suite held its bait has nothing beyond 0-2.
+func TestDescriptorsDoorHolds(t *testing.T) {
+	needJail(t)
+	rep := run(t, defaultSpec(nil), "descriptors")
+	r := rep.Row(descriptorAttacks()[0].Name)
+	if r == nil || r.Status != Pass {
+		t.Fatalf("descriptors door: %+v", r)
+	}
+}
+
+// With the door open, the row fails: the attack run where nothing closes
+// what it inherits (straight on the host, started while the suite holds
+// its bait, as an init that kept them would start the payload) reports
+// the descriptors, and the host sees its file written.
+func TestDescriptorsDoorFailsWhenOpen(t *testing.T) {
+	fx, err := newFixtures()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fx.close()
+	a := descriptorAttacks()[0]
+	src, err := programs.ReadFile("attacks/" + a.program)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := fx.openBait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("python3", "-c", string(src)).Output()
+	release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &outcome{spec: defaultSpec(nil), res: &jail.Result{Verdict: jail.VerdictOK, Stdout: string(out)}, last: lastLine(string(out)), fx: fx}
+	happened, held := a.judge(o)
+	if held {
+		t.Fatalf("judged held with the bait inherited: %s", happened)
+	}
+	for _, want := range []string{fx.dir, fx.baitLog, "took"} {
+		if !strings.Contains(happened, want) {
+			t.Errorf("the failed row does not say %q: %s", want, happened)
+		}
+	}
+	t.Log(happened)
 }
