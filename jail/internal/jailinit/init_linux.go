@@ -81,10 +81,11 @@ func Main() {
 }
 
 // contain is the jail's setup, one step per line in the order the kernel
-// requires, through the payload's exec: the cgroup namespace after the
-// parent placed us in the cgroup, mounts while still privileged,
-// pivot_root, then identity and limits, the command looked up while init
-// can still read everything, the privilege drop, seccomp last, and the
+// requires, through the payload's exec: what init inherited closed before
+// anything else, the cgroup namespace after the parent placed us in the
+// cgroup, mounts while still privileged, pivot_root, then identity and
+// limits, the command looked up while init can still read everything, the
+// privilege drop, descriptors marked for the exec, seccomp last, and the
 // payload forked from this thread. It returns the payload's pid.
 func contain(cfg *Config) (int, error) {
 	var argv0 string
