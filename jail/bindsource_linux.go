@@ -197,12 +197,12 @@ func within(p, dir string) bool {
 
 // ownState lists stockade's own state directories for checkPath.
 func ownState() []string {
-	own := []string{RunBase(), runlock.DefaultDir(), runlock.IDDir}
+	own := []string{RunBase(), runlock.DefaultDir(), runlock.IDDir, runlock.IDsDir()}
 	// Leftovers of older stockades, and private fallback bases (newFallback):
 	// only those that exist, so that a jail may still get the temp
 	// directory where stockade keeps nothing.
 	tmp := os.TempDir()
-	for _, pat := range []string{"stockade-" + strconv.Itoa(os.Geteuid()), fallbackPrefix() + "*"} {
+	for _, pat := range []string{filepath.Base(runlock.TempUserDir()), fallbackPrefix() + "*"} {
 		m, _ := filepath.Glob(filepath.Join(tmp, pat))
 		own = append(own, m...)
 	}

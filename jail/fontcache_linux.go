@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/mplcache"
+	"github.com/stockade/stockade/runlock"
 )
 
 // fontCacheBuildTimeout bounds the one run that builds a root's matplotlib
@@ -40,14 +41,9 @@ func fontCacheSteps(ctx context.Context, spec Spec, notices io.Writer) []jailini
 	if !ok {
 		return nil
 	}
-	base := spec.CacheDir
+	base := fontCacheBase(spec)
 	if base == "" {
-		if base, err = mplcache.BaseDir(); err != nil {
-			note("%v", err)
-			return nil
-		}
-	} else {
-		base = filepath.Join(base, "matplotlib")
+		return nil
 	}
 	files, ok, err := mplcache.Lookup(base, key)
 	if err != nil {
@@ -68,6 +64,32 @@ func fontCacheSteps(ctx context.Context, spec Spec, notices io.Writer) []jailini
 		steps = append(steps, jailinit.Step{Kind: jailinit.StepSymlink, Dest: path.Join(mplcache.ConfigDir, f), Link: path.Join(mplcache.BoundDir, f)})
 	}
 	return steps
+}
+
+// fontCacheBase is where the font caches of this stockade are kept: the
+// spec's CacheDir, else host root's cache directory, else the user's
+// (mplcache.UserBaseDir), else, for a user without a home of their own,
+// the user's stockade directory (runlock.UserDir), which lasts at least
+// until the next reboot or logout; "" (no cache) when that one is not the
+// user's (squatted in the temp directory: the run said so already), since
+// its owner could swap the cache for one of their own between the check
+// and the bind. Root of a user namespace is not host root:
+// /var/cache/stockade is not its to write.
+func fontCacheBase(spec Spec) string {
+	switch {
+	case spec.CacheDir != "":
+		return filepath.Join(spec.CacheDir, "matplotlib")
+	case runlock.HostRoot():
+		return mplcache.RootBaseDir
+	}
+	if d := mplcache.UserBaseDir(); d != "" {
+		return d
+	}
+	d := filepath.Join(runlock.UserDir(), "matplotlib")
+	if runlock.EnsureOwnedDir(d, 0o755, 0) != nil {
+		return ""
+	}
+	return d
 }
 
 // buildFontCache runs matplotlib in a jail of the same root, with the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockade/stockade/cgroup"
 	"github.com/stockade/stockade/runlock"
+	"golang.org/x/sys/unix"
 )
 
 // What a run records in its runlock slot, before creating it.
@@ -37,15 +38,15 @@ type ownership struct {
 	// then keeps its record for the next stockade's sweep.
 	leftovers bool
 	// fallback is the run's private lock directory's parent and run base
-	// (see acquireOwnership), "" normally; removed on release.
-	fallback string
+	// (see acquireOwnership), nil normally; removed on release.
+	fallback *fallbackBase
 }
 
 // acquireOwnership sweeps the leftovers of dead stockades and takes a slot.
 // A user other than root whose lock directory or run base is another's
 // (made first by someone else in the shared temp directory) runs from a
-// private fallback instead, with a notice: its leftovers, should it be
-// SIGKILLed, are then nobody's to sweep, which is better than no run.
+// private fallback instead, with a notice; the user's next run sweeps it
+// should this one be killed with SIGKILL.
 func acquireOwnership(notices io.Writer) (*ownership, error) {
 	say := func(err error) {
 		if notices != nil {
@@ -53,23 +54,26 @@ func acquireOwnership(notices io.Writer) (*ownership, error) {
 		}
 	}
 	clean := func(s runlock.Stale) error { return removeLeftovers(s, notices) }
-	dir := runlock.DefaultDir()
-	l, err := runlock.Acquire(dir, clean, say)
+	hostRoot := runlock.HostRoot()
+	if !hostRoot {
+		sweepFallbacks(clean, say)
+	}
+	l, err := runlock.Acquire(runlock.DefaultDir(), clean, say)
 	o := &ownership{}
-	if err == nil && os.Geteuid() != 0 {
+	if err == nil && !hostRoot {
 		if berr := ensureBase(RunBase()); berr != nil {
 			l.Release()
 			l, err = nil, berr
 		}
 	}
-	if err != nil && os.Geteuid() != 0 && os.Getenv(runlock.DirEnv) == "" {
+	if err != nil && !hostRoot && os.Getenv(runlock.DirEnv) == "" {
 		fb, ferr := newFallback()
 		if ferr != nil {
 			return nil, fmt.Errorf("%w; %w", err, ferr)
 		}
-		say(fmt.Errorf("%v; running from the private %s instead (remove what is in the way: a stockade killed with SIGKILL from here leaves its run directory for you to remove)", err, fb))
-		if l, err = runlock.Acquire(filepath.Join(fb, "runs"), clean, say); err != nil {
-			removeTree(fb)
+		say(fmt.Errorf("%v; running from the private %s instead (it goes with the run; if what is in the way is another user's, ask them or root to remove it)", err, fb.path))
+		if l, err = runlock.Acquire(filepath.Join(fb.path, "runs"), clean, say); err != nil {
+			fb.remove()
 			return nil, err
 		}
 		o.fallback = fb
@@ -79,8 +83,8 @@ func acquireOwnership(notices io.Writer) (*ownership, error) {
 	}
 	o.lock = l
 	if os.Geteuid() == 0 {
-		if o.id, err = runlock.AcquireID(runlock.IDDir); err != nil {
-			l.Release()
+		if o.id, err = runlock.AcquireID(runlock.IDsDir()); err != nil {
+			o.release(notices)
 			return nil, err
 		}
 	}
@@ -104,18 +108,30 @@ func (o *ownership) release(notices io.Writer) {
 		o.id.Release()
 	}
 	if o.leftovers {
+		// A run that failed part-way (a cgroup half made) or whose Close
+		// could not remove something: what its record names is dead and
+		// ours, and one more try now leaves nothing for later when it
+		// works.
+		if ents, err := o.lock.Entries(); err == nil {
+			_, _, err = removeRecorded(ents)
+			o.leftovers = err != nil
+		}
+	}
+	if o.leftovers {
 		o.lock.Abandon()
-		if o.fallback != "" && notices != nil {
-			fmt.Fprintf(notices, "stockade: left %s behind: remove it\n", o.fallback)
+		if o.fallback != nil {
+			// Its lock goes with the descriptor: the next run of this
+			// user sweeps it (sweepFallbacks).
+			unix.Close(o.fallback.fd)
 		}
 		return
 	}
 	if err := o.lock.Release(); err != nil && notices != nil {
 		fmt.Fprintf(notices, "stockade: %v\n", err)
 	}
-	if o.fallback != "" {
-		if err := removeTree(o.fallback); err != nil && notices != nil {
-			fmt.Fprintf(notices, "stockade: remove %s: %v\n", o.fallback, err)
+	if o.fallback != nil {
+		if err := o.fallback.remove(); err != nil && notices != nil {
+			fmt.Fprintf(notices, "stockade: remove %s: %v\n", o.fallback.path, err)
 		}
 	}
 }
@@ -185,42 +201,12 @@ func ranHere(s runlock.Stale, mine string) bool {
 	return false
 }
 
-// removeLeftovers kills and removes what a dead stockade's slot recorded:
-// its cgroup first (whose processes could still be writing), then its run
-// directory with the /work data.
+// removeLeftovers kills and removes what a dead stockade's slot recorded
+// (removeRecorded), and says what it removed.
 func removeLeftovers(s runlock.Stale, notices io.Writer) error {
-	var groups, gone []string
-	var runDirs []string
-	for _, e := range s.Entries {
-		switch e.Kind {
-		case recordCgroup:
-			groups = append(groups, e.Path)
-		case recordRunDir:
-			runDirs = append(runDirs, e.Path)
-		default:
-			return fmt.Errorf("unknown record kind %q for %s", e.Kind, e.Path)
-		}
-	}
-	for _, g := range groups {
-		if _, err := os.Lstat(g); err == nil {
-			gone = append(gone, "cgroup "+g)
-		}
-	}
-	killed, err := cgroup.RemoveStale(groups)
+	gone, killed, err := removeRecorded(s.Entries)
 	if err != nil {
 		return err
-	}
-	for _, d := range runDirs {
-		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if !ownRunDirPath(d) {
-			return fmt.Errorf("run directory %s is not in %s (nor in a private fallback base of ours)", d, RunBase())
-		}
-		if err := (&runDir{path: d}).remove(); err != nil {
-			return err
-		}
-		gone = append(gone, "run directory "+d)
 	}
 	if len(gone) > 0 && notices != nil {
 		what := strings.Join(gone, ", ")
@@ -230,4 +216,43 @@ func removeLeftovers(s runlock.Stale, notices io.Writer) error {
 		fmt.Fprintf(notices, "stockade: removed the leftovers of a stockade that died (its run lock, slot %d, was free): %s\n", s.Slot, what)
 	}
 	return nil
+}
+
+// removeRecorded kills and removes what a slot's record names: its cgroup
+// first (whose processes could still be writing), then its run directory
+// with the /work data. It returns what was there to remove and how many
+// processes it killed.
+func removeRecorded(entries []runlock.Entry) (gone []string, killed int, err error) {
+	var groups, runDirs []string
+	for _, e := range entries {
+		switch e.Kind {
+		case recordCgroup:
+			groups = append(groups, e.Path)
+		case recordRunDir:
+			runDirs = append(runDirs, e.Path)
+		default:
+			return nil, 0, fmt.Errorf("unknown record kind %q for %s", e.Kind, e.Path)
+		}
+	}
+	for _, g := range groups {
+		if _, err := os.Lstat(g); err == nil {
+			gone = append(gone, "cgroup "+g)
+		}
+	}
+	if killed, err = cgroup.RemoveStale(groups); err != nil {
+		return nil, 0, err
+	}
+	for _, d := range runDirs {
+		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if !ownRunDirPath(d) {
+			return nil, 0, fmt.Errorf("run directory %s is not in %s (nor in a private fallback base of ours)", d, RunBase())
+		}
+		if err := (&runDir{path: d}).remove(); err != nil {
+			return nil, 0, err
+		}
+		gone = append(gone, "run directory "+d)
+	}
+	return gone, killed, nil
 }

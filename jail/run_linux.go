@@ -191,7 +191,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 // checked again.
 func checkRoot(dir string) error {
 	cache := ""
-	// Never a fallback base (see baseDir): that one is made per run.
+	// Never a fallback base (see newFallback): that one is made per run.
 	if base := RunBase(); ensureBase(base) == nil {
 		cache = filepath.Join(base, "checked-roots")
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/stockade/stockade/runlock"
@@ -33,42 +32,16 @@ type runDir struct {
 // inside a container, as its lock directory is.
 const rootRunBase = "/run/stockade/dirs"
 
-// RunBase is the parent of this user's run directories (for root
-// rootRunBase; for anyone else a directory of their own in
-// $XDG_RUNTIME_DIR, else in the temp directory). A run whose usual base is
-// not usable (another user made $TMPDIR/stockade-<uid> first) makes its
-// directory in a private fallback instead (see newFallback).
+// RunBase is the parent of this stockade's run directories: for HostRoot
+// rootRunBase; for anyone else dirs/ in runlock.UserDir ($XDG_RUNTIME_DIR,
+// else the temp directory). A run whose usual base is not usable (another
+// user made $TMPDIR/stockade-<uid> first) makes its directory in a private
+// fallback instead (see newFallback).
 func RunBase() string {
-	if os.Geteuid() == 0 {
+	if runlock.HostRoot() {
 		return rootRunBase
 	}
-	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
-		return filepath.Join(filepath.Clean(x), "stockade", "dirs")
-	}
-	return filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Geteuid()))
-}
-
-// fallbackPrefix starts the name of a private base made in the temp
-// directory when RunBase is not ours; one per run, removed with its run
-// (see newFallback).
-func fallbackPrefix() string { return "stockade-" + strconv.Itoa(os.Geteuid()) + "." }
-
-// newFallback makes a run's private fallback directory, for a user whose
-// usual run base or lock directory is not theirs (another user made
-// $TMPDIR/stockade-<uid> first): refusing to run would let any local user
-// stop every run of ours. It holds the run's lock directory (runs/) and its
-// run directory, and goes with the run. 0711: init reaches the run
-// directory in it as the jail user.
-func newFallback() (string, error) {
-	fb, err := os.MkdirTemp(os.TempDir(), fallbackPrefix())
-	if err != nil {
-		return "", fmt.Errorf("a private run directory base: %w", err)
-	}
-	if err := os.Chmod(fb, 0o711); err != nil {
-		os.Remove(fb)
-		return "", fmt.Errorf("a private run directory base %s: %w", fb, err)
-	}
-	return fb, nil
+	return filepath.Join(runlock.UserDir(), "dirs")
 }
 
 // ensureBase makes base and the directory above it, 0711, and checks that
@@ -94,20 +67,16 @@ func ownRunDirPath(d string) bool {
 	if parent == RunBase() {
 		return true
 	}
-	// The fallback bases, and the temp directory base of stockades before
-	// root's moved to /run (their runs' leftovers), are in a directory
-	// anyone can write: only one that is really ours is entered.
-	legacy := filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Geteuid()))
-	if parent != legacy && !isFallbackBase(parent) {
+	// The fallback bases, and the temp directory base of older stockades
+	// (root's before it moved to /run, a normal user's before dirs/; their
+	// runs' leftovers), are in a directory anyone can write: only one that
+	// is really ours is entered.
+	if parent != runlock.TempUserDir() && !isFallbackBase(parent) {
 		return false
 	}
 	var st unix.Stat_t
 	return unix.Lstat(parent, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR &&
 		int(st.Uid) == os.Geteuid() && st.Mode&0o022 == 0
-}
-
-func isFallbackBase(dir string) bool {
-	return filepath.Dir(dir) == os.TempDir() && strings.HasPrefix(filepath.Base(dir), fallbackPrefix())
 }
 
 // runDirPrefix starts every run directory's name, "r<slot>-<pid>-<random>"
@@ -121,8 +90,10 @@ const runDirPrefix = "r"
 // workGID are the host ids of the jail user, so that it can write its fresh
 // /work (workUID -1: no /work directory) and reach the run directory.
 func newRunDir(own *ownership, workUID, workGID int) (*runDir, error) {
-	base := own.fallback
-	if base == "" {
+	var base string
+	if own.fallback != nil {
+		base = own.fallback.path
+	} else {
 		base = RunBase()
 		if err := ensureBase(base); err != nil {
 			return nil, err

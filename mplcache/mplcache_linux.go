@@ -117,17 +117,24 @@ func resolve(root, p string) (string, error) {
 	return "", fmt.Errorf("%s: too many symlinks", p)
 }
 
-// BaseDir is where the caches of a user live: /var/cache/stockade/matplotlib
-// for root, $XDG_CACHE_HOME/stockade/matplotlib (or ~/.cache/...) otherwise.
-func BaseDir() (string, error) {
-	if os.Geteuid() == 0 {
-		return "/var/cache/stockade/matplotlib", nil
+// RootBaseDir is where host root's caches live.
+const RootBaseDir = "/var/cache/stockade/matplotlib"
+
+// UserBaseDir is where a user's caches live: $XDG_CACHE_HOME/stockade/
+// matplotlib, else ~/.cache/stockade/matplotlib when the home directory is
+// a directory of theirs; "" otherwise (a system account whose home is
+// /nonexistent or someone else's, as for cron jobs and systemd units),
+// for the caller to choose a directory of its own.
+func UserBaseDir() string {
+	if x := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "stockade", "matplotlib")
 	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
+	home := os.Getenv("HOME")
+	var st unix.Stat_t
+	if !filepath.IsAbs(home) || unix.Stat(home, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() {
+		return ""
 	}
-	return filepath.Join(d, "stockade", "matplotlib"), nil
+	return filepath.Join(home, ".cache", "stockade", "matplotlib")
 }
 
 // fileName is what matplotlib calls its font cache: fontlist-v330.json for
@@ -186,7 +193,7 @@ func checkOwned(p string, dir bool) error {
 		want = unix.S_IFDIR
 	}
 	if st.Mode&unix.S_IFMT != want || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-		return fmt.Errorf("font cache %s: not a %s owned by uid %d and writable only by it; remove it",
+		return fmt.Errorf("font cache %s: not a %s owned by uid %d and writable only by it",
 			p, map[bool]string{true: "directory", false: "file"}[dir], os.Geteuid())
 	}
 	return nil

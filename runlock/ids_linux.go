@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// IDDir is where a root stockade takes the number behind its jail's host
+// IDDir is where a HostRoot stockade takes the number behind its jail's host
 // uid. It is fixed, never $STOCKADE_LOCK_DIR: the uid is a host-wide
 // resource, and two stockades with lock directories of their own (a test,
 // a second service, a container with its own /run but the host's uids and
@@ -17,6 +17,16 @@ import (
 // would both run a jail as the same uid, and then one jail could read the
 // other's live /work through the 0710 run directory.
 const IDDir = "/run/stockade/ids"
+
+// IDsDir is IDDir for HostRoot, and ids/ in UserDir for root of a user
+// namespace that is not: the jail ids it can map are that namespace's,
+// and one host user's stockades are all that share them.
+func IDsDir() string {
+	if HostRoot() {
+		return IDDir
+	}
+	return filepath.Join(UserDir(), "ids")
+}
 
 // ID is a host-wide number held for a run's life: a file in IDDir per
 // number, flock(2)ed. The files are never removed (an unlink would let a

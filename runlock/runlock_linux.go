@@ -39,23 +39,19 @@ type Lock struct {
 // leftovers (tests use that to keep the host's other stockades off theirs).
 const DirEnv = "STOCKADE_LOCK_DIR"
 
-// DefaultDir is the lock directory for this effective uid: $STOCKADE_LOCK_DIR
-// if set, else /run/stockade/runs for root (emptied on reboot together with
-// every cgroup where /run is a tmpfs, and not private to a systemd service
-// with PrivateTmp=, as /tmp is), and a directory in XDG_RUNTIME_DIR or the
-// temp directory for anyone else (whose cgroups, if any, are delegated to
-// them alone).
+// DefaultDir is the lock directory for this stockade: $STOCKADE_LOCK_DIR
+// if set, else /run/stockade/runs for HostRoot (emptied on reboot together
+// with every cgroup where /run is a tmpfs, and not private to a systemd
+// service with PrivateTmp=, as /tmp is), and runs/ in UserDir for anyone
+// else (whose cgroups, if any, are delegated to them alone).
 func DefaultDir() string {
 	if d := os.Getenv(DirEnv); filepath.IsAbs(d) {
 		return filepath.Clean(d)
 	}
-	if os.Geteuid() == 0 {
+	if HostRoot() {
 		return "/run/stockade/runs"
 	}
-	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
-		return filepath.Join(x, "stockade", "runs")
-	}
-	return filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(os.Geteuid()), "runs")
+	return filepath.Join(UserDir(), "runs")
 }
 
 // Stale is a slot whose owner is gone, handed to the cleaner with its lock
@@ -276,7 +272,14 @@ func EnsureOwnedDir(dir string, mode, need uint32) error {
 			return fmt.Errorf("lstat %s: %w", d, err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-			return fmt.Errorf("%s is not a directory owned by uid %d and writable only by it; remove it", d, os.Geteuid())
+			// Not "remove it": it may be another stockade's, holding
+			// live runs' locks (host root's /run/stockade, seen from
+			// a user namespace), or another user's, which is not ours
+			// to remove anyway.
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return fmt.Errorf("%s is not a directory", d)
+			}
+			return fmt.Errorf("%s is not a directory of uid %d writable only by it (owner uid %d, mode %04o)", d, os.Geteuid(), st.Uid, st.Mode&0o7777)
 		}
 		if st.Mode&need != need {
 			if err := unix.Chmod(d, st.Mode&0o7777|need); err != nil {
@@ -319,6 +322,18 @@ func (l *Lock) Record(kind, path string) error {
 		line, l.size = line[n:], l.size+int64(n)
 	}
 	return nil
+}
+
+// Entries reads back what the slot records.
+func (l *Lock) Entries() ([]Entry, error) {
+	if l.fd < 0 {
+		return nil, errors.New("run lock: read after release")
+	}
+	ents, err := readRecord(l.fd)
+	if err != nil {
+		return nil, fmt.Errorf("run lock %s: %w", l.Path(), err)
+	}
+	return ents, nil
 }
 
 // Release frees the slot once everything recorded is gone. The name goes

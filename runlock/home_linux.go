@@ -1,0 +1,79 @@
+package runlock
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/stockade/stockade/hostenv"
+)
+
+// ownUIDMap is this process's uid_map, read once: a user namespace's map
+// is written once and never changes, and a process of several threads (any
+// Go program) cannot move to another user namespace. Every run asks
+// several times, and /proc reads are not free (0.1 ms each on a loaded
+// host).
+var ownUIDMap = sync.OnceValues(func() (hostenv.IDMap, error) {
+	return hostenv.ReadIDMap("/proc/self/uid_map")
+})
+
+// HostRoot reports whether stockade is root of the host's /run: effective
+// uid 0, and uid 0 of the user namespace above as well (the initial
+// namespace, or a container that shares the host's ids). Root of a user
+// namespace that maps it to anyone else (`unshare -Ur` of a normal user,
+// rootless podman, some CI runners) is not: where it shares the host's
+// /run, /run/stockade is host root's, holding host root's live locks, and
+// must be neither used nor removed. Such a root keeps its state where the
+// user it is on the host keeps theirs (UserDir). A map that cannot be read
+// counts as the initial namespace's, where root's /run is root's.
+func HostRoot() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	m, err := ownUIDMap()
+	if err != nil {
+		return true
+	}
+	out, ok := m.Outside(0)
+	return ok && out == 0
+}
+
+// HostUID is the effective uid as the user namespace above knows it (the
+// uid itself in the initial namespace): the one owner that a per-user
+// directory in a shared place is named after, so that the stockade of a
+// user namespace that maps only its root and the same user's stockade
+// outside it share one directory, and two users' namespace roots never do.
+// An unreadable or unmapped map gives the uid itself.
+func HostUID() int {
+	uid := os.Geteuid()
+	m, err := ownUIDMap()
+	if err != nil {
+		return uid
+	}
+	if out, ok := m.Outside(uid); ok {
+		return int(out)
+	}
+	return uid
+}
+
+// UserDir is the directory that holds the lock directory, the id numbers
+// and the run directories of a stockade that is not HostRoot:
+// $XDG_RUNTIME_DIR/stockade (the user's own, emptied at logout), else
+// $TMPDIR/stockade-<HostUID>. Its parent is never checked: /tmp is root's
+// and writable by all, and safe as the sticky directory it is; the
+// directory itself and what is below it must be the user's (see
+// EnsureOwnedDir).
+func UserDir() string {
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		return filepath.Join(filepath.Clean(x), "stockade")
+	}
+	return TempUserDir()
+}
+
+// TempUserDir is the temp directory's name for this user's stockade
+// directory, $TMPDIR/stockade-<HostUID>: UserDir without
+// $XDG_RUNTIME_DIR, and the name the private fallback bases start with.
+func TempUserDir() string {
+	return filepath.Join(os.TempDir(), "stockade-"+strconv.Itoa(HostUID()))
+}
