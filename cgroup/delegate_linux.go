@@ -26,6 +26,7 @@ func delegationHelp(l layout, name string, uid int) []string {
 		return []string{
 			"cgroup: a normal user needs a delegated cgroup; with systemd (user@.service running for you):",
 			"  systemd-run --user --scope -p Delegate=yes stockade run ...",
+			"  (check it the same way: systemd-run --user --scope -p Delegate=yes stockade doctor)",
 			fmt.Sprintf("  (the scope gets the controllers user@.service delegates; if %s/cgroup.controllers lacks memory, pids or cpu, as root:", mgr),
 			`   mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\nDelegate=memory pids cpu\n' >/etc/systemd/system/user@.service.d/delegate.conf && systemctl daemon-reload`,
 			"   then log in again)",
@@ -50,5 +51,6 @@ func delegationHelp(l layout, name string, uid int) []string {
 		"cgroup: a normal user needs a delegated cgroup; on cgroup v1, as root, once:",
 		fmt.Sprintf("  for d in %s; do mkdir -p $d && chown %s: $d $d/cgroup.procs $d/tasks; done", strings.Join(dirs, " "), name),
 		fmt.Sprintf("  then: stockade run --cgroup-parent stockade-%s ...", name),
+		fmt.Sprintf("  and check it: stockade doctor --cgroup-parent stockade-%s", name),
 	}
 }

@@ -18,13 +18,28 @@ import (
 
 // doctorCommand says what this host supports, and proves it by running the
 // default jail once: exit 0 only if that works with every isolation the
-// default profile asks for.
+// default profile asks for. It takes the cgroup flags run takes, so that
+// it checks the configuration the user will run (a delegated cgroup given
+// with --cgroup-parent, or --no-cgroup), not stockade's own cgroup.
 func doctorCommand(stdout io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "show what this host supports and try the default jail",
+		Description: "Checks the configuration you will run: give it the --cgroup-parent or --no-cgroup\n" +
+			"you give run. Exit status: 0 the default jail ran, 1 it did not (the output says why), 125 a bad flag.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "cgroup-parent", Usage: "check the jail with its cgroup below this path, as run --cgroup-parent will"},
+			&cli.BoolFlag{Name: "no-cgroup", Usage: "check the jail without a cgroup, as run --no-cgroup will"},
+		},
 		Action: func(c *cli.Context) error {
-			for _, l := range hostFacts() {
+			if c.NArg() > 0 {
+				return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf("doctor: unexpected argument %q", c.Args().First())}
+			}
+			cg := cgroupChoice{parent: c.String("cgroup-parent"), disabled: c.Bool("no-cgroup")}
+			if cg.disabled && cg.parent != "" {
+				return &exitError{code: jail.ExitJailError, msg: "doctor: --cgroup-parent and --no-cgroup: give one of them"}
+			}
+			for _, l := range hostFacts(cg) {
 				fmt.Fprintln(stdout, l)
 			}
 			prof, err := loadProfile("")
@@ -32,20 +47,32 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 				return &exitError{code: jail.ExitJailError, msg: err.Error()}
 			}
 			spec := prof.Spec([]string{"/bin/true"})
+			spec.Cgroup.Parent, spec.Cgroup.Disabled = cg.parent, cg.disabled
 			res, err := jail.Run(context.Background(), spec, jail.Streams{})
 			if err != nil {
 				fmt.Fprintf(stdout, "default jail: FAILED: %v\n", err)
 				return &exitError{code: 1}
 			}
 			fmt.Fprintf(stdout, "default jail: ok (cgroup %s, seccomp %s, %.1f ms)\n", res.Cgroup, res.Seccomp, res.WallMs)
+			for _, d := range res.Degraded {
+				fmt.Fprintf(stdout, "default jail: degraded: %s\n", d)
+			}
 			return nil
 		},
 	}
 }
 
+// cgroupChoice is where a run's cgroup goes, as --cgroup-parent and
+// --no-cgroup say: "" and false for stockade's own cgroup.
+type cgroupChoice struct {
+	parent   string
+	disabled bool
+}
+
 // hostFacts is what this host supports, one line a fact: what `stockade
-// doctor` prints and `stockade serve` reports in /v1/health.
-func hostFacts() []string {
+// doctor` prints and `stockade serve` reports in /v1/health. cg is the
+// cgroup the runs will use.
+func hostFacts(cg cgroupChoice) []string {
 	var out []string
 	p := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
 	var u unix.Utsname
@@ -66,8 +93,12 @@ func hostFacts() []string {
 	} else {
 		out = append(out, sh.Describe()...)
 	}
+	if cg.disabled {
+		p("cgroup: not used (--no-cgroup): no memory, CPU or pids limit; rlimits only")
+		return out
+	}
 	cgOK := false
-	if m, err := cgroup.NewManager(cgroup.Options{}); err != nil {
+	if m, err := cgroup.NewManager(cgroup.Options{Parent: cg.parent}); err != nil {
 		p("cgroup: NOT usable: %v", err)
 	} else {
 		cgOK = m.Check(cgroup.Limits{MemoryMax: 1 << 30, CPUs: 1, PidsMax: 64}) == nil

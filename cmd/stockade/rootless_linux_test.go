@@ -136,3 +136,34 @@ func TestRootlessWithDelegatedV1Cgroup(t *testing.T) {
 		}
 	}
 }
+
+// A normal user who followed doctor's advice (a v1 delegation used with
+// --cgroup-parent, or --no-cgroup) must be able to check that very
+// configuration with doctor: it takes the flags run takes, says to pass
+// them, and then tries the default jail as run will.
+func TestDoctorChecksTheCgroupTheUserWillRunIn(t *testing.T) {
+	bin := builtBinary(t)
+	name, uid, gid := throwawayUser(t)
+	parent := v1Delegation(t, name, uid, gid)
+
+	code, out, _ := asUser(t, bin, uid, gid, "doctor")
+	if code != 1 || !strings.Contains(out, "default jail: FAILED") ||
+		!strings.Contains(out, "stockade doctor --cgroup-parent stockade-"+name) {
+		t.Errorf("doctor without the flag: exit %d, output\n%s", code, out)
+	}
+	code, out, errs := asUser(t, bin, uid, gid, "doctor", "--cgroup-parent", parent)
+	if code != 0 || !strings.Contains(out, "default jail: ok (cgroup v1,") ||
+		!strings.Contains(out, "cgroup memory: usable, groups under /sys/fs/cgroup/memory"+parent) {
+		t.Errorf("doctor --cgroup-parent %s: exit %d, stderr %q, output\n%s", parent, code, errs, out)
+	}
+	code, out, errs = asUser(t, bin, uid, gid, "doctor", "--no-cgroup")
+	if code != 0 || !strings.Contains(out, "default jail: ok (cgroup none,") || !strings.Contains(out, "degraded: cgroup: none") {
+		t.Errorf("doctor --no-cgroup: exit %d, stderr %q, output\n%s", code, errs, out)
+	}
+	for _, c := range []string{"memory", "cpu", "pids"} {
+		left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", c, parent, "stockade*"))
+		if len(left) != 0 {
+			t.Errorf("left in the delegated cgroup: %v", left)
+		}
+	}
+}

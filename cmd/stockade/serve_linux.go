@@ -78,7 +78,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error) {
 	cfg := server.Config{Pool: c.Int("pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
 		PerCaller: c.Int("per-caller"), MaxConns: c.Int("max-conns"), MaxConnsPerCaller: c.Int("max-conns-per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
-		Notices: os.Stderr, Facts: hostFacts(), Version: version}
+		Notices: os.Stderr, Facts: hostFacts(cgroupChoice{}), Version: version}
 	noop := func() {}
 	var err error
 	if cfg.QueueWait, err = profiles.ParseDuration(c.String("queue-wait")); err != nil {
