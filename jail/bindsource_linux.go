@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/stockade/stockade/hostenv"
 	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/runlock"
 	"golang.org/x/sys/unix"
@@ -178,7 +179,8 @@ func (p sourcePolicy) checkOwner(dir string, uid uint32) error {
 }
 
 // checkWorkdir refuses the directories that must never become a writable
-// /work (checkSource), and anything but a directory.
+// /work (checkSource), anything but a directory, and a directory with a
+// mount point below it (checkNoMountsBelow).
 func (p sourcePolicy) checkWorkdir(dir string) (unix.Stat_t, error) {
 	st, err := p.checkSource("--workdir", dir)
 	if err != nil {
@@ -187,7 +189,30 @@ func (p sourcePolicy) checkWorkdir(dir string) (unix.Stat_t, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return st, fmt.Errorf("--workdir %s: not a directory", dir)
 	}
-	return st, nil
+	return st, checkNoMountsBelow("--workdir", dir)
+}
+
+// checkNoMountsBelow refuses a directory with a mount point below it as
+// the source of a --workdir or --ro, both overlays in the jail: the mounts
+// below it are locked to it in the jail's user namespace, and the kernel
+// refuses an overlay whose lower layer holds locked mounts (EINVAL,
+// "overlayfs: failed to clone lowerpath"), which init could only report
+// as a bare "invalid argument". A bind without them would show the empty
+// directories under the mounts, not the data the user meant.
+func checkNoMountsBelow(flag, dir string) error {
+	below, err := hostenv.MountsBelow(filepath.Clean(dir))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", flag, dir, err)
+	}
+	if len(below) == 0 {
+		return nil
+	}
+	mp := below[len(below)-1] // the shallowest
+	more := ""
+	if len(below) > 1 {
+		more = fmt.Sprintf(" (and %d more)", len(below)-1)
+	}
+	return fmt.Errorf("%s %s: there is a mount point %s inside it%s, and the kernel gives a jail only a directory without mounts below it; give a directory that holds no mount point, and bind what is mounted there on its own (--ro %s:DEST)", flag, dir, mp, more, mp)
 }
 
 // within reports whether p is dir or lies below it.

@@ -602,3 +602,43 @@ func sigMask(t *testing.T, status, field string) uint64 {
 	t.Fatalf("no %s in %q", field, status)
 	return 0
 }
+
+// A --workdir or --ro directory with a mount point below it cannot be
+// given to the jail: the kernel refuses a user namespace an overlay of a
+// tree whose submounts are locked to it (EINVAL). The refusal must name the
+// mount point and the way out, not send the user after their kernel's
+// version.
+func TestBindWithAMountPointInsideNamesIt(t *testing.T) {
+	needJail(t)
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a tmpfs")
+	}
+	dir := reachableTempDir(t)
+	sub := filepath.Join(dir, "data", "cache")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "data"), sub} {
+		os.Chown(d, 4242, 4242)
+	}
+	if err := syscall.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(sub, syscall.MNT_DETACH) })
+	for _, flag := range []string{"--workdir", "--ro"} {
+		s := spec("true")
+		if flag == "--workdir" {
+			s.Workdir = dir
+		} else {
+			s.ReadOnly = []Bind{{Source: dir, Dest: "/data"}}
+		}
+		res, err := Run(context.Background(), s, Streams{})
+		if err == nil || res.ExitCode != ExitJailError {
+			t.Fatalf("%s %s: %v (exit %d), want a refusal", flag, dir, err, res.ExitCode)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, flag+" "+dir) || !strings.Contains(msg, "mount point "+sub) || strings.Contains(msg, "Linux 5.11") {
+			t.Errorf("%s %s: %q, want it to name the mount point %s and not the kernel's version", flag, dir, msg, sub)
+		}
+	}
+}

@@ -109,7 +109,11 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		return setupError("identity", err)
 	}
 	for _, b := range spec.ReadOnly {
-		if _, err := pol.checkSource("--ro", b.Source); err != nil {
+		st, err := pol.checkSource("--ro", b.Source)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = checkNoMountsBelow("--ro", b.Source)
+		}
+		if err != nil {
 			return setupError("bind", err)
 		}
 	}

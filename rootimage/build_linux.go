@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stockade/stockade/hostenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -259,47 +260,9 @@ func requireEmpty(dir string) error {
 	return nil
 }
 
-// mountsBelow returns the mount points strictly below dir, deepest first.
-func mountsBelow(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	var below []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if strings.HasPrefix(mp, dir+"/") {
-			below = append(below, mp)
-		}
-	}
-	slices.SortFunc(below, func(a, b string) int { return len(b) - len(a) })
-	return below, nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%3o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // unmountBelow detaches every mount below dir and fails if any remains.
 func unmountBelow(dir string) error {
-	mps, err := mountsBelow(dir)
+	mps, err := hostenv.MountsBelow(dir)
 	if err != nil {
 		return err
 	}
@@ -308,7 +271,7 @@ func unmountBelow(dir string) error {
 			return fmt.Errorf("unmount %s: %w", mp, err)
 		}
 	}
-	if left, err := mountsBelow(dir); err != nil || len(left) > 0 {
+	if left, err := hostenv.MountsBelow(dir); err != nil || len(left) > 0 {
 		return fmt.Errorf("mounts left below %s: %v %v", dir, left, err)
 	}
 	return nil

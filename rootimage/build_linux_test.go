@@ -240,12 +240,6 @@ func TestProgressLines(t *testing.T) {
 	newProgress(nil).stage("nothing") // must not panic
 }
 
-func TestUnescapeMountinfo(t *testing.T) {
-	if got := unescapeMountinfo(`/tmp/a\040b\011c\134d`); got != "/tmp/a b\tc\\d" {
-		t.Errorf("got %q", got)
-	}
-}
-
 // TestBuildReal runs debootstrap for real, once: with
 // STOCKADE_ROOTFS_CACHE=DIR it builds DIR/bookworm unless a previous run
 // did, and checks the result. The lead's `stockade run --rootfs` test uses

@@ -387,7 +387,7 @@ func (b *rootBuilder) workOverlay(st Step) error {
 		}
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return fmt.Errorf("create overlay over %s: %w (an overlay in a user namespace needs Linux 5.11 or later, 6.6 or later for all of it)", st.Source, err)
+		return fmt.Errorf("create overlay over %s: %w (a mount point inside it, which the kernel locks to it in the jail's user namespace, or a kernel before Linux 5.11, which has no overlay in a user namespace)", st.Source, err)
 	}
 	attrs := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
 	if !st.Exec {

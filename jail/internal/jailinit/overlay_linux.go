@@ -87,7 +87,7 @@ func (b *rootBuilder) overlay(dir int, name string) (int, error) {
 		return -1, fmt.Errorf("overlay of %s: lowerdir: %w", name, err)
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return -1, fmt.Errorf("overlay of %s: %w", name, err)
+		return -1, fmt.Errorf("overlay of %s: %w (EINVAL: most often a mount point inside it, which the kernel locks to it in the jail's user namespace)", name, err)
 	}
 	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	if err != nil {
