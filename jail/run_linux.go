@@ -216,6 +216,14 @@ func jailEnv(spec Spec, run ...string) []string {
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/work", "LANG=C.UTF-8", "USER=" + JailUser, "LOGNAME=" + JailUser,
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
+		// Debian's EXTERNALLY-MANAGED marker (PEP 668) stops every pip
+		// install before pip looks at the index, with advice (apt, a
+		// venv) that a jail cannot follow, so an offline run never
+		// learned that the network was missing. What the marker guards,
+		// the system's packages, the jail cannot write anyway (a
+		// read-only root, an unprivileged user): pip installs into
+		// ~/.local (/work) instead, or fails on the network.
+		"PIP_BREAK_SYSTEM_PACKAGES=1",
 	}, run...)
 	env = append(env, proxyEnv(spec.Network)...)
 	index := make(map[string]int, len(env))

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -251,16 +252,24 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	}()
 	res, err := jail.Run(ctx, spec, streams)
 	res.StockadeVersion = version
+	// The hints go to stderr with --json too, as every notice of
+	// stockade's does: stdout stays the one JSON object.
+	var tips []string
+	if err == nil {
+		cwd, _ := syscall.Getwd()
+		tips = hints(spec, res, cwd)
+	}
 	if asJSON {
 		if encErr := res.WriteJSON(stdout); encErr != nil {
 			return &exitError{code: jail.ExitJailError, msg: "write result: " + encErr.Error()}
 		}
+		printError(stderr, strings.Join(tips, "\n"))
 		return &exitError{code: res.ExitCode}
 	}
 	if err != nil {
 		return &exitError{code: res.ExitCode, msg: err.Error()}
 	}
-	for _, line := range explain(res) {
+	for _, line := range append(explain(res), tips...) {
 		fmt.Fprintln(stderr, "stockade:", line)
 	}
 	return &exitError{code: res.ExitCode}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// `stockade run -- python3 task.py` next to task.py: the jail's /work is
+// fresh, so python3 cannot open /work/task.py. stockade must say why and
+// what to run instead, on its own stderr (never in the result or stdout:
+// --json stays one valid JSON object), and only when that file is there.
+func TestPayloadFileInCallersDirectoryGetsAHint(t *testing.T) {
+	needJail(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "task.py"), []byte("print(6*7)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	hint := "stockade: task.py is in your current directory, not in the jail (its /work starts empty): run it with `stockade python task.py`"
+
+	code, out, errs := invoke(t, "", "run", "--", "python3", "task.py")
+	if code != 2 || out != "" || !strings.Contains(errs, "can't open file '/work/task.py'") || !strings.Contains(errs, hint) {
+		t.Errorf("run -- python3 task.py: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = invoke(t, "", "run", "--json", "--", "python3", "task.py")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 2 || !strings.Contains(errs, hint) {
+		t.Errorf("--json: exit %d, stdout %q (%v), stderr %q", code, out, err, errs)
+	}
+	if strings.Contains(out, "stockade python") {
+		t.Errorf("--json: the hint is in the result: %s", out)
+	}
+	code, _, errs = invoke(t, "", "run", "--", "python3", "other.py")
+	if code != 2 || strings.Contains(errs, "stockade: other.py") || strings.Contains(errs, "current directory") {
+		t.Errorf("run -- python3 other.py (not here either): exit %d, stderr %q", code, errs)
+	}
+}
+
+// pip install in a jail without network met Debian's PEP 668 marker first
+// and printed its advice (apt, a venv), none of which a jail can use, and
+// never reached the index: the user did not learn that the network was
+// what was missing. It must fail on the network, with stockade's hint.
+func TestPipInstallOfflineGetsTheNetworkHint(t *testing.T) {
+	needJail(t)
+	if _, err := exec.LookPath("pip"); err != nil {
+		t.Skip("needs pip (python3-pip)")
+	}
+	code, out, errs := invoke(t, "", "run", "--", "pip", "install", "requests")
+	if code == 0 || !strings.Contains(errs, "stockade: network: this jail has no network") || !strings.Contains(errs, "see --allow-net") ||
+		strings.Contains(out+errs, "externally-managed-environment") {
+		t.Errorf("pip install offline: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
