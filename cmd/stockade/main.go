@@ -62,8 +62,8 @@ func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		printError(stderr, ee.msg)
 		return ee.code
 	}
-	// Flag and usage errors from the CLI library: the jail was never set
-	// up, which is what 125 says.
+	// Errors from the CLI library that oneLineUsage does not see: the
+	// jail was never set up, which is what 125 says.
 	printError(stderr, err.Error())
 	return jail.ExitJailError
 }
@@ -106,5 +106,6 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 	if m := manCommand(stdout); m != nil {
 		app.Commands = append(app.Commands, m)
 	}
+	oneLineUsage(app)
 	return app
 }

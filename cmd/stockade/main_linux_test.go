@@ -103,7 +103,7 @@ func TestBadInvocationsExit125WithAReason(t *testing.T) {
 		{[]string{"run", "--ro", "relative:/x", "--", "true"}, "absolute"},
 		{[]string{"run", "--ro", "/x:/proc/y", "--", "true"}, `--ro: destination "/proc/y" is inside /proc`},
 		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, `--env: "NOEQUALS" is not NAME=VALUE`},
-		{[]string{"run", "--no-such-flag", "--", "true"}, "flag provided but not defined"},
+		{[]string{"run", "--no-such-flag", "--", "true"}, "run: unknown flag --no-such-flag"},
 		{[]string{"run", "--rootfs", "/nonexistent-root", "--", "true"}, "/nonexistent-root"},
 		{[]string{"run", "--workdir", "/", "--", "true"}, `--workdir: "/" must be`},
 		{[]string{"python"}, "give -c CODE"},
