@@ -9,11 +9,39 @@ bad() { echo "SDTEST FAILED: $*"; fail=$((fail + 1)); }
 field() { python3 -c 'import json,sys
 try: print(json.load(open(sys.argv[1])).get(sys.argv[2]))
 except Exception as e: print("unreadable:", e)' "$1" "$2"; }
-wait_file() { i=0; while [ ! -s "$1" ] && [ $i -lt "$2" ]; do sleep 1; i=$((i + 1)); done; [ -s "$1" ]; }
+# A check reads a result file only once the process writing it has exited:
+# a file that exists and is not empty may still be mid-write, or about to
+# be truncated by a later ExecStart= of the same unit.
+# finished UNIT SECONDS: until UNIT runs nothing any more (a transient unit
+# that is gone reads inactive).
+finished() {
+	i=0
+	while :; do
+		case $(systemctl show -p ActiveState --value "$1") in inactive | failed) return 0 ;; esac
+		[ $i -ge "$2" ] && return 1
+		sleep 1; i=$((i + 1))
+	done
+}
+# ran_anew UNIT INVOCATION SECONDS: until UNIT has been started again (an
+# InvocationID other than INVOCATION, the one before) and has finished.
+ran_anew() {
+	i=0
+	while :; do
+		inv=$(systemctl show -p InvocationID --value "$1")
+		if [ -n "$inv" ] && [ "$inv" != "$2" ]; then
+			case $(systemctl show -p ActiveState --value "$1") in inactive | failed) return 0 ;; esac
+		fi
+		[ $i -ge "$3" ] && return 1
+		sleep 1; i=$((i + 1))
+	done
+}
+succeeded() { [ "$(systemctl show -p Result --value "$1")" = success ]; }
 leftovers() { # nothing of stockade's may be left: cgroups, processes, run dirs
 	cg=$(find /sys/fs/cgroup -name 'stockade*' -type d 2>/dev/null | head -3)
 	pr=$(pgrep -a -f 'stockade-init|sleep-marker' | head -3)
-	rd=$(find /tmp /var/tmp -mindepth 2 -maxdepth 2 -path '*/stockade-*/r*' ! -name runs 2>/dev/null | head -3)
+	# run directories r<slot>-<pid>-<random>: root's in /run/stockade/dirs,
+	# a user's in $XDG_RUNTIME_DIR/stockade/dirs or $TMPDIR/stockade-UID/dirs
+	rd=$(find /run/stockade /run/user /tmp /var/tmp -mindepth 2 -maxdepth 4 -type d -name 'r[0-9]*' -path '*stockade*' 2>/dev/null | head -3)
 	echo "$cg$pr$rd"
 }
 echo "SDTEST START systemd $(systemctl --version | head -1) cgroup $(stat -fc %T /sys/fs/cgroup)"
@@ -42,8 +70,9 @@ for n in 1 2; do
 done
 
 # 1. systemctl start of the example-shaped service, as its dedicated user:
-# doctor, then two runs in the same start.
-if systemctl start agent-job.service && wait_file /var/lib/agent/agent-job.json 5 &&
+# doctor, then two runs in the same start. systemctl start of a oneshot
+# returns once every ExecStart= has exited.
+if systemctl start agent-job.service && finished agent-job.service 5 && succeeded agent-job.service &&
 	[ "$(field /var/lib/agent/agent-job.json verdict)" = ok ] && [ "$(field /var/lib/agent/agent-job.json cgroup)" = v2 ] &&
 	[ "$(field /var/lib/agent/agent-job2.json verdict)" = ok ]; then
 	ok "systemctl start agent-job.service: doctor, then two runs, verdict ok, cgroup v2, as user agent"
@@ -51,13 +80,15 @@ else
 	bad "systemctl start agent-job.service: $(tail -c 600 /var/lib/agent/agent-job.json /var/lib/agent/agent-job2.json 2>&1) | $(journalctl -u agent-job -o cat --no-pager | tail -n 6 | tr '\n' '|')"
 fi
 
-# 2. the timer fires the job.
-rm -f /var/lib/agent/agent-job.json
+# 2. the timer fires the job: read once the job it started has finished.
+rm -f /var/lib/agent/agent-job.json /var/lib/agent/agent-job2.json
+before=$(systemctl show -p InvocationID --value agent-job.service)
 systemctl start agent-job.timer
-if wait_file /var/lib/agent/agent-job.json 180 && [ "$(field /var/lib/agent/agent-job.json verdict)" = ok ]; then
-	ok "agent-job.timer fired the job (verdict ok)"
+if ran_anew agent-job.service "$before" 180 && succeeded agent-job.service &&
+	[ "$(field /var/lib/agent/agent-job.json verdict)" = ok ] && [ "$(field /var/lib/agent/agent-job2.json verdict)" = ok ]; then
+	ok "agent-job.timer fired the job (verdict ok, both runs)"
 else
-	bad "agent-job.timer: $(systemctl status agent-job.timer --no-pager | tail -3)"
+	bad "agent-job.timer: $(systemctl status agent-job.timer agent-job.service --no-pager | tail -6 | tr '\n' '|') $(tail -c 300 /var/lib/agent/agent-job.json 2>&1)"
 fi
 
 # 3. a memory limit hit inside a unit.
@@ -71,7 +102,7 @@ for u in one two; do
 	systemd-run --unit=sd-$u --quiet -p User=agent -p Delegate="memory pids cpu" \
 		/bin/sh -c "exec stockade run --json --memory 128M -- python3 -c 'import time; s = time.time(); time.sleep(5); print(\"$u\", s, time.time())' > /var/tmp/$u.json"
 done
-wait_file /var/tmp/one.json 90; wait_file /var/tmp/two.json 90
+finished sd-one 90; finished sd-two 90
 overlap=$(python3 -c 'import json
 a, b = (json.load(open("/var/tmp/%s.json" % u))["stdout"].split() for u in ("one", "two"))
 print(a[0] == "one" and b[0] == "two" and float(a[1]) < float(b[2]) and float(b[1]) < float(a[2]))' 2>&1)
