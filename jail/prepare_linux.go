@@ -96,6 +96,9 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 	if o.Timeout > 0 && o.Timeout < spec.Timeout {
 		spec.Timeout = o.Timeout
 	}
+	// The result says what this run is held to: a shorter timeout chosen
+	// now is the one that kills it.
+	p.res.Limits = limitsOf(spec)
 	p.sv.supervise(ctx, spec)
 	err := p.collect()
 	if err != nil {

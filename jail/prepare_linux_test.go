@@ -123,3 +123,36 @@ func TestPrepareFailsClosed(t *testing.T) {
 		t.Errorf("left behind: %v", left)
 	}
 }
+
+// TestPooledRunResultSaysEnforcedTimeout: a prepared jail started with a
+// shorter timeout (a pooled jail serving a request that asked for less) is
+// killed at that timeout, and its Result's limits must say so: the CLI's
+// "timeout: killed after ..." and every JSON reader take it from there.
+func TestPooledRunResultSaysEnforcedTimeout(t *testing.T) {
+	needJail(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	s := py("import sys, time; sys.stdin.read(); time.sleep(30)")
+	s.Timeout = 10 * time.Second
+	p, err := Prepare(context.Background(), s, Streams{Stdin: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r.Close()
+	w.Close()
+	res, err := p.Start(context.Background(), StartOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != VerdictTimeout || res.WallMs > 5000 {
+		t.Fatalf("verdict %s after %.0f ms: not stopped at the 1s timeout", res.Verdict, res.WallMs)
+	}
+	if res.Limits.TimeoutMs != 1000 {
+		t.Errorf("limits.timeout_ms %d: the run was stopped at 1000", res.Limits.TimeoutMs)
+	}
+}
