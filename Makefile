@@ -13,6 +13,10 @@ BIN := bin/stockade
 # one, and a staticcheck installed by hand is never picked up instead.
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := build/tools/staticcheck-$(STATICCHECK_VERSION)
+# goimports the same way, from golang.org/x/tools by its module version: it
+# checks the import blocks (standard library apart, sorted, none unused).
+GOIMPORTS_VERSION := v0.52.0
+GOIMPORTS := build/tools/goimports-$(GOIMPORTS_VERSION)
 FUZZTIME ?= 5s
 # make install's prefix; the built binary and stockade(1) name DOCDIR, where
 # the documentation is installed, in --help.
@@ -47,8 +51,9 @@ demo: deps-demo build
 check: deps-check lint test install-check fuzz vmtest
 	@echo "make check: all passed"
 
-lint: build $(STATICCHECK)
+lint: build $(STATICCHECK) $(GOIMPORTS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
+	@test -z "$$($(GOIMPORTS) -l $$(git ls-files '*.go'))" || { $(GOIMPORTS) -l $$(git ls-files '*.go'); echo "goimports: the files above need their imports fixed ($(GOIMPORTS) -w FILE)"; exit 1; }
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	$(STATICCHECK) ./...
@@ -57,6 +62,11 @@ $(STATICCHECK):
 	@mkdir -p build/tools
 	GOBIN=$(CURDIR)/build/tools $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv build/tools/staticcheck $@
+
+$(GOIMPORTS):
+	@mkdir -p build/tools
+	GOBIN=$(CURDIR)/build/tools $(GO) install golang.org/x/tools/cmd/goimports@$(GOIMPORTS_VERSION)
+	mv build/tools/goimports $@
 
 # Host tests: real jails, as root; tests that need root or the VM skip
 # cleanly elsewhere. One package at a time (-p 1): the timing bounds of the

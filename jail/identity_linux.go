@@ -2,10 +2,11 @@ package jail
 
 import (
 	"fmt"
-	"github.com/stockade/stockade/hostenv"
-	"golang.org/x/sys/unix"
 	"os"
 	"strings"
+
+	"github.com/stockade/stockade/hostenv"
+	"golang.org/x/sys/unix"
 )
 
 // identity is who the jail user is on the host.

@@ -1,9 +1,10 @@
 package jail
 
 import (
-	"github.com/stockade/stockade/hostenv"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/hostenv"
 )
 
 // idm builds a map from inside, outside, count triples.

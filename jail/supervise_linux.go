@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/jailinit"
 	"os"
 	"os/exec"
 	"runtime"
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/seccomp"
 	"golang.org/x/sys/unix"
 )
