@@ -26,6 +26,11 @@ const maxCPUs = 1 << 30
 // minCFSQuota is the kernel's lower bound for cpu.max / cpu.cfs_quota_us.
 const minCFSQuota = time.Millisecond
 
+// MinCPUs is the smallest CPU limit the kernel takes: minCFSQuota per
+// cfsPeriod. A profile's validation refuses less, naming the field, rather
+// than leave it to the cgroup's creation.
+const MinCPUs = float64(minCFSQuota) / float64(cfsPeriod)
+
 // Limits are the hard limits of one group. A zero field means no limit,
 // except SwapMax, where zero means no swap at all.
 type Limits struct {

@@ -13,17 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
 const python = "/usr/bin/python3"
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
-}
 
 // hostMode detects the host's mode without NewManager's side effects, so a
 // test for the other world skips before touching anything.
@@ -49,7 +43,7 @@ func testSubdir(t testing.TB) string {
 // its groups never meet anything but this test's.
 func isolatedManager(t testing.TB, want Mode) *Manager {
 	t.Helper()
-	requireRoot(t)
+	testenv.NeedRoot(t, "creates cgroups")
 	mode := hostMode(t)
 	if want != "" && mode != want {
 		t.Skipf("host is cgroup %s; this test is for %s", mode, want)

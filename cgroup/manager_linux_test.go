@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
 // TestDefaultParentIsOwnCgroup checks that with no Parent, groups go right
 // below the cgroup this process runs in, per hierarchy.
 func TestDefaultParentIsOwnCgroup(t *testing.T) {
-	requireRoot(t)
+	testenv.NeedRoot(t, "creates cgroups")
 	hostMode(t)
 	m, err := NewManager(Options{Logf: t.Logf})
 	if err != nil {
@@ -161,7 +162,7 @@ func TestUnwritableParent(t *testing.T) {
 
 // TestMissingParent names a --cgroup-parent that does not exist.
 func TestMissingParent(t *testing.T) {
-	requireRoot(t)
+	testenv.NeedRoot(t, "creates cgroups")
 	hostMode(t)
 	parent := fmt.Sprintf("stockadetest-missing-%d", os.Getpid())
 	_, err := NewManager(Options{Parent: parent})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -204,7 +205,7 @@ func readSelf() string {
 // makes the move itself; the VM runs the same with controllers
 // (TestV2NoInternalProcesses).
 func TestV2CloseUndoesLeaf(t *testing.T) {
-	requireRoot(t)
+	testenv.NeedRoot(t, "creates cgroups")
 	l, err := detectHost()
 	if err != nil || l.v2 == nil || l.self.unified == "" {
 		t.Skip("needs a cgroup2 mount")
@@ -340,7 +341,7 @@ func helperUndo() {
 // cgroup.events, cpu.stat, and removing a stale group), and a
 // requested limit must fail closed because its controller is not delegated.
 func TestV2MechanicsOnHybridUnified(t *testing.T) {
-	requireRoot(t)
+	testenv.NeedRoot(t, "creates cgroups")
 	l, err := detectHost()
 	if err != nil || l.mode != V1 || l.v2 == nil || l.self.unified == "" {
 		t.Skip("needs a hybrid host (v1 controllers beside a cgroup2 mount)")

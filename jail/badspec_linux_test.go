@@ -5,13 +5,15 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // jail.Run is a library entry too: a Spec that bypassed the profile
 // validator is refused by Run before anything exists on the host, and a
 // bind below /work never plants its mount point in a --workdir.
 func TestAttackIncompleteOrReservedSpecRefusedBeforeAnything(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	cases := map[string]func(*Spec){
 		"bind below /work": func(s *Spec) {

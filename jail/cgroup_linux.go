@@ -28,7 +28,7 @@ func newRunCgroup(spec Spec, own *ownership, id string, notices io.Writer) (*run
 			fmt.Fprintf(notices, "stockade: cgroup: "+format+"\n", a...)
 		}
 	}
-	m, err := cgroup.NewManager(cgroup.Options{Parent: spec.Cgroup.Parent, Logf: logf})
+	m, err := cgroup.NewManager(cgroup.Options{Parent: spec.Host.CgroupParent, Logf: logf})
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, cgroupFix(err))
 	}

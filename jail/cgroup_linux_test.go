@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // ranBy reports whether a run directory or cgroup name is of a run made by
@@ -78,7 +80,7 @@ func noLeftoverCgroups(t *testing.T) {
 }
 
 func TestMemoryLimitKills(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py("b = bytearray(1 << 30); print('allocated')")
 	s.Cgroup.MemoryMax = 256 << 20
 	r := mustRun(t, s)
@@ -95,7 +97,7 @@ func TestMemoryLimitKills(t *testing.T) {
 }
 
 func TestCaughtMemoryErrorIsNotAKill(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	// With RLIMIT_AS nothing would be left to report; here Python's own
 	// allocation of a huge object fails cleanly before the cgroup is hit.
 	s := py("try:\n    b = bytearray(1 << 46)\nexcept MemoryError:\n    print('caught')")
@@ -107,7 +109,7 @@ func TestCaughtMemoryErrorIsNotAKill(t *testing.T) {
 }
 
 func TestForkBombIsHeld(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py(`
 import os, time
 n = 0
@@ -141,7 +143,7 @@ except OSError as e:
 }
 
 func TestCPUTimeLimit(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py("while True: pass")
 	s.Cgroup.CPUTime = time.Second
 	s.Timeout = 20 * time.Second
@@ -166,7 +168,7 @@ while time.monotonic() < t0 + 2: pass
 print("%.3f" % ((time.process_time() - c0) / (time.monotonic() - t0)))`
 
 func TestCPUQuotaHalvesASpinner(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	spin := func(cpus float64) float64 {
 		s := py(quotaSpinner)
 		s.Cgroup.CPUs = cpus
@@ -198,9 +200,9 @@ func TestCPUQuotaHalvesASpinner(t *testing.T) {
 }
 
 func TestUnwritableCgroupParentFails(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := spec("true")
-	s.Cgroup.Parent = "/stockade-test-does-not-exist/deeper"
+	s.Host.CgroupParent = "/stockade-test-does-not-exist/deeper"
 	res, err := Run(context.Background(), s, Streams{})
 	if err == nil || res.ExitCode != ExitJailError || !strings.Contains(err.Error(), "cgroup") {
 		t.Fatalf("unusable --cgroup-parent: %v, exit %d", err, res.ExitCode)
@@ -208,9 +210,9 @@ func TestUnwritableCgroupParentFails(t *testing.T) {
 }
 
 func TestNoCgroupIsReported(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := spec("true")
-	s.Cgroup.Disabled = true
+	s.Host.NoCgroup = true
 	r := mustRun(t, s)
 	if r.Cgroup != "none" || len(r.Degraded) == 0 || !strings.Contains(strings.Join(r.Degraded, " "), "cgroup") {
 		t.Fatalf("%+v", r)
@@ -218,7 +220,7 @@ func TestNoCgroupIsReported(t *testing.T) {
 }
 
 func TestNumpyUnderPidsLimit(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if _, err := os.Stat("/usr/lib/python3/dist-packages/numpy"); err != nil {
 		t.Skip("python3-numpy is not installed")
 	}

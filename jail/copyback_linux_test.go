@@ -10,13 +10,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // A --workdir run's writes land in the overlay's upper layer and are
 // copied back after the run: what the jail did must be what the directory
 // shows, with the jail user's ownership and no set-id bits.
 func TestWorkdirWritesAreCopiedBack(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if !tmpfsUserXattrs() {
 		// Overlay keeps its opaque mark in a user xattr of the upper
 		// tmpfs; without one, removing and remaking a directory of DIR
@@ -151,7 +153,7 @@ func TestAttackCopyBackFileBomb(t *testing.T) {
 // and then every inode with directories made the copy-back write twice
 // --work-size to the host. The copy is refused whole, with the reason.
 func TestAttackCopyBackTwiceWorkSize(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := ownedTempDir(t)
 	s := py(`
 import os
@@ -199,7 +201,7 @@ print("dirs", n)
 // 1,025 levels left on the host). The upper layer is checked first: a too
 // deep tree copies nothing and says why, briefly.
 func TestAttackCopyBackDeepTree(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := ownedTempDir(t)
 	s := py(`
 import os

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // cpythonInJail are CPython regression modules run inside a default jail
@@ -34,7 +36,7 @@ var cpythonExcluded = []string{
 }
 
 func TestCPythonSuiteInJail(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if testing.Short() {
 		t.Skip("about 90 s")
 	}
@@ -76,7 +78,7 @@ func tail(s string, n int) string {
 // The everyday workload of model-written Python, inside a default jail,
 // with nothing refused along the way.
 func TestEverydayPythonInJail(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code := `
 import asyncio, multiprocessing, socket, sqlite3, subprocess, threading
 def sq(x):

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // The /work attacks run against a 4 MiB bound with RLIMIT_FSIZE lifted,
@@ -24,7 +26,7 @@ const attackWorkSize = 4 << 20
 // check after the checks every attack shares.
 func diskAttack(t *testing.T, code string, check func(t *testing.T, r *Result)) {
 	t.Helper()
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, kind := range []string{"fresh", "workdir"} {
 		t.Run(kind, func(t *testing.T) {
 			s := py(code)
@@ -183,7 +185,7 @@ until_full(lambda n: os.link("/work/target", "/work/l%d" % n))
 // A run that writes less than its /work is not a disk verdict, and says
 // what it wrote.
 func TestWorkBytesWithoutFilling(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py(`open("/work/f", "wb").write(b"x" * (3 << 20))`)
 	s.WorkSize = 16 << 20
 	r := mustRun(t, s)
@@ -195,7 +197,7 @@ func TestWorkBytesWithoutFilling(t *testing.T) {
 // /work's pages are the run's memory: with --memory below --work-size the
 // memory limit ends a fill first, and the host pays nothing.
 func TestAttackDiskFillBeyondMemoryLimit(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py(enospc + `
 fd = os.open("/work/fill", os.O_WRONLY | os.O_CREAT)
 until_full(lambda n: os.write(fd, b"x" * (1 << 20)))

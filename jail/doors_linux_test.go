@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/jailinit"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/jail/internal/jailinit"
 )
 
 // hostUnixServer listens on a path-named unix socket (mode 0777, reachable
@@ -127,7 +129,7 @@ for dirpath, dirs, files in os.walk(sys.argv[1]):
 // while the jail runs, must not answer the jail; nor may a host FIFO there
 // be written.
 func TestAttackUnixSocketBelowReadOnlyBind(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	sub := filepath.Join(dir, "a", "b")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -149,7 +151,7 @@ func TestAttackUnixSocketBelowReadOnlyBind(t *testing.T) {
 // TestReadOnlyBindShowsNoHostPath: mountinfo in the jail names neither the
 // host directory of a --ro bind nor that of a bound file.
 func TestReadOnlyBindShowsNoHostPath(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	os.WriteFile(filepath.Join(dir, "task.py"), []byte("print('task ran')\n"), 0o644)
 	s := doorSpec("sh", "-c", "python3 /code/task.py; cat /data/task.py; cat /proc/self/mountinfo")
@@ -166,7 +168,7 @@ func TestReadOnlyBindShowsNoHostPath(t *testing.T) {
 // TestAttackSyncfsOnWork: syncfs on /work, a host directory, would flush
 // the host's filesystem (what sync is refused for).
 func TestAttackSyncfsOnWork(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, doorSpec("python3", "-c", `
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -190,7 +192,7 @@ print(rc, ctypes.get_errno())
 // and the tests should not depend on the cgroup hierarchy either.
 func doorSpec(args ...string) Spec {
 	s := spec(args...)
-	s.Cgroup.Disabled = true
+	s.Host.NoCgroup = true
 	return s
 }
 
@@ -256,7 +258,7 @@ func TestUnreadSourcePolicyRefuses(t *testing.T) {
 // .bashrc; a service's, such as /var/lib/postgresql) or of a directory
 // holding one is refused, as is --ro of one.
 func TestAttackWorkdirIsAnotherUsersHome(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	pol := hostSourcePolicy()
 	tried := 0
 	for _, home := range pol.homes {
@@ -286,10 +288,8 @@ func TestAttackWorkdirIsAnotherUsersHome(t *testing.T) {
 // owner of --workdir; a system account's directory would let it write as
 // that service.
 func TestAttackWorkdirOwnedBySystemAccount(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("the owner rule is for root")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "the owner rule is for root")
 	dir := reachableTempDir(t)
 	for _, uid := range []int{1, 101, 65534} {
 		if err := os.Chown(dir, uid, uid); err != nil {
@@ -310,7 +310,7 @@ func TestAttackWorkdirOwnedBySystemAccount(t *testing.T) {
 // systemd and the user's services keep their sockets) is refused like
 // --workdir, and so is the host's root under another name.
 func TestAttackReadOnlyBindOfRuntimeState(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, src := range []string{"/run", "/run/user", "/run/dbus", "/run/systemd", "/var/run", "/var/lib", "/", "/proc/1/root"} {
 		if _, err := os.Lstat(src); err != nil {
 			continue
@@ -326,7 +326,7 @@ func TestAttackReadOnlyBindOfRuntimeState(t *testing.T) {
 // TestNoexecIsNotAnExecBoundary pins what docs/jail.md says: noexec on /work,
 // /tmp and --ro stops execve of a file there, not a copy in a memfd.
 func TestNoexecIsNotAnExecBoundary(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, doorSpec("python3", "-c", `
 import os, shutil
 shutil.copy("/bin/echo", "/tmp/echo")
@@ -348,7 +348,7 @@ os.execv("/proc/self/fd/%d" % fd, ["echo", "ran from a memfd"])
 // TestAttackRootfsIsTheHostRoot: --rootfs / would show the jail the
 // host's /home, /var/log and the rest.
 func TestAttackRootfsIsTheHostRoot(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, root := range []string{"/", "//", "/proc/self/root", "/home"} {
 		s := doorSpec("ls", "/home")
 		s.Rootfs = root
@@ -363,7 +363,7 @@ func TestAttackRootfsIsTheHostRoot(t *testing.T) {
 // the verdict is cached; a set-id file added afterwards must not ride on
 // that verdict.
 func TestAttackStaleRootfsVerdict(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := builtRootfs(t)
 	s := doorSpec("python3", "-c", "print('ok')")
 	s.Rootfs = dir
@@ -397,7 +397,7 @@ func TestAttackStaleRootfsVerdict(t *testing.T) {
 // cheaply: the boot id (which identifies the host across runs), the kernel
 // command line, the load average, and the uptime.
 func TestAttackProcTellsAboutTheHost(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	read := `
 import sys
 for p in ["/proc/sys/kernel/random/boot_id", "/proc/cmdline", "/proc/loadavg", "/proc/uptime"]:
@@ -440,7 +440,7 @@ for p in ["/proc/sys/kernel/random/boot_id", "/proc/cmdline", "/proc/loadavg", "
 // the jail runs, must not answer the jail (the --workdir is an overlay too);
 // nor may a host FIFO there be written.
 func TestAttackUnixSocketInWorkdir(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	deep := filepath.Join(dir, "src", "pkg")
 	if err := os.MkdirAll(deep, 0o755); err != nil {

@@ -67,7 +67,7 @@ func fontCacheSteps(ctx context.Context, spec Spec, notices io.Writer) []jailini
 }
 
 // fontCacheBase is where the font caches of this stockade are kept: the
-// spec's CacheDir, else host root's cache directory, else the user's
+// host's CacheDir, else host root's cache directory, else the user's
 // (mplcache.UserBaseDir), else, for a user without a home of their own,
 // the user's stockade directory (runlock.UserDir), which lasts at least
 // until the next reboot or logout; "" (no cache) when that one is not the
@@ -77,8 +77,8 @@ func fontCacheSteps(ctx context.Context, spec Spec, notices io.Writer) []jailini
 // /var/cache/stockade is not its to write.
 func fontCacheBase(spec Spec) string {
 	switch {
-	case spec.CacheDir != "":
-		return filepath.Join(spec.CacheDir, "matplotlib")
+	case spec.Host.CacheDir != "":
+		return filepath.Join(spec.Host.CacheDir, "matplotlib")
 	case runlock.HostRoot():
 		return mplcache.RootBaseDir
 	}
@@ -118,10 +118,9 @@ func buildFontCache(ctx context.Context, spec Spec, base, key string) ([]string,
 		WorkSize:    16 << 20,
 		Hostname:    spec.Hostname,
 		Rlimits:     Rlimits{OpenFiles: 256, FileSize: 64 << 20},
-		Cgroup: CgroupSpec{Disabled: spec.Cgroup.Disabled, Parent: spec.Cgroup.Parent,
-			MemoryMax: 512 << 20, CPUs: 1, PidsMax: 64},
-		Seccomp:  spec.Seccomp,
-		CacheDir: spec.CacheDir,
+		Cgroup:      CgroupSpec{MemoryMax: 512 << 20, CPUs: 1, PidsMax: 64},
+		Seccomp:     spec.Seccomp,
+		Host:        spec.Host,
 	}
 	res, err := Run(ctx, build, Streams{})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // TestAttackFontCacheIsReadOnly: the first run builds the font cache, the
@@ -12,7 +14,7 @@ import (
 // link, into the bound directory or replacing the file all fail, and the
 // host's copy is the one the builder stored.
 func TestAttackFontCacheIsReadOnly(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
 		t.Skip("needs Debian's python3-matplotlib")
 	}
@@ -34,7 +36,7 @@ except OSError as e:
     held.append(e.errno)
 print(len(held))
 `)
-	s.CacheDir = cache
+	s.Host.CacheDir = cache
 	s.Env = []string{"MPLBACKEND=Agg"}
 	r := mustRun(t, s)
 	if r.Verdict != VerdictOK || r.Stdout != "4\n" || r.Stderr != "" {

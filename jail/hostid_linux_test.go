@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,10 +65,8 @@ const printHostUID = "f = open('/proc/self/uid_map').read().split(); print('uid'
 // host uid; a jail running beside it must still get a large pipe buffer.
 // With one host uid for all jails, F_SETPIPE_SZ failed there with EPERM.
 func TestAttackPipeBuffersOfAnotherJail(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("per-run host uids are for stockade run as root")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "per-run host uids are for stockade run as root")
 	if b, _ := os.ReadFile("/proc/sys/fs/pipe-user-pages-soft"); strings.TrimSpace(string(b)) == "0" {
 		t.Skip("fs.pipe-user-pages-soft is 0: no per-user pipe limit to exhaust")
 	}
@@ -107,10 +106,8 @@ print('size', fcntl.fcntl(w, 1031, 1 << 20))
 // namespace (root, for every jail), against RLIMIT_MSGQUEUE; one jail
 // filling its allowance must not make mq_open fail with EMFILE in another.
 func TestAttackMessageQueuesOfAnotherJail(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("per-run host uids are for stockade run as root")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "per-run host uids are for stockade run as root")
 	uncapJailQueues()
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_MSGQUEUE, &rl) != nil || rl.Max != unix.RLIM_INFINITY {
@@ -155,10 +152,8 @@ print('fd', fd, 'errno', err)
 // TestConcurrentRunsHaveDistinctHostUIDs: runs at once never share a host
 // uid, and none is host root or the HostID every older jail shared.
 func TestConcurrentRunsHaveDistinctHostUIDs(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("per-run host uids are for stockade run as root")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "per-run host uids are for stockade run as root")
 	const n = 4
 	out := make(chan string, n)
 	for range n {
@@ -190,7 +185,7 @@ func TestConcurrentRunsHaveDistinctHostUIDs(t *testing.T) {
 // lifted (uncapJailQueues), but the payload gets the kernel's default back,
 // so one jail's queues stay bounded by its own allowance.
 func TestPayloadMessageQueueLimit(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, py("import resource; print(resource.getrlimit(resource.RLIMIT_MSGQUEUE))"))
 	if want := fmt.Sprintf("(%d, %d)\n", jailMsgQueueBytes, jailMsgQueueBytes); r.Verdict != VerdictOK || r.Stdout != want {
 		t.Errorf("payload's RLIMIT_MSGQUEUE: %s %q, want %q", r.Verdict, r.Stdout, want)

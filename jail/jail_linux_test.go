@@ -12,29 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
-
-// These tests start real jails. They need root (or an unprivileged user
-// namespace the test runner explicitly vouches for) and skip otherwise.
-func needJail(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 && os.Getenv("STOCKADE_TEST_UNPRIVILEGED") == "" {
-		t.Skip("starts real jails: needs root (or STOCKADE_TEST_UNPRIVILEGED=1 where user namespaces are allowed)")
-	}
-}
-
-// builtStockade is the stockade binary that make test names in
-// STOCKADE_BIN, for the tests that judge a whole stockade process (its CPU
-// as the host sees it, a sibling run in another process); they skip
-// without it, saying why.
-func builtStockade(t *testing.T, why string) string {
-	t.Helper()
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("set STOCKADE_BIN to a stockade built by make build: " + why)
-	}
-	return bin
-}
 
 func spec(args ...string) Spec { return testSpec(args...) }
 
@@ -50,7 +30,7 @@ func mustRun(t *testing.T, s Spec) *Result {
 func py(code string) Spec { return spec("python3", "-c", code) }
 
 func TestDemoSum(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, py("print(sum(range(100)))"))
 	if r.Verdict != VerdictOK || r.ExitCode != 0 || r.Stdout != "4950\n" {
 		t.Fatalf("got %+v", r)
@@ -58,7 +38,7 @@ func TestDemoSum(t *testing.T) {
 }
 
 func TestDemoTimeout(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py("while True: pass")
 	s.Timeout = 2 * time.Second
 	start := time.Now()
@@ -73,7 +53,7 @@ func TestDemoTimeout(t *testing.T) {
 }
 
 func TestEnvironmentIsEmpty(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	t.Setenv("API_KEY", "sk-123")
 	r := mustRun(t, py(`import os; print(os.environ.get("API_KEY", "no key here")); print(sorted(os.environ))`))
 	if !strings.HasPrefix(r.Stdout, "no key here\n") {
@@ -87,7 +67,7 @@ func TestEnvironmentIsEmpty(t *testing.T) {
 }
 
 func TestEnvFlagAdds(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py(`import os; print(os.environ["GREETING"])`)
 	s.Env = []string{"GREETING=hello"}
 	if r := mustRun(t, s); r.Stdout != "hello\n" {
@@ -96,7 +76,7 @@ func TestEnvFlagAdds(t *testing.T) {
 }
 
 func TestSecretsAreNotVisible(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	cwd, _ := os.Getwd()
 	// /run and /sys hold only what stockade itself puts there: matplotlib's
 	// font cache and the jail's own CPU list, nothing of the host's.
@@ -123,7 +103,7 @@ for top in ["/run", "/sys"]:
 }
 
 func TestRootIsReadOnly(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, py(`
 import errno
 for p in ["/x", "/usr/x", "/etc/x", "/etc/passwd", "/dev/x", "/bin/x", "/proc/sys/kernel/hostname"]:
@@ -139,7 +119,7 @@ for p in ["/x", "/usr/x", "/etc/x", "/etc/passwd", "/dev/x", "/bin/x", "/proc/sy
 }
 
 func TestScratchSpaceIsWritableButNoexec(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, spec("sh", "-c", `
 cd /work && echo hi > f && cat f && cp /bin/true /work/t && chmod +x /work/t && (/work/t && echo EXEC-WORK || echo noexec-work)
 echo x > /tmp/f && cp /bin/true /tmp/t && chmod +x /tmp/t && (/tmp/t && echo EXEC-TMP || echo noexec-tmp)`))
@@ -150,7 +130,7 @@ echo x > /tmp/f && cp /bin/true /tmp/t && chmod +x /tmp/t && (/tmp/t && echo EXE
 }
 
 func TestIdentity(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, spec("sh", "-c", `id -u; id -g; hostname; grep -E '^(CapEff|CapPrm|CapInh|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; cat /proc/self/uid_map`))
 	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 	if len(lines) < 9 {
@@ -174,7 +154,7 @@ func TestIdentity(t *testing.T) {
 }
 
 func TestNoNetworkToHost(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +192,7 @@ print(sorted(os.listdir("/sys/class/net")) if os.path.exists("/sys/class/net") e
 }
 
 func TestNoHostAbstractSocket(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	name := fmt.Sprintf("@stockade-test-%d", os.Getpid())
 	ln, err := net.Listen("unix", name)
 	if err != nil {
@@ -233,7 +213,7 @@ except OSError as e:
 }
 
 func TestExitStatuses(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	cases := []struct {
 		spec    Spec
 		verdict Verdict
@@ -255,7 +235,7 @@ func TestExitStatuses(t *testing.T) {
 // The policy kills a process that switches to a foreign ABI (x32 here):
 // the one place a seccomp refusal is a death, reported as such.
 func TestForeignABIIsASeccompKill(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, py("import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 39); print('survived')"))
 	if r.Verdict != VerdictSeccomp || r.ExitCode != 128+31 || r.Stdout != "" {
 		t.Fatalf("x32 getpid: %+v", r)
@@ -263,7 +243,7 @@ func TestForeignABIIsASeccompKill(t *testing.T) {
 }
 
 func TestOutputIsCappedAndDrained(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py(`import sys; sys.stdout.write("x" * 5_000_000); sys.stderr.write("e" * 10); print("done", file=sys.stderr)`)
 	s.OutputLimit = 1000
 	var streamed bytes.Buffer
@@ -283,7 +263,7 @@ func TestOutputIsCappedAndDrained(t *testing.T) {
 }
 
 func TestStdinPassesThrough(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	f, err := os.CreateTemp(t.TempDir(), "in")
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +290,7 @@ func markerProcs(marker string) []string {
 }
 
 func TestDoubleForkedDaemonIsKilled(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	marker := fmt.Sprintf("stockade-daemon-%d", time.Now().UnixNano())
 	// The daemon leaves its session, ignores SIGTERM and SIGHUP, and its
 	// parent exits at once, so it is re-parented to init.
@@ -336,7 +316,7 @@ print("parent done")
 }
 
 func TestTimeoutKillsTreeIgnoringSIGTERM(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	marker := fmt.Sprintf("stockade-tree-%d", time.Now().UnixNano())
 	s := spec("sh", "-c", fmt.Sprintf(`trap "" TERM HUP; for i in 1 2 3; do (trap "" TERM; exec python3 -c "import time; time.sleep(1000)" %s) & done; wait`, marker))
 	s.Timeout = 500 * time.Millisecond
@@ -373,7 +353,7 @@ func snapshot(t *testing.T) hostState {
 }
 
 func TestManyRunsLeaveNothingBehind(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	n := 200
 	if testing.Short() {
 		n = 20
@@ -412,7 +392,7 @@ func reachableTempDir(t *testing.T) string {
 }
 
 func TestWorkdirBindsUserDirectory(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	os.WriteFile(filepath.Join(dir, "in.txt"), []byte("data\n"), 0o644)
 	if os.Geteuid() == 0 {
@@ -433,7 +413,7 @@ func TestWorkdirBindsUserDirectory(t *testing.T) {
 }
 
 func TestWorkdirRefusals(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	home, _ := os.UserHomeDir()
 	rootOwned := reachableTempDir(t)
 	for _, dir := range []string{"/", home, "/home", rootOwned, "/run", "/run/user/4242", "/var/run/x"} {
@@ -450,7 +430,7 @@ func TestWorkdirRefusals(t *testing.T) {
 }
 
 func TestReadOnlyBind(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	os.WriteFile(filepath.Join(dir, "model.bin"), []byte("weights"), 0o644)
 	s := spec("sh", "-c", "cat /models/model.bin; echo; echo x > /models/new 2>/dev/null && echo WRITABLE || echo ro")
@@ -463,7 +443,7 @@ func TestReadOnlyBind(t *testing.T) {
 // A directory the jail wrote to on an earlier run may hold a planted
 // symlink; binding through it must fail rather than expose its target.
 func TestBindSourceSymlinkIsRefused(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	if err := os.Symlink("/etc", filepath.Join(dir, "data")); err != nil {
 		t.Fatal(err)
@@ -477,7 +457,7 @@ func TestBindSourceSymlinkIsRefused(t *testing.T) {
 }
 
 func TestInitIsOutOfReach(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, py(`
 import os, signal
 for p in ["/proc/1/exe", "/proc/1/mem", "/proc/1/environ", "/proc/1/root/"]:
@@ -499,7 +479,7 @@ print("alive")
 // A tree deeper than the fd limit and PATH_MAX in /work must not outlive
 // the run (os.RemoveAll gave up on it silently, for good).
 func TestDeepWorkTreeIsRemoved(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, py("import os\nfor _ in range(30000):\n    os.mkdir('d'); os.chdir('d')\nprint('deep')"))
 	if r.Stdout != "deep\n" {
 		t.Fatalf("%+v", r)
@@ -511,7 +491,7 @@ func TestDeepWorkTreeIsRemoved(t *testing.T) {
 
 // Nothing the jail writes keeps a set-id bit on the host, where /work is.
 func TestNoSetIDFilesOnTheHost(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := reachableTempDir(t)
 	if os.Geteuid() == 0 {
 		os.Chown(dir, 4242, 0) // a root group must not be mapped either
@@ -546,7 +526,7 @@ print(open("/proc/self/gid_map").read().split())
 // inotify instances are charged up the user-namespace chain to host root
 // (128 here): a jail must not be able to take them all.
 func TestInotifyIsBoundedInTheJail(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := mustRun(t, py("import ctypes\nlibc = ctypes.CDLL(None)\nn = 0\nwhile n < 1000 and libc.inotify_init1(0) >= 0:\n    n += 1\nprint(n)"))
 	if n, _ := strconv.Atoi(strings.TrimSpace(r.Stdout)); n == 0 || n > 16 {
 		t.Fatalf("the jail opened %q inotify instances, want at most 16", r.Stdout)
@@ -557,7 +537,7 @@ func TestInotifyIsBoundedInTheJail(t *testing.T) {
 // own handling must not leak across execve (an ignored SIGINT would stop
 // Python from ever raising KeyboardInterrupt).
 func TestPayloadSignalsAreDefault(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	// Only what stockade's own caller already ignored may come along (an
 	// ignored signal passes through every exec: make ignores 32 and 33, a
 	// background busybox shell SIGQUIT); init must add nothing to it.

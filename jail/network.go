@@ -31,13 +31,6 @@ type NetworkSpec struct {
 	MaxTunnels  int
 	MaxUpload   int64
 	MaxDownload int64
-	// UpstreamProxy is stockade's own proxy (an http:// URL, usually its
-	// HTTPS_PROXY) for the proxy's dials; the jail never sees it.
-	UpstreamProxy string
-	// HostsFile, when set, resolves allowlisted names from this hosts(5)
-	// file instead of DNS (tests and the selftest point test names at
-	// their fixtures this way; every address still passes every check).
-	HostsFile string
 }
 
 // Enabled reports whether the jail gets a proxy.
@@ -52,11 +45,6 @@ func (n NetworkSpec) validate() error {
 	}
 	if n.MaxTunnels < 0 || n.MaxUpload < 0 || n.MaxDownload < 0 {
 		return fmt.Errorf("network limits must not be negative")
-	}
-	if n.Enabled() && n.UpstreamProxy != "" {
-		if _, err := upstreamURL(n.UpstreamProxy); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ type runNetwork struct {
 
 // newRunNetwork prepares the proxy (it serves once init hands over the
 // listeners). notices receives one line per distinct refusal.
-func newRunNetwork(spec NetworkSpec, notices io.Writer) (*runNetwork, error) {
+func newRunNetwork(spec NetworkSpec, host Host, notices io.Writer) (*runNetwork, error) {
 	n := &runNetwork{log: netproxy.NewLog(notices, !spec.Enabled())}
 	if !spec.Enabled() {
 		return n, nil
@@ -48,13 +48,13 @@ func newRunNetwork(spec NetworkSpec, notices io.Writer) (*runNetwork, error) {
 			cfg.Addrs.Own = append(cfg.Addrs.Own, p.Addr())
 		}
 	}
-	if spec.UpstreamProxy != "" {
-		if cfg.Upstream, err = upstreamURL(spec.UpstreamProxy); err != nil {
+	if host.UpstreamProxy != "" {
+		if cfg.Upstream, err = upstreamURL(host.UpstreamProxy); err != nil {
 			return nil, err
 		}
 	}
-	if spec.HostsFile != "" {
-		if cfg.Resolve, err = netproxy.HostsResolver(spec.HostsFile); err != nil {
+	if host.HostsFile != "" {
+		if cfg.Resolve, err = netproxy.HostsResolver(host.HostsFile); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,8 +35,8 @@ while True:
 // uses, is logged too, but it counts the jail's Python only when the
 // jail's init reaped it before dying, which a killed flood often is not.
 func TestAttackOutputFloodHostCPU(t *testing.T) {
-	needJail(t)
-	bin := builtStockade(t, "the cost is measured on a stockade process")
+	testenv.NeedJail(t)
+	bin := testenv.NeedBinary(t, "the cost is measured on a stockade process")
 	const cpus, wall, limit = 0.2, 4 * time.Second, 1 << 20
 	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--output-limit", "1M", "--", "python3", "-c", outputFlood)
 	var stdout bytes.Buffer

@@ -6,12 +6,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // A prepared jail's clock starts with Start: a payload that waited in the
 // pool for longer than its timeout still gets its whole timeout.
 func TestPreparedClockStartsAtStart(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +67,7 @@ func TestPreparedClockStartsAtStart(t *testing.T) {
 
 // Start may only shorten the timeout.
 func TestPreparedStartShortensTimeout(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py("while True: pass")
 	s.Timeout = 20 * time.Second
 	p, err := Prepare(context.Background(), s, Streams{})
@@ -82,7 +84,7 @@ func TestPreparedStartShortensTimeout(t *testing.T) {
 // A prepared jail that dies while waiting says so through Done, and
 // closing one that never started kills it and leaves nothing.
 func TestPreparedDiesWhileWaiting(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	p, err := Prepare(context.Background(), py("import os; os._exit(3)"), Streams{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +113,7 @@ func TestPreparedDiesWhileWaiting(t *testing.T) {
 // A jail that cannot be set up fails Prepare with the reason and leaves
 // nothing behind.
 func TestPrepareFailsClosed(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	_, err := Prepare(context.Background(), spec("/no/such/program"), Streams{})
 	if err == nil || !strings.Contains(err.Error(), "/no/such/program") {
 		t.Fatalf("err %v", err)
@@ -129,7 +131,7 @@ func TestPrepareFailsClosed(t *testing.T) {
 // killed at that timeout, and its Result's limits must say so: the CLI's
 // "timeout: killed after ..." and every JSON reader take it from there.
 func TestPooledRunResultSaysEnforcedTimeout(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -142,7 +142,7 @@ func limitsOf(s Spec) Limits {
 		fs := s.Rlimits.FileSize
 		l.FileSizeBytes = &fs
 	}
-	if !s.Cgroup.Disabled {
+	if !s.Host.NoCgroup {
 		c := s.Cgroup
 		l.MemoryBytes, l.SwapBytes, l.CPUs, l.Pids = &c.MemoryMax, &c.SwapMax, &c.CPUs, &c.PidsMax
 	}

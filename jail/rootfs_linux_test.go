@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/rootimage"
 )
 
@@ -15,7 +16,7 @@ import (
 // made (debootstrap, cached across runs in $STOCKADE_ROOTFS_CACHE, which
 // `make check` sets to build/rootfs-cache).
 func TestRunInBuiltRootfs(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := builtRootfs(t)
 	s := py("import json, sys, os; print(json.dumps([sys.prefix, os.getuid(), open('/etc/os-release').read().count('bookworm') > 0]))")
 	s.Rootfs = dir

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/jail/internal/jailinit"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/rootfs"
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +53,7 @@ func newResult(spec Spec) *Result {
 	if spec.Seccomp == SeccompOff {
 		res.Degraded = append(res.Degraded, "seccomp: off (every system call allowed)")
 	}
-	if spec.Cgroup.Disabled {
+	if spec.Host.NoCgroup {
 		res.Degraded = append(res.Degraded, "cgroup: none (no memory, CPU or pids limit; rlimits only)")
 	}
 	return res
@@ -141,7 +141,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		return setupError("run directory", err)
 	}
 	p.dir = dir
-	if !spec.Cgroup.Disabled {
+	if !spec.Host.NoCgroup {
 		if p.cg, err = newRunCgroup(spec, own, filepath.Base(dir.path), st.Notices); err != nil {
 			own.leftovers = true // the record may name a group Create could not remove
 			return setupError("cgroup", err)
@@ -154,7 +154,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	// The jail sees its own limits, not the host's (package procview);
 	// without a cgroup it has none, and sees the host.
 	view := &runView{}
-	if !spec.Cgroup.Disabled {
+	if !spec.Host.NoCgroup {
 		if view, err = newRunView(spec); err != nil {
 			return setupError("limits view", err)
 		}
@@ -390,7 +390,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 	if st.Stderr != nil {
 		notices = st.Notices
 	}
-	if p.net, err = newRunNetwork(spec.Network, notices); err != nil {
+	if p.net, err = newRunNetwork(spec.Network, spec.Host, notices); err != nil {
 		return &SetupError{Step: "network", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	p.stdout = &capture{limit: spec.OutputLimit, stream: st.Stdout}

@@ -32,3 +32,6 @@ func IsChild() bool { return false }
 
 // ChildMain is never called off Linux.
 func ChildMain() {}
+
+// DefaultHost is the zero Host off Linux, where no jail runs.
+func DefaultHost() Host { return Host{} }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // A jail looping on refused calls makes stockade's supervisor work for
@@ -20,8 +21,8 @@ import (
 // supervisor's thread blocks) and every process of the jail it reaped.
 // Measuring this test process instead counted other tests' leftovers.
 func TestAttackRefusedSyscallLoopCPU(t *testing.T) {
-	needJail(t)
-	bin := builtStockade(t, "the cost is measured on a stockade process")
+	testenv.NeedJail(t)
+	bin := testenv.NeedBinary(t, "the cost is measured on a stockade process")
 	const cpus, wall = 0.2, 4 * time.Second
 	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--", "python3", "-c", proctest.RefusedLoop(2))
 	out, err := cmd.Output()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/runlock"
 )
 
@@ -137,7 +138,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // and that nothing of any of them is left: process, cgroup, mount, run
 // directory, file descriptor, goroutine or memory of ours.
 func TestSoak(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if testing.Short() {
 		t.Skip("soak: skipped under -short")
 	}

@@ -40,9 +40,10 @@ const RootfsHost = "host"
 const SeccompOff = "off"
 
 // Spec is everything one run is made of. It is plain data and complete: no
-// field has a default, every one is set by whoever builds the Spec (the CLI
-// through profiles.Profile.Spec), and Validate refuses a zero where zero
-// would mean nothing. Run never changes it.
+// field has a default, every one is set by whoever builds the Spec
+// (stockade itself always through profiles.Profile.Spec, its one builder),
+// and Validate refuses a zero where zero would mean nothing. Run never
+// changes it.
 type Spec struct {
 	Args []string // the command; Args[0] is looked up in PATH inside the jail
 	// Env is KEY=VALUE added to the jail's fixed environment (PATH, HOME,
@@ -75,11 +76,11 @@ type Spec struct {
 	// Network is what the jail may reach through its egress proxy; the
 	// zero value is no network (loopback only).
 	Network NetworkSpec
-	// CacheDir is where stockade keeps what it builds once per host and
-	// binds read-only into jails (matplotlib's font cache), like Parent
-	// naming stockade's own cgroup when empty: "" is the user's cache
-	// directory, /var/cache/stockade for root, ~/.cache/stockade otherwise.
-	CacheDir string
+
+	// Host is the machine's part: where the cgroup goes, stockade's own
+	// upstream proxy, its state directories. It is the same for every run
+	// of a process, and no policy (profile, flag, request) sets it.
+	Host Host
 }
 
 // Bind is a host path made visible read-only inside the jail.
@@ -94,12 +95,9 @@ type Rlimits struct {
 	FileSize  uint64 // RLIMIT_FSIZE in bytes; 0 is no limit (RLIM_INFINITY)
 }
 
-// CgroupSpec holds the limits that need a cgroup. Disabled means
-// --no-cgroup: the run goes ahead with rlimits only and says so in
-// Result.Degraded; the limits are then not enforced and not reported.
+// CgroupSpec holds the limits that need a cgroup. Without one
+// (Host.NoCgroup) they are neither enforced nor reported.
 type CgroupSpec struct {
-	Disabled  bool
-	Parent    string        // "" = stockade's own cgroup
 	MemoryMax int64         // bytes, > 0
 	SwapMax   int64         // bytes on top of MemoryMax; 0 is no swap
 	CPUs      float64       // CPUs' worth of bandwidth, > 0
@@ -182,8 +180,8 @@ func (s *Spec) Validate() error {
 	if s.Rootfs != RootfsHost && !path.IsAbs(s.Rootfs) {
 		return fmt.Errorf("rootfs %q: must be %q or an absolute path", s.Rootfs, RootfsHost)
 	}
-	if s.CacheDir != "" && !path.IsAbs(s.CacheDir) {
-		return fmt.Errorf("cache directory %q: must be an absolute path", s.CacheDir)
+	if err := s.Host.validate(); err != nil {
+		return err
 	}
 	if s.Hostname == "" || strings.ContainsAny(s.Hostname, "/\x00") || len(s.Hostname) > 64 {
 		return fmt.Errorf("hostname %q: not a valid host name", s.Hostname)
@@ -204,6 +202,11 @@ func (s *Spec) Validate() error {
 	}
 	if err := s.Network.validate(); err != nil {
 		return err
+	}
+	if s.Network.Enabled() && s.Host.UpstreamProxy != "" {
+		if _, err := upstreamURL(s.Host.UpstreamProxy); err != nil {
+			return err
+		}
 	}
 	c := s.Cgroup
 	if c.MemoryMax <= 0 || c.PidsMax <= 0 || !(c.CPUs > 0) || math.IsInf(c.CPUs, 0) {

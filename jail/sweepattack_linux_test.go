@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/runlock"
 )
 
@@ -22,8 +23,8 @@ import (
 // live jail must finish with its output and its /work intact. A control
 // slot abandoned with a record proves the sweep really ran.
 func TestAttackSweepRemovesLiveJails(t *testing.T) {
-	needJail(t)
-	bin := builtStockade(t, "it makes the sibling CLI run")
+	testenv.NeedJail(t)
+	bin := testenv.NeedBinary(t, "it makes the sibling CLI run")
 	lockDir := filepath.Join(t.TempDir(), "runs")
 	t.Setenv(runlock.DirEnv, lockDir)
 

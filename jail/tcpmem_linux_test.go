@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // tcpHoard fills TCP buffers on the jail's own loopback: 64 connections
@@ -36,7 +38,7 @@ print("held", held)
 // held 457 MiB of loopback buffers, charged to no one. v2 counts them in
 // memory.current.
 func TestAttackTCPBuffersBeyondMemoryLimit(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	const limit = 64 << 20
 	s := py(tcpHoard)
 	s.Cgroup.MemoryMax = limit

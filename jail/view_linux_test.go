@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // viewAttack tries every way the payload might lift the generated limits
@@ -54,7 +56,7 @@ print(m["MemTotal"], m["MemAvailable"], open("/sys/devices/system/cpu/online").r
 // where only the missing capabilities and the user-namespace limits stand
 // in the way.
 func TestAttackLiftLimitsView(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, policy := range []string{"python", "off"} {
 		t.Run(policy, func(t *testing.T) {
 			s := py(viewAttack)
@@ -74,9 +76,9 @@ func TestAttackLiftLimitsView(t *testing.T) {
 
 // Without a cgroup there are no limits to show: the jail sees the host.
 func TestNoCgroupNoLimitsView(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py(`import os; print(os.path.exists("/sys/devices/system/cpu/online"))`)
-	s.Cgroup.Disabled = true
+	s.Host.NoCgroup = true
 	if r := mustRun(t, s); r.Stdout != "False\n" {
 		t.Fatalf("%+v", r)
 	}

@@ -3,6 +3,8 @@ package profiles
 import (
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/jail"
 )
 
 // TestNetworkAllowFromFileAndFlags: [network] allow reaches the Spec, and a
@@ -17,7 +19,7 @@ func TestNetworkAllowFromFileAndFlags(t *testing.T) {
 	if err := merged.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s := merged.Spec([]string{"true"})
+	s := merged.Spec([]string{"true"}, jail.Host{})
 	n := s.Network
 	if strings.Join(n.Allow, ",") != "pypi.org,*.pythonhosted.org" || strings.Join(n.AllowPrivate, ",") != "10.20.0.0/16" ||
 		n.MaxTunnels != 4 || n.MaxUpload != 1<<20 || n.MaxDownload != 4<<30 {
@@ -28,10 +30,10 @@ func TestNetworkAllowFromFileAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	over := Merge(merged, flags)
-	if got := strings.Join(over.Spec(nil).Network.Allow, ","); got != "example.org:80,api.example.com" {
+	if got := strings.Join(over.Spec(nil, jail.Host{}).Network.Allow, ","); got != "example.org:80,api.example.com" {
 		t.Fatalf("flags over file: %q", got)
 	}
-	if got := Defaults().Spec(nil).Network; got.Enabled() {
+	if got := Defaults().Spec(nil, jail.Host{}).Network; got.Enabled() {
 		t.Fatalf("the default profile has a network: %+v", got)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stockade/stockade/jail"
 )
 
 // Field names a profile field by its dotted TOML key. The names are part of
@@ -65,41 +67,77 @@ const (
 	kindStrings // a list that a later layer replaces whole
 )
 
-// fieldSpec ties a Field to its kind and to where its value lives in a
-// Profile; ptr returns a pointer of the Go type the kind implies.
+// fieldSpec ties a Field to its kind, to where its value lives in a
+// Profile (ptr returns a pointer of the Go type the kind implies), to the
+// jail.Spec field it becomes, and to how a tighten-only layer may change it.
 type fieldSpec struct {
 	field Field
 	kind  kind
 	ptr   func(p *Profile) any
+	// spec points at the jail.Spec field that Profile.Spec copies the value
+	// into (converted to that field's type), so that a limit is declared
+	// here once; nil for the fields with no single counterpart there,
+	// which Profile.Spec turns into Spec fields itself.
+	spec func(s *jail.Spec) any
+	// tighten is how Tighten judges a value: only a field with a rule may
+	// be set by a tighten-only layer (a server request).
+	tighten tightenRule
 }
+
+// tightenRule says which of two values of a field is the tighter.
+type tightenRule int
+
+const (
+	notTightenable  tightenRule = iota
+	lowerIsTighter              // less is tighter (swap: 0 is no swap at all)
+	lowerZeroIsNone             // less is tighter, but 0 is no limit at all
+)
 
 // schema is every field, in output order. It is never modified.
 var schema = []fieldSpec{
-	{FieldExtends, kindString, func(p *Profile) any { return &p.Extends }},
-	{FieldDescription, kindString, func(p *Profile) any { return &p.Description }},
-	{FieldTimeout, kindDuration, func(p *Profile) any { return &p.Limits.Timeout }},
-	{FieldCPUTime, kindDuration, func(p *Profile) any { return &p.Limits.CPUTime }},
-	{FieldMemory, kindSize, func(p *Profile) any { return &p.Limits.Memory }},
-	{FieldSwap, kindSize, func(p *Profile) any { return &p.Limits.Swap }},
-	{FieldCPUs, kindFloat, func(p *Profile) any { return &p.Limits.CPUs }},
-	{FieldPids, kindInt, func(p *Profile) any { return &p.Limits.Pids }},
-	{FieldOpenFiles, kindInt, func(p *Profile) any { return &p.Limits.OpenFiles }},
-	{FieldFileSize, kindSize, func(p *Profile) any { return &p.Limits.FileSize }},
-	{FieldOutput, kindSize, func(p *Profile) any { return &p.Limits.Output }},
-	{FieldRootfs, kindString, func(p *Profile) any { return &p.Filesystem.Rootfs }},
-	{FieldTmpfsSize, kindSize, func(p *Profile) any { return &p.Filesystem.TmpfsSize }},
-	{FieldWorkSize, kindSize, func(p *Profile) any { return &p.Filesystem.WorkSize }},
-	{FieldWorkdir, kindString, func(p *Profile) any { return &p.Filesystem.Workdir }},
-	{FieldNoexec, kindBool, func(p *Profile) any { return &p.Filesystem.Noexec }},
-	{FieldRO, kindBinds, func(p *Profile) any { return &p.Filesystem.RO }},
-	{FieldEnvVars, kindVars, func(p *Profile) any { return &p.Environment.Vars }},
-	{FieldSeccompPolicy, kindString, func(p *Profile) any { return &p.Seccomp.Policy }},
-	{FieldNetworkMode, kindString, func(p *Profile) any { return &p.Network.Mode }},
-	{FieldNetworkAllow, kindStrings, func(p *Profile) any { return &p.Network.Allow }},
-	{FieldNetworkAllowPrivate, kindStrings, func(p *Profile) any { return &p.Network.AllowPrivate }},
-	{FieldNetworkMaxTunnels, kindInt, func(p *Profile) any { return &p.Network.MaxTunnels }},
-	{FieldNetworkMaxUpload, kindSize, func(p *Profile) any { return &p.Network.MaxUpload }},
-	{FieldNetworkMaxDownload, kindSize, func(p *Profile) any { return &p.Network.MaxDownload }},
+	{FieldExtends, kindString, func(p *Profile) any { return &p.Extends }, nil, notTightenable},
+	{FieldDescription, kindString, func(p *Profile) any { return &p.Description }, nil, notTightenable},
+	{FieldTimeout, kindDuration, func(p *Profile) any { return &p.Limits.Timeout },
+		func(s *jail.Spec) any { return &s.Timeout }, lowerIsTighter},
+	{FieldCPUTime, kindDuration, func(p *Profile) any { return &p.Limits.CPUTime },
+		func(s *jail.Spec) any { return &s.Cgroup.CPUTime }, lowerZeroIsNone},
+	{FieldMemory, kindSize, func(p *Profile) any { return &p.Limits.Memory },
+		func(s *jail.Spec) any { return &s.Cgroup.MemoryMax }, lowerIsTighter},
+	{FieldSwap, kindSize, func(p *Profile) any { return &p.Limits.Swap },
+		func(s *jail.Spec) any { return &s.Cgroup.SwapMax }, lowerIsTighter},
+	{FieldCPUs, kindFloat, func(p *Profile) any { return &p.Limits.CPUs },
+		func(s *jail.Spec) any { return &s.Cgroup.CPUs }, lowerIsTighter},
+	{FieldPids, kindInt, func(p *Profile) any { return &p.Limits.Pids },
+		func(s *jail.Spec) any { return &s.Cgroup.PidsMax }, lowerIsTighter},
+	{FieldOpenFiles, kindInt, func(p *Profile) any { return &p.Limits.OpenFiles },
+		func(s *jail.Spec) any { return &s.Rlimits.OpenFiles }, lowerIsTighter},
+	{FieldFileSize, kindSize, func(p *Profile) any { return &p.Limits.FileSize },
+		func(s *jail.Spec) any { return &s.Rlimits.FileSize }, lowerZeroIsNone},
+	{FieldOutput, kindSize, func(p *Profile) any { return &p.Limits.Output },
+		func(s *jail.Spec) any { return &s.OutputLimit }, lowerIsTighter},
+	{FieldRootfs, kindString, func(p *Profile) any { return &p.Filesystem.Rootfs },
+		func(s *jail.Spec) any { return &s.Rootfs }, notTightenable},
+	{FieldTmpfsSize, kindSize, func(p *Profile) any { return &p.Filesystem.TmpfsSize },
+		func(s *jail.Spec) any { return &s.TmpfsSize }, notTightenable},
+	{FieldWorkSize, kindSize, func(p *Profile) any { return &p.Filesystem.WorkSize },
+		func(s *jail.Spec) any { return &s.WorkSize }, notTightenable},
+	{FieldWorkdir, kindString, func(p *Profile) any { return &p.Filesystem.Workdir }, nil, notTightenable},
+	{FieldNoexec, kindBool, func(p *Profile) any { return &p.Filesystem.Noexec }, nil, notTightenable},
+	{FieldRO, kindBinds, func(p *Profile) any { return &p.Filesystem.RO }, nil, notTightenable},
+	{FieldEnvVars, kindVars, func(p *Profile) any { return &p.Environment.Vars }, nil, notTightenable},
+	{FieldSeccompPolicy, kindString, func(p *Profile) any { return &p.Seccomp.Policy },
+		func(s *jail.Spec) any { return &s.Seccomp }, notTightenable},
+	{FieldNetworkMode, kindString, func(p *Profile) any { return &p.Network.Mode }, nil, notTightenable},
+	{FieldNetworkAllow, kindStrings, func(p *Profile) any { return &p.Network.Allow },
+		func(s *jail.Spec) any { return &s.Network.Allow }, notTightenable},
+	{FieldNetworkAllowPrivate, kindStrings, func(p *Profile) any { return &p.Network.AllowPrivate },
+		func(s *jail.Spec) any { return &s.Network.AllowPrivate }, notTightenable},
+	{FieldNetworkMaxTunnels, kindInt, func(p *Profile) any { return &p.Network.MaxTunnels },
+		func(s *jail.Spec) any { return &s.Network.MaxTunnels }, notTightenable},
+	{FieldNetworkMaxUpload, kindSize, func(p *Profile) any { return &p.Network.MaxUpload },
+		func(s *jail.Spec) any { return &s.Network.MaxUpload }, notTightenable},
+	{FieldNetworkMaxDownload, kindSize, func(p *Profile) any { return &p.Network.MaxDownload },
+		func(s *jail.Spec) any { return &s.Network.MaxDownload }, notTightenable},
 }
 
 // Fields returns every profile field in schema order.

@@ -1,9 +1,11 @@
 package profiles
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/stockade/stockade/jail"
 )
@@ -17,46 +19,65 @@ const Hostname = "stockade"
 // the CPUs the run has unless the profile names them itself.
 var threadVars = []string{"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
 
-// Spec turns a validated profile into the jail's complete plain data: every
-// field of the Spec is set here, from the profile, and nowhere else. Adding
-// a limit means one schema field, its line here, the jail.Spec field and the
-// code in jail that enforces it.
-func (p *Profile) Spec(args []string) jail.Spec {
-	l, fs := p.Limits, p.Filesystem
+// Spec turns a validated profile into the jail's complete plain data, for
+// a run of args on host. It is the one function in stockade that builds a
+// jail.Spec: the CLI, the server (per request, after Tighten), the
+// selftest (per attack) and doctor all come through here, so that a value
+// reaches the jail only after Validate has seen it. Each schema row that
+// points at a Spec field is copied by that row; the rest are the fields
+// with no single counterpart, set below. A new limit is therefore its
+// schema row and its Spec field, not a line here.
+func (p *Profile) Spec(args []string, host jail.Host) jail.Spec {
 	s := jail.Spec{
 		Args:        slices.Clone(args),
 		Env:         p.env(),
-		Timeout:     l.Timeout,
-		OutputLimit: l.Output,
-		Rootfs:      fs.Rootfs,
-		TmpfsSize:   fs.TmpfsSize,
-		WorkSize:    fs.WorkSize,
 		WorkdirMode: jail.WorkdirFresh,
-		ExecWorkdir: !fs.Noexec,
+		ExecWorkdir: !p.Filesystem.Noexec,
 		Hostname:    Hostname,
-		Rlimits:     jail.Rlimits{OpenFiles: uint64(l.OpenFiles), FileSize: uint64(l.FileSize)},
-		Cgroup: jail.CgroupSpec{MemoryMax: l.Memory, SwapMax: l.Swap, CPUs: l.CPUs,
-			PidsMax: l.Pids, CPUTime: l.CPUTime},
-		Seccomp: p.Seccomp.Policy,
-		Network: jail.NetworkSpec{
-			Allow:        slices.Clone(p.Network.Allow),
-			AllowPrivate: slices.Clone(p.Network.AllowPrivate),
-			MaxTunnels:   int(p.Network.MaxTunnels),
-			MaxUpload:    p.Network.MaxUpload,
-			MaxDownload:  p.Network.MaxDownload,
-		},
+		Host:        host,
 	}
-	switch fs.Workdir {
+	for _, row := range schema {
+		if row.spec != nil {
+			copyValue(row.spec(&s), row.ptr(p))
+		}
+	}
+	switch fs := p.Filesystem; fs.Workdir {
 	case WorkdirFresh:
 	case WorkdirNone:
 		s.WorkdirMode = jail.WorkdirNone
 	default:
 		s.Workdir = fs.Workdir
 	}
-	for _, b := range fs.RO {
+	for _, b := range p.Filesystem.RO {
 		s.ReadOnly = append(s.ReadOnly, jail.Bind{Source: b.Source, Dest: b.Dest})
 	}
 	return s
+}
+
+// copyValue stores a profile value (src, a pointer of its kind's Go type)
+// into a jail.Spec field (dst) of the type the jail counts it in. Validate
+// has checked the value's range, so the conversions keep it. A pair of
+// types not listed is a schema row pointing at the wrong field, which
+// TestSpecSetsEveryPointedField catches.
+func copyValue(dst, src any) {
+	switch d := dst.(type) {
+	case *string:
+		*d = *src.(*string)
+	case *time.Duration:
+		*d = *src.(*time.Duration)
+	case *float64:
+		*d = *src.(*float64)
+	case *int64:
+		*d = *src.(*int64)
+	case *uint64:
+		*d = uint64(*src.(*int64))
+	case *int:
+		*d = int(*src.(*int64))
+	case *[]string:
+		*d = slices.Clone(*src.(*[]string))
+	default:
+		panic(fmt.Sprintf("internal: no copy from %T to %T", src, dst))
+	}
 }
 
 // env is the profile's variables, sorted, plus the thread-pool sizes.

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/stockade/stockade/cgroup"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/netproxy"
 )
@@ -18,7 +19,10 @@ import (
 // kernel's own (pid_max, nr_open).
 const (
 	MinMemory = 4 << 20
-	MaxCPUs   = 1024
+	// MinCPUs is the kernel's smallest CPU quota, 1 ms per 100 ms period
+	// (cgroup.MinCPUs): below it the cgroup refuses the limit.
+	MinCPUs = cgroup.MinCPUs
+	MaxCPUs = 1024
 	// MinPids leaves room for the jail's own init, a Go program whose
 	// runtime starts several threads (7 measured on 2 cores) that the pids
 	// limit counts: below about 9, init dies of a failed clone with a Go
@@ -38,7 +42,7 @@ func (p *Profile) Validate() error {
 	l := p.Limits
 	v.check(FieldTimeout, l.Timeout > 0, "must be more than 0")
 	v.check(FieldMemory, l.Memory >= MinMemory, "%s is below the minimum of %s (a missing unit?)", FormatSize(l.Memory), FormatSize(MinMemory))
-	v.check(FieldCPUs, l.CPUs > 0 && l.CPUs <= MaxCPUs && !math.IsNaN(l.CPUs), "%v is not in (0, %d]", l.CPUs, MaxCPUs)
+	v.check(FieldCPUs, l.CPUs >= MinCPUs && l.CPUs <= MaxCPUs && !math.IsNaN(l.CPUs), "%v is not in [%v, %d]", l.CPUs, MinCPUs, MaxCPUs)
 	v.check(FieldPids, l.Pids >= MinPids && l.Pids <= MaxPids, "%d is not in [%d, %d]", l.Pids, MinPids, MaxPids)
 	v.check(FieldOpenFiles, l.OpenFiles >= MinOpenFiles && l.OpenFiles <= MaxOpenFiles, "%d is not in [%d, %d]", l.OpenFiles, MinOpenFiles, MaxOpenFiles)
 	v.check(FieldOutput, l.Output > 0, "must be more than 0")

@@ -19,9 +19,12 @@ func TestValidate(t *testing.T) {
 		{"negative cpu time", FieldCPUTime, func(p *Profile) { p.Limits.CPUTime = -1 }, "limits.cpu_time: must not be negative"},
 		{"memory without a unit", FieldMemory, func(p *Profile) { p.Limits.Memory = 512 }, "limits.memory: 512 is below the minimum of 4M (a missing unit?)"},
 		{"negative swap", FieldSwap, func(p *Profile) { p.Limits.Swap = -1 }, "limits.swap: must not be negative"},
-		{"zero cpus", FieldCPUs, func(p *Profile) { p.Limits.CPUs = 0 }, "limits.cpus: 0 is not in (0, 1024]"},
-		{"too many cpus", FieldCPUs, func(p *Profile) { p.Limits.CPUs = 2000 }, "limits.cpus: 2000 is not in (0, 1024]"},
-		{"nan cpus", FieldCPUs, func(p *Profile) { p.Limits.CPUs = math.NaN() }, "limits.cpus: NaN is not in (0, 1024]"},
+		{"zero cpus", FieldCPUs, func(p *Profile) { p.Limits.CPUs = 0 }, "limits.cpus: 0 is not in [0.01, 1024]"},
+		{"too many cpus", FieldCPUs, func(p *Profile) { p.Limits.CPUs = 2000 }, "limits.cpus: 2000 is not in [0.01, 1024]"},
+		{"nan cpus", FieldCPUs, func(p *Profile) { p.Limits.CPUs = math.NaN() }, "limits.cpus: NaN is not in [0.01, 1024]"},
+		// Below the kernel's smallest quota the cgroup refuses the limit:
+		// it was a set-up error naming no field.
+		{"cpus below the kernel's quota", FieldCPUs, func(p *Profile) { p.Limits.CPUs = 0.0001 }, "limits.cpus: 0.0001 is not in [0.01, 1024]"},
 		{"zero pids", FieldPids, func(p *Profile) { p.Limits.Pids = 0 }, "limits.pids: 0 is not in [16, 4194304]"},
 		{"too many pids", FieldPids, func(p *Profile) { p.Limits.Pids = 1 << 23 }, "limits.pids: 8388608 is not in [16, 4194304]"},
 		{"too few open files", FieldOpenFiles, func(p *Profile) { p.Limits.OpenFiles = 2 }, "limits.open_files: 2 is not in [3, 1048576]"},
@@ -87,5 +90,15 @@ func TestValidateAccepts(t *testing.T) {
 	p.Seccomp.Policy = SeccompOff
 	if err := p.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// MinCPUs itself is a quota the kernel takes (1 ms per 100 ms): the bound
+// refuses nothing the cgroup would accept.
+func TestMinCPUsPasses(t *testing.T) {
+	p := Defaults()
+	p.Limits.CPUs = MinCPUs
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // fakeRoot makes a minimal usr-merged root holding the host's python3 and
@@ -206,8 +208,8 @@ func TestCheckFindsPlantedProblems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.root && os.Geteuid() != 0 {
-				t.Skip("planting this needs root")
+			if tt.root {
+				testenv.NeedRoot(t, "planting this")
 			}
 			root := fakeRoot(t)
 			tt.plant(t, root)

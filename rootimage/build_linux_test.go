@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/rootfs"
 	"golang.org/x/sys/unix"
 )
@@ -168,8 +169,9 @@ func TestBuildWithoutDebootstrap(t *testing.T) {
 }
 
 func TestBuildRefusesANonEmptyDir(t *testing.T) {
-	if _, err := exec.LookPath("debootstrap"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and debootstrap to get as far as the directory")
+	testenv.NeedRoot(t, "gets as far as the directory with debootstrap")
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		t.Skip("needs debootstrap to get as far as the directory")
 	}
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "x"), nil, 0o644))
@@ -249,9 +251,7 @@ func TestBuildReal(t *testing.T) {
 	if cache == "" {
 		t.Skip("set STOCKADE_ROOTFS_CACHE=DIR to debootstrap a root into DIR/bookworm (about a minute, once)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("debootstrap needs root")
-	}
+	testenv.NeedRoot(t, "debootstrap")
 	if !filepath.IsAbs(cache) {
 		cache = filepath.Join(moduleRoot(t), cache)
 	}
@@ -314,9 +314,7 @@ func moduleRoot(t *testing.T) string {
 // TestDiscardLeavesMountsAlone checks the guard that keeps a failed build's
 // cleanup from deleting through a mount.
 func TestDiscardLeavesMountsAlone(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
+	testenv.NeedRoot(t, "mounts")
 	work := t.TempDir()
 	src := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(src, "host-file"), []byte("x"), 0o644))

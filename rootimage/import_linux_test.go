@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/rootfs"
 	"io"
 	"io/fs"
 	"os"
@@ -18,6 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/rootfs"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -416,8 +418,9 @@ func TestEntryPath(t *testing.T) {
 // image with real symlink farms, hardlinks and modes goes through intact.
 func TestImportBuiltRoot(t *testing.T) {
 	cache := os.Getenv("STOCKADE_ROOTFS_CACHE")
-	if cache == "" || os.Geteuid() != 0 {
-		t.Skip("needs root and STOCKADE_ROOTFS_CACHE (see TestBuildReal)")
+	testenv.NeedRoot(t, "imports the built root")
+	if cache == "" {
+		t.Skip("needs STOCKADE_ROOTFS_CACHE (see TestBuildReal)")
 	}
 	if !filepath.IsAbs(cache) {
 		cache = filepath.Join(moduleRoot(t), cache)

@@ -10,6 +10,7 @@ import (
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/seccomp"
 )
 
@@ -67,7 +68,7 @@ func networkAttacks() []Attack {
 			args:  func(fx *fixtures, _ jail.Spec) []string { return []string{fx.pathSock.Addr().String()} },
 			judge: andHost(heldLine, noAccept(func(fx *fixtures) *listener { return fx.pathSock }))},
 		{Door: "network", Name: "the host's unix socket in a directory bound with --ro", Expect: refused, program: "net_unix.py",
-			ro: func(fx *fixtures) []jail.Bind { return []jail.Bind{{Source: fx.dir, Dest: "/selftest-ro"}} },
+			ro: func(fx *fixtures) []profiles.Bind { return []profiles.Bind{{Source: fx.dir, Dest: "/selftest-ro"}} },
 			args: func(fx *fixtures, _ jail.Spec) []string {
 				return []string{"/selftest-ro/" + filepath.Base(fx.pathSock.Addr().String())}
 			},
@@ -84,30 +85,29 @@ func networkAttacks() []Attack {
 // refusal must be in the result, and the host listener must accept nothing.
 func proxyAttacks() []Attack {
 	const refused = "proxy refuses, result lists it, host sees nothing"
-	allow := func(fx *fixtures) jail.NetworkSpec {
+	allow := func(fx *fixtures) []string {
 		p := fx.tcpPort()
-		return jail.NetworkSpec{HostsFile: fx.hosts, Allow: []string{
-			"selftest-loop.invalid:" + p, "selftest-mapped.invalid:" + p, "selftest-meta.invalid:80",
-			"selftest-private.invalid:443", "selftest-self.invalid:" + p}}
+		return []string{"selftest-loop.invalid:" + p, "selftest-mapped.invalid:" + p, "selftest-meta.invalid:80",
+			"selftest-private.invalid:443", "selftest-self.invalid:" + p}
 	}
 	judge := andHost(andHost(heldLine, refusalsReported), noAccept(func(fx *fixtures) *listener { return fx.tcp }))
 	return []Attack{
 		{Door: "network", Name: "proxy: a listed name resolving to the host's loopback", Expect: refused, program: "net_proxy.py",
-			network: allow, judge: judge,
+			allow: allow, judge: judge,
 			args: func(fx *fixtures, _ jail.Spec) []string {
 				return []string{"selftest-loop.invalid:" + fx.tcpPort(), "selftest-mapped.invalid:" + fx.tcpPort()}
 			}},
 		{Door: "network", Name: "proxy: a listed name resolving to 169.254.169.254 or 10.0.0.1", Expect: refused, program: "net_proxy.py",
-			network: allow, judge: judge, args: fixed("selftest-meta.invalid:80", "selftest-private.invalid:443")},
+			allow: allow, judge: judge, args: fixed("selftest-meta.invalid:80", "selftest-private.invalid:443")},
 		{Door: "network", Name: "proxy: IP literals, IPv6, NUL, unlisted port and name", Expect: refused, program: "net_proxy.py",
-			network: allow, judge: judge,
+			allow: allow, judge: judge,
 			args: func(fx *fixtures, _ jail.Spec) []string {
 				return []string{"127.0.0.1:" + fx.tcpPort(), "[::1]:" + fx.tcpPort(), "[::ffff:127.0.0.1]:" + fx.tcpPort(),
 					"169.254.169.254:80", "selftest-loop.invalid\\0.evil:" + fx.tcpPort(), "selftest-meta.invalid:443",
 					"unlisted.invalid:443"}
 			}},
 		{Door: "network", Name: "proxy: a direct connection that skips it", Expect: "connect fails, result lists it", program: "net_tcp.py",
-			network: allow, judge: andHost(heldLine, refusalsReported), args: fixed("169.254.169.254", "80")},
+			allow: allow, judge: andHost(heldLine, refusalsReported), args: fixed("169.254.169.254", "80")},
 	}
 }
 
@@ -288,11 +288,11 @@ func lower(base, limit int64) int64 {
 }
 
 func resourceAttacks() []Attack {
-	quick := func(d time.Duration) func(*jail.Spec) {
-		return func(s *jail.Spec) {
-			s.Cgroup.PidsMax = lower(s.Cgroup.PidsMax, resourcePids)
-			s.Cgroup.MemoryMax = lower(s.Cgroup.MemoryMax, resourceMem)
-			s.Timeout = d
+	quick := func(d time.Duration) func(*profiles.Profile) {
+		return func(p *profiles.Profile) {
+			p.Limits.Pids = lower(p.Limits.Pids, resourcePids)
+			p.Limits.Memory = lower(p.Limits.Memory, resourceMem)
+			p.Limits.Timeout = d
 		}
 	}
 	return []Attack{
@@ -304,9 +304,9 @@ func resourceAttacks() []Attack {
 			args: fixed(strconv.Itoa(memoryBound)), adjust: quick(20 * time.Second), judge: verdictIs(jail.VerdictMemory)},
 		{Door: "resources", Name: "fill /tmp", Expect: "ENOSPC, verdict ok", program: "res_tmpfs.py",
 			args: fixed("4096"),
-			adjust: func(s *jail.Spec) {
-				s.Cgroup.PidsMax = lower(s.Cgroup.PidsMax, resourcePids)
-				s.Timeout = 20 * time.Second
+			adjust: func(p *profiles.Profile) {
+				p.Limits.Pids = lower(p.Limits.Pids, resourcePids)
+				p.Limits.Timeout = 20 * time.Second
 			},
 			judge: tmpfsFull},
 		{Door: "resources", Name: workFillRow, Expect: "ENOSPC each way, verdict disk", program: "res_workfill.py",
@@ -315,18 +315,18 @@ func resourceAttacks() []Attack {
 				size := s.WorkSize
 				return []string{strconv.FormatInt(2*size>>20, 10), strconv.FormatInt(2*jail.WorkInodes(size), 10)}
 			},
-			adjust: func(s *jail.Spec) {
-				s.Cgroup.PidsMax = lower(s.Cgroup.PidsMax, resourcePids)
-				s.Timeout = 60 * time.Second
+			adjust: func(p *profiles.Profile) {
+				p.Limits.Pids = lower(p.Limits.Pids, resourcePids)
+				p.Limits.Timeout = 60 * time.Second
 			},
 			judge: workFull},
 		{Door: "resources", Name: fmt.Sprintf("hold loopback TCP buffers (bounded at %dM)", memoryBound), Expect: "at most the memory limit", program: "res_tcpbuf.py",
 			args: func(_ *fixtures, s jail.Spec) []string {
 				return []string{strconv.Itoa(memoryBound), strconv.FormatInt(s.Cgroup.MemoryMax>>20, 10)}
 			},
-			adjust: func(s *jail.Spec) {
-				s.Cgroup.MemoryMax = lower(s.Cgroup.MemoryMax, 64<<20)
-				s.Timeout = 30 * time.Second
+			adjust: func(p *profiles.Profile) {
+				p.Limits.Memory = lower(p.Limits.Memory, 64<<20)
+				p.Limits.Timeout = 30 * time.Second
 			},
 			judge: tcpHeld},
 		{Door: "resources", Name: "flood stdout with 8x the output limit", Expect: "verdict output, capped", program: "res_flood.py",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,19 +26,20 @@ type Attack struct {
 	program string                                   // file in attacks/
 	args    func(fx *fixtures, s jail.Spec) []string // its arguments, given the spec it runs under
 	skip    func(jail.Spec, *fixtures) string        // why it does not apply, or ""
-	// adjust sets the limits or binds the attack needs and says which, for
-	// the table.
-	adjust func(s *jail.Spec)
+	// adjust sets the limits the attack needs on its copy of the profile
+	// (lower pids and memory, so that a bomb ends soon; its own timeout),
+	// and the table says which.
+	adjust func(p *profiles.Profile)
 	judge  func(o *outcome) (happened string, held bool)
 	pty    bool // run with a pseudo-terminal as stdin
 	// bait: the suite holds host descriptors without close-on-exec while
 	// the attack's jail starts (fixtures.openBait).
 	bait bool
 	// ro are read-only binds of the host fixtures the attack needs.
-	ro func(fx *fixtures) []jail.Bind
-	// network, if set, gives the attack's jail an allowlist pointing at
-	// the suite's own fixtures.
-	network func(fx *fixtures) jail.NetworkSpec
+	ro func(fx *fixtures) []profiles.Bind
+	// allow, if set, gives the attack's jail this allowlist, its names
+	// resolved from the suite's own hosts file to its fixtures.
+	allow func(fx *fixtures) []string
 }
 
 // Options narrow a suite run.
@@ -62,21 +64,23 @@ type outcome struct {
 	termiosChanged bool
 }
 
-// Run tries every attack, each in its own jail made from base plus what the
-// attack needs, one after the other (the host-side checks compare the host
-// before and after, which concurrent runs of ours would blur). It sets the
-// canary environment variable in this process for the length of the run.
-func Run(ctx context.Context, base jail.Spec, opts Options) Report {
-	def := base
-	rep := Report{Seccomp: def.Seccomp, Cgroup: "on", Rows: []Row{}}
-	if def.Cgroup.Disabled {
+// Run tries every attack, each in its own jail made from the profile plus
+// what the attack needs (Profile.Spec builds every one, on host), one after
+// the other (the host-side checks compare the host before and after, which
+// concurrent runs of ours would blur). It sets the canary environment
+// variable in this process for the length of the run.
+func Run(ctx context.Context, base *profiles.Profile, host jail.Host, opts Options) Report {
+	rep := Report{Seccomp: base.Seccomp.Policy, Cgroup: "on", Rows: []Row{}}
+	if host.NoCgroup {
 		rep.Cgroup = "off"
 	}
 	// A jail that cannot start fails every attack for the same reason,
 	// which would read as every door open: find out first, in one run.
-	probe := base
-	probe.Args = []string{"python3", "-c", "pass"}
-	if _, err := jail.Run(ctx, probe, jail.Streams{}); err != nil {
+	if err := base.Validate(); err != nil {
+		rep.Error, rep.NoJail = err.Error(), true
+		return rep
+	}
+	if _, err := jail.Run(ctx, base.Spec([]string{"python3", "-c", "pass"}, host), jail.Streams{}); err != nil {
 		rep.Error, rep.NoJail = err.Error(), true
 		return rep
 	}
@@ -94,7 +98,7 @@ func Run(ctx context.Context, base jail.Spec, opts Options) Report {
 			rep.Error = "interrupted: " + ctx.Err().Error()
 			break
 		}
-		row := runAttack(ctx, base, a, fx)
+		row := runAttack(ctx, base, host, a, fx)
 		rep.add(row)
 		if opts.Progress != nil {
 			fmt.Fprintf(opts.Progress, "%s %s / %s: %s\n", row.Status, row.Door, row.Attack, oneLine(row.Happened, 100))
@@ -103,11 +107,33 @@ func Run(ctx context.Context, base jail.Spec, opts Options) Report {
 	return rep
 }
 
-func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row {
+// policy is the attack's own profile: base with what the attack needs,
+// validated as any profile is before it becomes a jail.
+func (a Attack) policy(base *profiles.Profile, fx *fixtures) (*profiles.Profile, error) {
+	p := base.Clone()
+	if a.adjust != nil {
+		a.adjust(p)
+	}
+	if a.ro != nil {
+		p.Filesystem.RO = append(p.Filesystem.RO, a.ro(fx)...)
+	}
+	if a.allow != nil {
+		p.Network.Allow = a.allow(fx)
+	}
+	return p, p.Validate()
+}
+
+func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a Attack, fx *fixtures) Row {
 	row := Row{Door: a.Door, Attack: a.Name, Expected: a.Expect}
-	spec := base
-	spec.ReadOnly = slices.Clone(base.ReadOnly)
-	spec.Env = slices.Clone(base.Env)
+	p, err := a.policy(base, fx)
+	if err != nil {
+		row.Status, row.Happened = Fail, "the attack's profile: "+err.Error()
+		return row
+	}
+	if a.allow != nil {
+		host.HostsFile = fx.hosts
+	}
+	spec := p.Spec(nil, host)
 	if a.skip != nil {
 		if why := a.skip(spec, fx); why != "" {
 			row.Status, row.Happened = Skip, why
@@ -115,14 +141,7 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 		}
 	}
 	if a.adjust != nil {
-		a.adjust(&spec)
 		row.Expected += " [" + limitsNote(spec) + "]"
-	}
-	if a.ro != nil {
-		spec.ReadOnly = append(spec.ReadOnly, a.ro(fx)...)
-	}
-	if a.network != nil {
-		spec.Network = a.network(fx)
 	}
 	src, err := programs.ReadFile("attacks/" + a.program)
 	if err != nil {
@@ -133,7 +152,7 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 	if a.args != nil {
 		args = a.args(fx, spec)
 	}
-	spec.Args = append([]string{"python3", "-c", string(src)}, args...)
+	spec = p.Spec(append([]string{"python3", "-c", string(src)}, args...), host)
 	o := &outcome{spec: spec, fx: fx}
 	st := jail.Streams{}
 	var term *pty
@@ -186,7 +205,7 @@ func runAttack(ctx context.Context, base jail.Spec, a Attack, fx *fixtures) Row 
 
 // limitsNote names the limits a resource attack ran under.
 func limitsNote(s jail.Spec) string {
-	if s.Cgroup.Disabled {
+	if s.Host.NoCgroup {
 		return fmt.Sprintf("NO cgroup, timeout %v", s.Timeout)
 	}
 	return fmt.Sprintf("pids %d, mem %dM, tmpfs %dM, out %dK, %v",

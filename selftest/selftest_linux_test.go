@@ -12,20 +12,24 @@ import (
 	"testing"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/seccomp"
 )
 
-// defaultSpec is the spec `stockade selftest` runs under by default: the
-// python profile's, changed by mod.
-func defaultSpec(mod func(*jail.Spec)) jail.Spec {
-	s := profiles.Defaults().Spec(nil)
+// defaultProfile is the profile `stockade selftest` runs under by default:
+// python, changed by mod.
+func defaultProfile(mod func(*profiles.Profile)) *profiles.Profile {
+	p := profiles.Defaults()
 	if mod != nil {
-		mod(&s)
+		mod(p)
 	}
-	return s
+	return p
 }
+
+// defaultSpec is the default profile's spec, on the default host.
+func defaultSpec() jail.Spec { return defaultProfile(nil).Spec(nil, jail.Host{}) }
 
 // init keeps the main goroutine on the main thread, as jailinit
 // does: this binary doubles as a jail's init (see jailinit.unshareTime).
@@ -39,17 +43,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func needJail(t *testing.T) {
+func run(t *testing.T, base *profiles.Profile, doors ...string) Report {
 	t.Helper()
-	if os.Geteuid() != 0 && os.Getenv("STOCKADE_TEST_UNPRIVILEGED") == "" {
-		t.Skip("starts real jails: needs root (or STOCKADE_TEST_UNPRIVILEGED=1 where user namespaces are allowed)")
-	}
+	return runOn(t, base, jail.Host{}, doors...)
 }
 
-func run(t *testing.T, base jail.Spec, doors ...string) Report {
+func runOn(t *testing.T, base *profiles.Profile, host jail.Host, doors ...string) Report {
 	t.Helper()
 	var progress bytes.Buffer
-	rep := Run(context.Background(), base, Options{Doors: doors, Progress: &progress})
+	rep := Run(context.Background(), base, host, Options{Doors: doors, Progress: &progress})
 	if rep.Error != "" {
 		t.Fatalf("suite did not run: %s", rep.Error)
 	}
@@ -58,8 +60,8 @@ func run(t *testing.T, base jail.Spec, doors ...string) Report {
 }
 
 func TestEveryDoorHoldsUnderTheDefaultSpec(t *testing.T) {
-	needJail(t)
-	rep := run(t, defaultSpec(nil))
+	testenv.NeedJail(t)
+	rep := run(t, defaultProfile(nil))
 	for _, r := range rep.Rows {
 		if r.Status == Fail {
 			t.Errorf("%s / %s: %s\n%s", r.Door, r.Attack, r.Happened, r.Output)
@@ -89,8 +91,8 @@ func wantFail(t *testing.T, rep Report, attacks ...string) {
 }
 
 func TestSeccompOffFailsTheKernelSurface(t *testing.T) {
-	needJail(t)
-	rep := run(t, defaultSpec(func(s *jail.Spec) { s.Seccomp = "off" }), "kernel", "identity", "terminal", "files")
+	testenv.NeedJail(t)
+	rep := run(t, defaultProfile(func(p *profiles.Profile) { p.Seccomp.Policy = "off" }), "kernel", "identity", "terminal", "files")
 	var kernel []string
 	for _, a := range Attacks() {
 		if a.Door == "kernel" {
@@ -112,8 +114,8 @@ func TestSeccompOffFailsTheKernelSurface(t *testing.T) {
 }
 
 func TestNoCgroupFailsTheBombs(t *testing.T) {
-	needJail(t)
-	rep := run(t, defaultSpec(func(s *jail.Spec) { s.Cgroup.Disabled = true }), "resources")
+	testenv.NeedJail(t)
+	rep := runOn(t, defaultProfile(nil), jail.Host{NoCgroup: true}, "resources")
 	wantFail(t, rep, "fork bomb (bounded at 400)", "thread bomb (bounded at 400)", "memory bomb (bounded at 1024M)",
 		"hold loopback TCP buffers (bounded at 1024M)")
 	// /work's bound is its tmpfs, not the cgroup.
@@ -125,11 +127,11 @@ func TestNoCgroupFailsTheBombs(t *testing.T) {
 // A --workdir is bounded as a fresh /work is: the writes land in a tmpfs
 // of --work-size beneath the overlay.
 func TestWorkdirHoldsTheFill(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := t.TempDir()
 	os.Chmod(filepath.Dir(dir), 0o755)
 	os.Chown(dir, 4242, 4242)
-	rep := run(t, defaultSpec(func(s *jail.Spec) { s.Workdir, s.WorkSize = dir, 8<<20 }), "resources")
+	rep := run(t, defaultProfile(func(p *profiles.Profile) { p.Filesystem.Workdir, p.Filesystem.WorkSize = dir, 8<<20 }), "resources")
 	if r := rep.Row(workFillRow); r == nil || r.Status != Pass {
 		t.Errorf("--workdir lost its bound: %+v", r)
 	}
@@ -138,8 +140,7 @@ func TestWorkdirHoldsTheFill(t *testing.T) {
 // The fill row fails when a way of filling /work met no ENOSPC or /work
 // held more than its size: the judge on runs the door did not stop.
 func TestWorkFullJudgeCanFail(t *testing.T) {
-	s := defaultSpec(nil)
-	s.WorkSize = 8 << 20
+	s := defaultProfile(func(p *profiles.Profile) { p.Filesystem.WorkSize = 8 << 20 }).Spec(nil, jail.Host{})
 	for _, o := range []outcome{
 		{spec: s, res: &jail.Result{Verdict: jail.VerdictOK}, last: "OPEN write 16M no error, fallocate 30G refused EFBIG"},
 		{spec: s, res: &jail.Result{Verdict: jail.VerdictDisk, WorkPeakBytes: 9 << 20}, last: "HELD write 8M ENOSPC"},
@@ -152,7 +153,7 @@ func TestWorkFullJudgeCanFail(t *testing.T) {
 }
 
 func TestBoundShadowFailsTheFilesDoor(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := t.TempDir()
 	os.Chmod(filepath.Dir(dir), 0o755)
 	os.Chmod(dir, 0o755)
@@ -160,7 +161,7 @@ func TestBoundShadowFailsTheFilesDoor(t *testing.T) {
 	if err := os.WriteFile(shadow, []byte("root:$6$canary:19000:0:99999:7:::\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep := run(t, defaultSpec(func(s *jail.Spec) { s.ReadOnly = []jail.Bind{{Source: shadow, Dest: "/etc/shadow"}} }), "files")
+	rep := run(t, defaultProfile(func(p *profiles.Profile) { p.Filesystem.RO = []profiles.Bind{{Source: shadow, Dest: "/etc/shadow"}} }), "files")
 	wantFail(t, rep, "read /etc/shadow")
 	if r := rep.Row("write to /, /usr and /etc"); r == nil || r.Status != Pass {
 		t.Errorf("binding one file opened another door: %+v", r)
@@ -208,7 +209,7 @@ func TestKernelAttacksCoverEveryRefusedCall(t *testing.T) {
 		if a.Door != "kernel" {
 			continue
 		}
-		for _, arg := range a.args(nil, defaultSpec(nil)) {
+		for _, arg := range a.args(nil, defaultSpec()) {
 			name, _, _ := strings.Cut(arg, "=")
 			tried[name] = true
 		}

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
-	"time"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
@@ -23,17 +24,90 @@ type RunRequest struct {
 	Stdin   string            `json:"stdin,omitempty"`   // the program's stdin
 	Files   map[string]string `json:"files,omitempty"`   // name -> base64, written into /work first
 	Profile string            `json:"profile,omitempty"` // one of the server's profiles; "" the first
-	Limits  *Limits           `json:"limits,omitempty"`  // each no looser than the profile's
+	Limits  Limits            `json:"limits,omitempty"`  // each no looser than the profile's
 }
 
-// Limits tighten a profile's, in the profile file's syntax ("2s", "256M").
-type Limits struct {
-	Timeout     string   `json:"timeout,omitempty"`
-	CPUTime     string   `json:"cpu_time,omitempty"`
-	Memory      string   `json:"memory,omitempty"`
-	CPUs        *float64 `json:"cpus,omitempty"`
-	Pids        *int64   `json:"pids,omitempty"`
-	OutputLimit string   `json:"output_limit,omitempty"`
+// Limits tighten a profile's: the keys of a profile's [limits] table
+// ("memory", "timeout", "pids", ...), each value as a profile file writes
+// it ("256M", "2s", 16). They are one more profile layer, laid over the
+// server's profile by profiles.Tighten (nothing may be looser than the
+// profile, which is the server's ceiling) and checked by the same
+// Profile.Validate as a flag or a file.
+type Limits map[string]any
+
+// requestOrigin is where a request's limits come from, in their errors:
+// "request: limits.memory: ...".
+var requestOrigin = profiles.Origin{File: "request"}
+
+// limitAliases are older names of request limits.
+var limitAliases = map[string]profiles.Field{"output_limit": profiles.FieldOutput}
+
+// layer is the profile layer the limits make, each value decoded as a
+// profile file's is. A key that names no limit is a 400; a value the
+// profile refuses, a 422.
+func (l Limits) layer() (*profiles.Profile, error) {
+	layer := &profiles.Profile{Name: "request"}
+	var errs []string
+	for _, key := range slices.Sorted(maps.Keys(l)) {
+		f, ok := limitAliases[key]
+		if !ok {
+			if f, ok = profiles.LimitField(key); !ok || !slices.Contains(profiles.TightenableFields(), f) {
+				return nil, badRequest("limits.%s: unknown limit (a request may set %s)", key, limitNames())
+			}
+		}
+		v, err := tomlValue(l[key])
+		if err == nil {
+			err = layer.SetValue(f, v, requestOrigin)
+		} else {
+			err = &profiles.Error{Origin: requestOrigin, Field: string(f), Msg: err.Error()}
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return nil, &apiError{Status: 422, Msg: strings.Join(errs, "; ")}
+	}
+	return layer, nil
+}
+
+// tomlValue is a JSON value as the profile decoder takes a TOML one: a
+// number an int64 when it is whole, else a float64.
+func tomlValue(v any) (any, error) {
+	switch x := v.(type) {
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n, nil
+		}
+		f, err := x.Float64()
+		if err != nil {
+			return nil, fmt.Errorf("%s is not a number a limit can take", x)
+		}
+		return f, nil
+	case nil:
+		return nil, errors.New("must be a value, not null")
+	}
+	return v, nil
+}
+
+func limitNames() string {
+	var names []string
+	for _, f := range profiles.TightenableFields() {
+		names = append(names, strings.TrimPrefix(string(f), "limits."))
+	}
+	return strings.Join(names, ", ")
+}
+
+// LimitsOf is the limits a profile layer sets (a client's flags, say), in
+// the form a request carries them.
+func LimitsOf(p *profiles.Profile) Limits {
+	l := Limits{}
+	for _, f := range profiles.TightenableFields() {
+		if p.IsSet(f) {
+			l[strings.TrimPrefix(string(f), "limits.")] = p.Value(f)
+		}
+	}
+	return l
 }
 
 // RunResponse is jail.Result (the `stockade run --json` object) and what
@@ -81,6 +155,9 @@ func badRequest(format string, a ...any) *apiError {
 func decodeRequest(r io.Reader) (*RunRequest, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
+	// A limit's number is kept as written, for the profile decoder to
+	// take as an integer or a float, as it would from a file.
+	dec.UseNumber()
 	var req RunRequest
 	if err := dec.Decode(&req); err != nil {
 		var ne net.Error
@@ -150,90 +227,6 @@ func checkFileName(name string) error {
 		return badRequest("files: name %q is reserved", name)
 	}
 	return nil
-}
-
-// applyLimits tightens spec by the request's limits, refusing any that is
-// looser than the profile's (the server's ceiling). It reports whether a
-// limit needs a jail made for it (cgroup limits are fixed at set-up), as
-// opposed to one a prepared jail can take at Start (the timeout).
-func applyLimits(spec *jail.Spec, l *Limits) (cold bool, err error) {
-	if l == nil {
-		return false, nil
-	}
-	dur := func(field, v string, ceiling time.Duration, dst *time.Duration, zeroIsNone bool) error {
-		if v == "" {
-			return nil
-		}
-		d, err := profiles.ParseDuration(v)
-		if err != nil {
-			return badRequest("limits.%s: %v", field, err)
-		}
-		if d <= 0 {
-			return badRequest("limits.%s: %q must be positive", field, v)
-		}
-		if ceiling > 0 && d > ceiling || ceiling == 0 && !zeroIsNone {
-			return &apiError{Status: 422, Msg: fmt.Sprintf("limits.%s: %v is above the server's ceiling of %v", field, d, ceiling)}
-		}
-		*dst = d
-		return nil
-	}
-	size := func(field, v string, ceiling int64, dst *int64) error {
-		if v == "" {
-			return nil
-		}
-		n, err := profiles.ParseSize(v)
-		if err != nil {
-			return badRequest("limits.%s: %v", field, err)
-		}
-		if n <= 0 {
-			return badRequest("limits.%s: %q must be positive", field, v)
-		}
-		if n > ceiling {
-			return &apiError{Status: 422, Msg: fmt.Sprintf("limits.%s: %d bytes is above the server's ceiling of %d", field, n, ceiling)}
-		}
-		*dst = n
-		return nil
-	}
-	if err := dur("timeout", l.Timeout, spec.Timeout, &spec.Timeout, false); err != nil {
-		return false, err
-	}
-	// A CPU-time limit where the profile has none is a tightening.
-	before := *spec
-	if err := dur("cpu_time", l.CPUTime, spec.Cgroup.CPUTime, &spec.Cgroup.CPUTime, true); err != nil {
-		return false, err
-	}
-	if err := size("memory", l.Memory, spec.Cgroup.MemoryMax, &spec.Cgroup.MemoryMax); err != nil {
-		return false, err
-	}
-	if err := size("output_limit", l.OutputLimit, spec.OutputLimit, &spec.OutputLimit); err != nil {
-		return false, err
-	}
-	if c := l.CPUs; c != nil {
-		if *c <= 0 {
-			return false, badRequest("limits.cpus: %v must be positive", *c)
-		}
-		if *c > spec.Cgroup.CPUs {
-			return false, &apiError{Status: 422, Msg: fmt.Sprintf("limits.cpus: %v is above the server's ceiling of %v", *c, spec.Cgroup.CPUs)}
-		}
-		spec.Cgroup.CPUs = *c
-	}
-	if p := l.Pids; p != nil {
-		if *p <= 0 {
-			return false, badRequest("limits.pids: %d must be positive", *p)
-		}
-		if *p > spec.Cgroup.PidsMax {
-			return false, &apiError{Status: 422, Msg: fmt.Sprintf("limits.pids: %d is above the server's ceiling of %d", *p, spec.Cgroup.PidsMax)}
-		}
-		spec.Cgroup.PidsMax = *p
-	}
-	after := *spec
-	after.Timeout = before.Timeout
-	cold = !sameLimits(before, after)
-	return cold, nil
-}
-
-func sameLimits(a, b jail.Spec) bool {
-	return a.Cgroup == b.Cgroup && a.OutputLimit == b.OutputLimit
 }
 
 // marshal encodes v as the JSON encoder writes it (no HTML

@@ -56,7 +56,7 @@ func TestAttackStalledStreamingClientHoldsRun(t *testing.T) {
 	body, _ := json.Marshal(RunRequest{Code: code(`import sys
 for i in range(64):
     sys.stdout.write('x' * 16384 + '\n')
-`), Limits: &Limits{Timeout: "3s"}})
+`), Limits: Limits{"timeout": "3s"}})
 	fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read. The run's own timeout is 3s; give it plenty more.
 	time.Sleep(12 * time.Second)

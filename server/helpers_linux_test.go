@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -27,14 +28,8 @@ import (
 // HTTP as any client would. They need root, as the jails do.
 func needServer(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("starts real jails: needs root")
-	}
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("needs the built binary: STOCKADE_BIN=$PWD/bin/stockade (make test sets it)")
-	}
-	return bin
+	testenv.NeedRoot(t, "starts real jails")
+	return testenv.NeedBinary(t, "the tests run a real stockade serve")
 }
 
 type testServer struct {

@@ -35,7 +35,7 @@ allow = ["example.invalid"]
 		t.Run("pool"+pool, func(t *testing.T) {
 			s := startServer(t, "--pool", pool, "--profile", "python", "--profile", "loose")
 			probe := code(`import os; print(os.environ.get('LEAK'), os.path.exists('/leak'), bool(os.environ.get('HTTPS_PROXY') or os.environ.get('https_proxy')))`)
-			r := s.run(RunRequest{Profile: "loose", Code: probe, Limits: &Limits{Memory: "128M", Pids: ptr(int64(16)), Timeout: "3s", CPUs: ptr(0.5)}})
+			r := s.run(RunRequest{Profile: "loose", Code: probe, Limits: Limits{"memory": "128M", "pids": 16, "timeout": "3s", "cpus": 0.5}})
 			if r.Verdict != "ok" || r.Stdout != "1 True True\n" || *r.Limits.MemoryBytes != 128<<20 || r.Limits.Pids == nil || *r.Limits.Pids != 16 {
 				t.Fatalf("control: the loose request did not get its own policy: %q %+v", r.Stdout, r.Limits)
 			}

@@ -108,16 +108,18 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*RunRequest, jai
 	if name == "" {
 		name = s.cfg.Profiles[0].Name
 	}
-	spec, ok := s.profiles[name]
-	if !ok {
+	if _, ok := s.policies[name]; !ok {
 		return nil, spec, false, badRequest("profile %q: not offered by this server (it offers: %s)", name, s.profileNames())
 	}
 	req.Profile = name
-	if len(req.Files) > 0 && spec.WorkdirMode == jail.WorkdirNone {
+	if len(req.Files) > 0 && s.specs[name].WorkdirMode == jail.WorkdirNone {
 		return nil, spec, false, badRequest("files: profile %s has no writable /work", name)
 	}
-	cold, err := applyLimits(&spec, req.Limits)
-	return req, spec, cold, err
+	spec, err = s.requestSpec(name, req.Limits)
+	if err != nil {
+		return nil, spec, false, err
+	}
+	return req, spec, !poolServes(s.specs[name], spec), nil
 }
 
 // run serves one admitted request: a jail from the pool (or a fresh one),

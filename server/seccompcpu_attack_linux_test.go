@@ -66,7 +66,7 @@ func TestAttackRefusedSyscallLoopCPUServe(t *testing.T) {
 			bs := make(chan *RunResponse, c.n)
 			for i := 0; i < c.n; i++ {
 				go func() {
-					bs <- s.run(RunRequest{Code: code("import time\ntime.sleep(10)"), Limits: &Limits{CPUs: ptr(cpus), Timeout: "4s"}})
+					bs <- s.run(RunRequest{Code: code("import time\ntime.sleep(10)"), Limits: Limits{"cpus": cpus, "timeout": "4s"}})
 				}()
 			}
 			for i := 0; i < c.n; i++ {
@@ -79,7 +79,7 @@ func TestAttackRefusedSyscallLoopCPUServe(t *testing.T) {
 			rs := make(chan *RunResponse, c.n)
 			for i := 0; i < c.n; i++ {
 				go func() {
-					rs <- s.run(RunRequest{Code: code(proctest.RefusedLoop(threads())), Limits: &Limits{CPUs: ptr(cpus), Timeout: "4s"}})
+					rs <- s.run(RunRequest{Code: code(proctest.RefusedLoop(threads())), Limits: Limits{"cpus": cpus, "timeout": "4s"}})
 				}()
 			}
 			var jailCPU time.Duration

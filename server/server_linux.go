@@ -8,25 +8,31 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
 	"golang.org/x/sys/unix"
 )
 
-// Profile is one profile the server offers, as the complete spec of its
-// jails (the CLI resolves profiles; the server only runs them).
+// Profile is one profile the server offers: its name in requests and its
+// policy, loaded and validated (the CLI resolves profiles; the server
+// never reads a file). Every jail of it, pooled or made for a request, is
+// built from Policy by Profile.Spec; a request's limits are one more layer
+// over it, which may only tighten it.
 type Profile struct {
-	Name string
-	Spec jail.Spec
+	Name   string
+	Policy *profiles.Profile
 }
 
 // Config is the whole server. Zero fields get the defaults of Defaults.
 type Config struct {
 	Profiles    []Profile     // the first is the default
+	Host        jail.Host     // the machine's part of every jail (cgroup parent, upstream proxy, ...)
 	Pool        int           // jails kept prepared per profile (0: no pool)
 	Concurrency int           // runs at once
 	Queue       int           // requests waiting for a run slot
@@ -93,7 +99,8 @@ func (c Config) withDefaults() Config {
 // Server is a running `stockade serve`.
 type Server struct {
 	cfg      Config
-	profiles map[string]jail.Spec
+	policies map[string]*profiles.Profile // each offered profile, as served
+	specs    map[string]jail.Spec         // and the spec of its pooled jails
 	pools    map[string]*pool
 	gate     *gate
 	budget   *budget
@@ -171,55 +178,86 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Profiles) == 0 {
 		return nil, errors.New("serve: no profile to offer")
 	}
-	s := &Server{cfg: cfg, profiles: map[string]jail.Spec{}, pools: map[string]*pool{},
+	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*pool{},
 		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
 		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), audit: &auditLog{w: cfg.Audit}}
 	for _, p := range cfg.Profiles {
-		spec := p.Spec
-		if spec.Workdir != "" {
+		if p.Policy == nil {
+			return nil, fmt.Errorf("serve: profile %s: no policy", p.Name)
+		}
+		if wd := p.Policy.Filesystem.Workdir; wd != profiles.WorkdirFresh && wd != profiles.WorkdirNone {
 			// One host directory for every request would carry files from
 			// one caller's run into the next.
-			return nil, fmt.Errorf("serve: profile %s binds the host directory %s at /work; the server needs a fresh /work per run (workdir = \"fresh\" or \"none\")", p.Name, spec.Workdir)
+			return nil, fmt.Errorf("serve: profile %s binds the host directory %s at /work; the server needs a fresh /work per run (workdir = \"fresh\" or \"none\")", p.Name, wd)
 		}
-		spec.Args = bootstrapArgs()
-		// matplotlib draws without a display. Its font cache and config
-		// directory are the jail's own (package mplcache: MPLCONFIGDIR on
-		// the jail's /tmp, the cache bound read-only), which a MPLCONFIGDIR
-		// set here would turn off. The XDG directories keep what other
-		// libraries cache (and matplotlib's, should a root's cache be
-		// missing) out of /work, where it would come back as the run's
-		// files. A profile that sets one of these itself keeps its own
-		// value (the jail refuses a variable given twice).
-		spec.Env = withEnv(spec.Env, "MPLBACKEND=Agg", "XDG_CACHE_HOME=/tmp/.cache", "XDG_CONFIG_HOME=/tmp/.config")
+		policy := profiles.Merge(serveLayer(), p.Policy)
+		if err := policy.Validate(); err != nil {
+			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
+		}
+		spec := policy.Spec(bootstrapArgs(), cfg.Host)
 		if err := spec.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
 		}
-		if _, dup := s.profiles[p.Name]; dup {
+		if _, dup := s.policies[p.Name]; dup {
 			return nil, fmt.Errorf("serve: profile %s given twice", p.Name)
 		}
-		s.profiles[p.Name] = spec
+		s.policies[p.Name], s.specs[p.Name] = policy, spec
 		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.closeFailed)
 	}
 	return s, nil
 }
 
-// withEnv adds the variables of add that env does not set already.
-func withEnv(env []string, add ...string) []string {
-	out := append([]string(nil), env...)
-	for _, kv := range add {
-		name, _, _ := strings.Cut(kv, "=")
-		set := false
-		for _, e := range env {
-			if n, _, _ := strings.Cut(e, "="); n == name {
-				set = true
-				break
-			}
-		}
-		if !set {
-			out = append(out, kv)
-		}
+// serveLayer is what the server's jails need under every profile it
+// offers, as a profile layer the offered one is merged over (so a profile
+// that sets one of these variables itself keeps its own value).
+// matplotlib draws without a display. Its font cache and config directory
+// are the jail's own (package mplcache: MPLCONFIGDIR on the jail's /tmp,
+// the cache bound read-only), which a MPLCONFIGDIR set here would turn
+// off. The XDG directories keep what other libraries cache (and
+// matplotlib's, should a root's cache be missing) out of /work, where it
+// would come back as the run's files.
+func serveLayer() *profiles.Profile {
+	l := &profiles.Profile{Name: "serve"}
+	for _, kv := range []string{"MPLBACKEND=Agg", "XDG_CACHE_HOME=/tmp/.cache", "XDG_CONFIG_HOME=/tmp/.config"} {
+		// Constant, well-formed: Set cannot refuse them.
+		_ = l.Set(profiles.FieldEnvVars, kv, profiles.Origin{File: "stockade serve"})
 	}
-	return out
+	return l
+}
+
+// requestSpec is the spec of the jail that serves a request for profile
+// name with limits: the profile's own when there are none, else the
+// limits laid over it (tighten only) and validated, as a flag's or a
+// file's value would be. The errors are 422s naming the field.
+func (s *Server) requestSpec(name string, limits Limits) (jail.Spec, error) {
+	if len(limits) == 0 {
+		return s.specs[name], nil
+	}
+	layer, err := limits.layer()
+	if err != nil {
+		return jail.Spec{}, err
+	}
+	merged, err := profiles.Tighten(s.policies[name], layer)
+	if err == nil {
+		err = merged.Validate()
+	}
+	if err != nil {
+		return jail.Spec{}, &apiError{Status: 422, Msg: joinErrors(err)}
+	}
+	return merged.Spec(bootstrapArgs(), s.cfg.Host), nil
+}
+
+// joinErrors is err's lines (errors.Join's) on one line.
+func joinErrors(err error) string {
+	return strings.Join(strings.Split(err.Error(), "\n"), "; ")
+}
+
+// poolServes reports whether a jail prepared as pooled can serve a request
+// that needs spec: every limit fixed at set-up must be the same, and only
+// the timeout, which Start applies, may differ.
+func poolServes(pooled, spec jail.Spec) bool {
+	spec.Timeout = pooled.Timeout
+	return reflect.DeepEqual(pooled, spec)
 }
 
 func (s *Server) logf(format string, a ...any) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/mplcache"
 )
@@ -69,17 +70,15 @@ func TestServeRunCodeAndArgv(t *testing.T) {
 		t.Errorf("missing command: %+v", r)
 	}
 	s.waitReady()
-	r = s.run(RunRequest{Code: code("while True: pass"), Limits: &Limits{Timeout: "500ms"}})
+	r = s.run(RunRequest{Code: code("while True: pass"), Limits: Limits{"timeout": "500ms"}})
 	if r.Verdict != "timeout" || r.Pool.Hit != true {
 		t.Errorf("a tighter timeout is taken by a pooled jail: %+v", r)
 	}
-	r = s.run(RunRequest{Code: code("print(open('/proc/self/cgroup').read() != '')"), Limits: &Limits{Memory: "128M", Pids: ptr(int64(16))}})
+	r = s.run(RunRequest{Code: code("print(open('/proc/self/cgroup').read() != '')"), Limits: Limits{"memory": "128M", "pids": 16}})
 	if r.Verdict != "ok" || r.Pool.Hit || r.Limits.MemoryBytes == nil || *r.Limits.MemoryBytes != 128<<20 {
 		t.Errorf("tighter cgroup limits need a jail of their own: %+v", r)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // A pooled jail serves one request and is destroyed: what a run leaves in
 // /tmp or /work is not there for the next; runs alive at the same time are
@@ -189,7 +188,7 @@ func TestServePlotReturnsPNG(t *testing.T) {
 	}
 	s := startServer(t, "--pool", "1")
 	r := s.run(RunRequest{Code: code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.figure()\nplt.bar([1, 2], [3, 4])\nplt.close(plt.figure())"),
-		Limits: &Limits{Timeout: "10s"}})
+		Limits: Limits{"timeout": "10s"}})
 	if r.Verdict != "ok" || len(r.Images) != 2 {
 		t.Fatalf("want 2 figures: verdict %s, %d images, stderr %q", r.Verdict, len(r.Images), r.Stderr)
 	}
@@ -277,7 +276,10 @@ func TestServeBadInput(t *testing.T) {
 		{"not an object", `[1]`, 400},
 		{"trailing data", `{"code": "1"} {}`, 400},
 		{"wrong type", `{"code": 5}`, 400},
-		{"wrong type in limits", `{"code": "1", "limits": {"pids": "many"}}`, 400},
+		{"wrong type in limits", `{"code": "1", "limits": {"pids": "many"}}`, 422},
+		{"limits not an object", `{"code": "1", "limits": [1]}`, 400},
+		{"unknown limit", `{"code": "1", "limits": {"network": 1}}`, 400},
+		{"null limit", `{"code": "1", "limits": {"memory": null}}`, 422},
 		{"unknown field", `{"code": "1", "network": true}`, 400},
 		{"neither code nor argv", `{}`, 400},
 		{"both", `{"code": "1", "argv": ["true"]}`, 400},
@@ -289,8 +291,8 @@ func TestServeBadInput(t *testing.T) {
 		{"memory above ceiling", `{"code": "1", "limits": {"memory": "64G"}}`, 422},
 		{"timeout above ceiling", `{"code": "1", "limits": {"timeout": "1h"}}`, 422},
 		{"pids above ceiling", `{"code": "1", "limits": {"pids": 100000}}`, 422},
-		{"negative cpus", `{"code": "1", "limits": {"cpus": -1}}`, 400},
-		{"bad size", `{"code": "1", "limits": {"memory": "12 parsecs"}}`, 400},
+		{"negative cpus", `{"code": "1", "limits": {"cpus": -1}}`, 422},
+		{"bad size", `{"code": "1", "limits": {"memory": "12 parsecs"}}`, 422},
 		{"unknown profile", `{"code": "1", "profile": "root"}`, 400},
 		{"profile path", `{"code": "1", "profile": "/etc/passwd"}`, 400},
 	} {
@@ -627,7 +629,7 @@ func TestServeBudgetEvictsWaitingJails(t *testing.T) {
 	if h.Budget["memory_used"] != 1<<30 {
 		t.Errorf("two waiting jails of 512M: budget used %d", h.Budget["memory_used"])
 	}
-	r := s.run(RunRequest{Code: code("print(1)"), Limits: &Limits{Memory: "256M"}})
+	r := s.run(RunRequest{Code: code("print(1)"), Limits: Limits{"memory": "256M"}})
 	if r.Verdict != "ok" || r.Pool.Hit {
 		t.Fatalf("%+v", r)
 	}
@@ -753,9 +755,7 @@ func TestServeShutdownRetriesWhatACloseLeft(t *testing.T) {
 // before (CI once had one from a stockade SIGKILLed long before, from a
 // lock directory of its own that no sweep reads) is another's.
 func TestLeftoversIgnoreWhatPredatesTheServer(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("plants a directory in root's run base")
-	}
+	testenv.NeedRoot(t, "plants a directory in root's run base")
 	if err := os.MkdirAll(jail.RunBase(), 0o711); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -18,7 +19,7 @@ import (
 // the result says cancelled and which signal, never "killed by signal 9"
 // (which reads as if the jailed code had been killed for something it did).
 func TestSignalToStockadeIsACancel(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, tc := range []struct {
 		sig  syscall.Signal
 		json bool

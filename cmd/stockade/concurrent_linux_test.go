@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/runlock"
 )
@@ -281,7 +282,7 @@ func runStockade(t *testing.T, dir string, args ...string) runOutcome {
 // crash leftover and killed its jail (verdict signal, 137), or removed it
 // under it (125), and said so on stderr.
 func TestAttackConcurrentStockadesKillEachOther(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	// Leftovers of the host's other stockades would be swept by these runs,
 	// and their pid labels could be ours: the notice check must see ours only.
 	privateLockDir(t)
@@ -416,7 +417,7 @@ func startUntilUp(t *testing.T, dir, marker string) *exec.Cmd {
 // cgroup, removes all of it (and only that), and says so with a stockade:
 // notice.
 func TestSIGKILLedStockadeSweptFromAnotherParent(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	privateLockDir(t)
 	sibs := siblingMemoryCgroups(t, 2)
 	marker := fmt.Sprintf("stockade-sweep-%d", time.Now().UnixNano())
@@ -474,7 +475,7 @@ func TestSIGKILLedStockadeSweptFromAnotherParent(t *testing.T) {
 // speak of a live run, and once the last start has swept, nothing of any
 // of them is left: process, cgroup in any hierarchy, run directory, slot.
 func TestSoakSiblingCgroups(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if testing.Short() {
 		t.Skip("soak: skipped under -short")
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -98,7 +99,7 @@ func reachable(t *testing.T) string {
 }
 
 func TestDataPandasGroupByFromReadOnlyCSV(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	needModules(t, "pandas")
 	data := reachable(t)
 	csv := "city,year,sales\nOslo,2024,10\nLima,2024,7\nOslo,2025,5\nLima,2025,1\nOslo,2025,2\n"
@@ -118,7 +119,7 @@ df.groupby("city")["sales"].agg(["sum", "count"]).to_csv("totals.csv")
 }
 
 func TestDataMatplotlibChartIsAPNG(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	needModules(t, "matplotlib")
 	work := workdirFor(t)
 	r := runJSON(t, "--workdir", work, "--", "python3", "-c", `
@@ -149,7 +150,7 @@ print(matplotlib.get_backend(), os.environ.get("MPLCONFIGDIR"))
 }
 
 func TestDataNumpyMatmulUsesBLASThreads(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	needModules(t, "numpy")
 	// With --cpus 2 the jail may use two threads; OpenBLAS starts its pool
 	// (and mbinds its buffers, which the policy allows) on the first
@@ -168,7 +169,7 @@ print(os.cpu_count(), threads)
 }
 
 func TestDataMultiprocessingPoolSizedByCPUs(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, c := range []struct{ cpus, want string }{{"1", "1"}, {"0.5", "1"}, {"2", "2"}} {
 		r := runJSON(t, "--cpus", c.cpus, "--", "python3", "-c", `
 import multiprocessing, os
@@ -185,7 +186,7 @@ with multiprocessing.Pool() as p:
 }
 
 func TestJailSeesItsOwnLimits(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r := runJSON(t, "--memory", "300M", "--swap", "64M", "--cpus", "1", "--", "python3", "-c", `
 import multiprocessing, os
 m = {l.split(":")[0]: l.split()[1] for l in open("/proc/meminfo")}
@@ -243,7 +244,7 @@ var dataSuites = map[string][]string{
 // default jail: the same pytest counts, nothing refused, nothing from
 // stockade on stderr.
 func TestDataLibrarySuitesPassAsOutside(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if testing.Short() {
 		t.Skip("about a minute per library")
 	}

@@ -35,19 +35,18 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 			if c.NArg() > 0 {
 				return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf("doctor: unexpected argument %q", c.Args().First())}
 			}
-			cg := cgroupChoice{parent: c.String("cgroup-parent"), disabled: c.Bool("no-cgroup")}
-			if cg.disabled && cg.parent != "" {
+			host := hostOf(c)
+			if host.NoCgroup && host.CgroupParent != "" {
 				return &exitError{code: jail.ExitJailError, msg: "doctor: --cgroup-parent and --no-cgroup: give one of them"}
 			}
-			for _, l := range hostFacts(cg) {
+			for _, l := range hostFacts(host) {
 				fmt.Fprintln(stdout, l)
 			}
 			prof, err := loadProfile("")
 			if err != nil {
 				return &exitError{code: jail.ExitJailError, msg: err.Error()}
 			}
-			spec := prof.Spec([]string{"/bin/true"})
-			spec.Cgroup.Parent, spec.Cgroup.Disabled = cg.parent, cg.disabled
+			spec := prof.Spec([]string{"/bin/true"}, host)
 			res, err := jail.Run(context.Background(), spec, jail.Streams{})
 			if err != nil {
 				fmt.Fprintf(stdout, "default jail: FAILED: %v\n", err)
@@ -62,17 +61,10 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 	}
 }
 
-// cgroupChoice is where a run's cgroup goes, as --cgroup-parent and
-// --no-cgroup say: "" and false for stockade's own cgroup.
-type cgroupChoice struct {
-	parent   string
-	disabled bool
-}
-
 // hostFacts is what this host supports, one line a fact: what `stockade
-// doctor` prints and `stockade serve` reports in /v1/health. cg is the
-// cgroup the runs will use.
-func hostFacts(cg cgroupChoice) []string {
+// doctor` prints and `stockade serve` reports in /v1/health, for the runs
+// of host (its cgroup parent, or none).
+func hostFacts(host jail.Host) []string {
 	var out []string
 	p := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
 	var u unix.Utsname
@@ -93,12 +85,12 @@ func hostFacts(cg cgroupChoice) []string {
 	} else {
 		out = append(out, sh.Describe()...)
 	}
-	if cg.disabled {
+	if host.NoCgroup {
 		p("cgroup: not used (--no-cgroup): no memory, CPU or pids limit; rlimits only")
 		return out
 	}
 	cgOK := false
-	if m, err := cgroup.NewManager(cgroup.Options{Parent: cg.parent}); err != nil {
+	if m, err := cgroup.NewManager(cgroup.Options{Parent: host.CgroupParent}); err != nil {
 		p("cgroup: NOT usable: %v", err)
 	} else {
 		cgOK = m.Check(cgroup.Limits{MemoryMax: 1 << 30, CPUs: 1, PidsMax: 64}) == nil

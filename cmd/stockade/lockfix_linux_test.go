@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/runlock"
 )
@@ -86,10 +87,8 @@ func hostUIDOf(t *testing.T, marker string) string {
 // host uids, or one jail may enter the other's run directory, signal its
 // processes and spend its per-user kernel allowances.
 func TestAttackUIDCollisionAcrossLockDirs(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("the per-run host uid is root's")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "the per-run host uid is root's")
 	mark := fmt.Sprintf("stockade-uidcoll-%d", time.Now().UnixNano())
 	startInLockDir(t, filepath.Join(t.TempDir(), "runs"), mark+"-A")
 	startInLockDir(t, filepath.Join(t.TempDir(), "runs"), mark+"-B")
@@ -113,10 +112,8 @@ func TestAttackUIDCollisionAcrossLockDirs(t *testing.T) {
 // Every bind of stockade's own state, or of a directory holding it, is
 // refused, and B never sees A's data.
 func TestAttackNeighbourWorkViaROTmp(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("root's run base and lock directories")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "root's run base and lock directories")
 	mark := fmt.Sprintf("stockade-neighbour-%d", time.Now().UnixNano())
 	startInLockDir(t, filepath.Join(t.TempDir(), "runs"), mark)
 	lockB := filepath.Join(t.TempDir(), "runs")
@@ -148,10 +145,8 @@ func TestAttackNeighbourWorkViaROTmp(t *testing.T) {
 // must not depend on it: their directories live under /run, where only
 // root writes.
 func TestAttackTmpBaseDirSquat(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("squats root's directory")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "squats root's directory")
 	tmp := t.TempDir()
 	if err := os.Chmod(tmp, 0o1777); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -34,13 +35,6 @@ func TestMain(m *testing.M) {
 		os.Exit(realMain(append([]string{"stockade"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
-}
-
-func needJail(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 && os.Getenv("STOCKADE_TEST_UNPRIVILEGED") == "" {
-		t.Skip("starts real jails: needs root")
-	}
 }
 
 // cli runs the CLI in-process and returns exit status, stdout, stderr.
@@ -148,7 +142,7 @@ func TestProfileFIFOIsRefusedNotWaitedOn(t *testing.T) {
 }
 
 func TestRunStreamsAndExits(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, out, _ := invoke(t, "", "run", "--", "python3", "-c", "print(sum(range(100))); raise SystemExit(7)")
 	if code != 7 || out != "4950\n" {
 		t.Fatalf("exit %d stdout %q", code, out)
@@ -156,7 +150,7 @@ func TestRunStreamsAndExits(t *testing.T) {
 }
 
 func TestRunTimeoutSays124AndWhy(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, _, stderr := invoke(t, "", "run", "--timeout", "1s", "--", "python3", "-c", "while True: pass")
 	if code != jail.ExitTimeout || !strings.Contains(stderr, "timeout: killed after 1s") {
 		t.Fatalf("exit %d stderr %q", code, stderr)
@@ -164,7 +158,7 @@ func TestRunTimeoutSays124AndWhy(t *testing.T) {
 }
 
 func TestJSONResult(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, out, _ := invoke(t, "", "run", "--json", "--memory", "256M", "--cpus", "0.5", "--", "python3", "-c", "print(1)")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
@@ -197,7 +191,7 @@ func TestJSONResult(t *testing.T) {
 // --work-size bounds a fresh /work; filling it is verdict disk, said on
 // stderr with the size and the peak, and the JSON result has the peak.
 func TestWorkSizeFlagAndDiskVerdict(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	fill := "import os\nfd = os.open('/work/f', os.O_WRONLY | os.O_CREAT)\ntry:\n    while True: os.write(fd, b'x' * 65536)\nexcept OSError as e: print(e.strerror)"
 	code, out, stderr := invoke(t, "", "run", "--work-size", "4M", "--", "python3", "-c", fill)
 	if code != 0 || out != "No space left on device\n" || !strings.Contains(stderr, "stockade: disk: /work filled its 4M") {
@@ -217,7 +211,7 @@ func TestWorkSizeFlagAndDiskVerdict(t *testing.T) {
 }
 
 func TestPythonShortcut(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if code, out, _ := invoke(t, "print(6*7)\n", "python", "-"); code != 0 || out != "42\n" {
 		t.Errorf("python -: %d %q", code, out)
 	}
@@ -235,7 +229,7 @@ func TestPythonShortcut(t *testing.T) {
 }
 
 func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	privateLockDir(t)
 	marker := fmt.Sprintf("stockade-sigkill-%d", time.Now().UnixNano())
 	before := runEntries(t)
@@ -296,11 +290,8 @@ func procsWith(marker string) []string {
 // nothing in the jail can reach that file through /proc/1/exe
 // (CVE-2019-5736), and the memfd itself refuses writes.
 func TestBuiltBinaryRunsSealedInit(t *testing.T) {
-	needJail(t)
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("set STOCKADE_BIN to a stockade built by make build (with the embedded init)")
-	}
+	testenv.NeedJail(t)
+	bin := testenv.NeedBinary(t, "with the embedded init")
 	cmd := exec.Command(bin, "run", "--timeout", "20s", "--", "python3", "-c", "import time; print('up', flush=True); time.sleep(20)")
 	out, err := cmd.StdoutPipe()
 	if err != nil {

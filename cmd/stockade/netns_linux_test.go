@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,9 +54,7 @@ const (
 
 func needNetns(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("creates network namespaces: needs root")
-	}
+	testenv.NeedRoot(t, "creates network namespaces")
 	for _, tool := range []string{"ip", "unshare", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s (iproute2, util-linux)", tool)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 func quietLog() *log.Logger { return log.New(io.Discard, "", 0) }
@@ -166,7 +168,7 @@ except OSError as e:
 // TestNetNoNetworkSaysSoOnce: a jail without an allowlist that tries the
 // network is told once, with the address, and the result lists it.
 func TestNetNoNetworkSaysSoOnce(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, _, stderr := invoke(t, "", "run", "--", "python3", "-c", `
 import socket
 for _ in range(3):
@@ -196,7 +198,7 @@ except OSError as e: print(e.errno)
 // existed; an allowlist adds the proxy's listener on the jail's loopback
 // and the variables, and nothing else.
 func TestNetEmptyAllowlistIsLoopbackOnly(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	probe := `
 import os
 print(sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]))
@@ -276,7 +278,7 @@ func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) 
 // sockaddr placed at an address whose low 32 bits are zero must still be
 // seen and reported.
 func TestAttackSendtoAddressWithZeroLowHalf(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, out, stderr := invoke(t, "", "run", "--json", "--", "python3", "-c", `
 import ctypes, socket, struct
 libc = ctypes.CDLL(None, use_errno=True)

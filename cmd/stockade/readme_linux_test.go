@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // A README example is one shell command in an indented code block that
@@ -200,11 +202,8 @@ func TestReadmeExamplesParse(t *testing.T) {
 // TestReadmeExamplesRun runs every example of README.md, ARCHITECTURE.md
 // and docs/*.md this machine can run.
 func TestReadmeExamplesRun(t *testing.T) {
-	needJail(t)
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("set STOCKADE_BIN to a stockade built by make build (with the embedded init)")
-	}
+	testenv.NeedJail(t)
+	bin := testenv.NeedBinary(t, "with the embedded init")
 	bin, err := filepath.Abs(bin)
 	if err != nil {
 		t.Fatal(err)

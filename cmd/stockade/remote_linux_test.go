@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/server"
 	"github.com/urfave/cli/v2"
 )
@@ -18,8 +19,14 @@ import (
 // when the test ends.
 func startServe(t *testing.T) string {
 	t.Helper()
+	return startServeWith(t, "--pool", "0")
+}
+
+// startServeWith starts `stockade serve` with args, as startServe does.
+func startServeWith(t *testing.T, args ...string) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
-	srv := stockadeIn(t, "", "serve", "--socket", sock, "--pool", "0", "--audit-log", "")
+	srv := stockadeIn(t, "", append([]string{"serve", "--socket", sock, "--audit-log", ""}, args...)...)
 	var log bytes.Buffer
 	srv.Stdout, srv.Stderr = &log, &log
 	if err := srv.Start(); err != nil {
@@ -46,7 +53,7 @@ func startServe(t *testing.T) string {
 // server is asked), and the carried ones must still apply. The table is
 // run's own flag list, so a flag added later is covered without an edit.
 func TestAttackRemoteRunDropsTighteningFlags(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	sock := startServe(t)
 	const write8M = "head -c 8000000 /dev/zero > /work/big && echo wrote"
 

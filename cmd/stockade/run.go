@@ -153,17 +153,18 @@ func specFromFlags(c *cli.Context, argv []string, code *profiles.Bind) (jail.Spe
 	if err := merged.Validate(); err != nil {
 		return jail.Spec{}, err
 	}
-	s := merged.Spec(argv)
-	// Where the run's cgroup goes is this host's business, not the policy's.
-	s.Cgroup.Parent = c.String("cgroup-parent")
-	s.Cgroup.Disabled = c.Bool("no-cgroup")
-	// So is how the host reaches the network: stockade's own proxy, which
-	// the jail never sees, and (for tests and the selftest) a hosts file
-	// the proxy resolves from instead of DNS. Every address either yields
-	// passes the proxy's checks all the same.
-	s.Network.UpstreamProxy = upstreamProxy(os.Getenv)
-	s.Network.HostsFile = os.Getenv("STOCKADE_NET_HOSTS")
-	return s, nil
+	return merged.Spec(argv, hostOf(c)), nil
+}
+
+// hostOf is this process's host: what its environment says
+// (jail.DefaultHost: the upstream proxy, the state directories) and the
+// command's own flags about the machine rather than the policy
+// (--cgroup-parent, --no-cgroup, where a command has them).
+func hostOf(c *cli.Context) jail.Host {
+	h := jail.DefaultHost()
+	h.CgroupParent = c.String("cgroup-parent")
+	h.NoCgroup = c.Bool("no-cgroup")
+	return h
 }
 
 // flagValue is one field set from the command line, origin naming the flag.
@@ -335,14 +336,4 @@ func absPath(p string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(wd, p), nil
-}
-
-// upstreamProxy is stockade's own HTTPS proxy, as curl and Go read it.
-func upstreamProxy(getenv func(string) string) string {
-	for _, k := range []string{"HTTPS_PROXY", "https_proxy"} {
-		if v := getenv(k); v != "" {
-			return v
-		}
-	}
-	return ""
 }

@@ -39,11 +39,7 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 				fmt.Fprintf(stderr, "stockade selftest: profile %s: %s\n", p.Name, p.Description)
 				opts.Progress = stderr
 			}
-			spec := p.Spec(nil)
-			// Where the cgroups go is this host's business, not the policy's.
-			spec.Cgroup.Parent = c.String("cgroup-parent")
-			spec.Cgroup.Disabled = c.Bool("no-cgroup")
-			rep := selftest.Run(c.Context, spec, opts)
+			rep := selftest.Run(c.Context, p, hostOf(c), opts)
 			if rep.NoJail {
 				if c.Bool("json") {
 					_ = rep.WriteJSON(stdout)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -19,7 +20,7 @@ type selftestReport struct {
 }
 
 func TestSelftestHoldsUnderTheDefaultProfile(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--json")
 	var rep selftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -36,7 +37,7 @@ func TestSelftestHoldsUnderTheDefaultProfile(t *testing.T) {
 }
 
 func TestSelftestExits1WhenADoorIsOpen(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "open.toml")
 	os.WriteFile(prof, []byte("extends = \"python\"\n[seccomp]\npolicy = \"off\"\n"), 0o644)
@@ -62,7 +63,7 @@ func TestSelftestBadProfileExits125(t *testing.T) {
 // reason and read as every door open. The suite must say it tested nothing,
 // with the reason, and exit 125 instead.
 func TestSelftestCouldNotStartAJailExits125(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, asJSON := range []bool{false, true} {
 		args := []string{"selftest", "--cgroup-parent", "stockade-no-such-parent-" + t.Name()}
 		if asJSON {
@@ -80,7 +81,7 @@ func TestSelftestCouldNotStartAJailExits125(t *testing.T) {
 // --no-cgroup reaches every attack: the report says cgroup off and each run
 // is degraded, and the doors that do not need a cgroup still hold.
 func TestSelftestNoCgroupRunsWithoutCgroups(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--no-cgroup", "--json")
 	var rep selftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.Int64Flag{Name: "budget-pids", Usage: "pids all live jails may hold together (0: no budget)"},
 			&cli.StringFlag{Name: "grace", Value: "10s", Usage: "on SIGTERM, how long running jails may finish before they are killed"},
 			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended), "-" for stderr, "" for none`},
+			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: stockade's own cgroup)"},
 		},
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
@@ -78,7 +80,8 @@ func serveCommand(stderr io.Writer) *cli.Command {
 func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error) {
 	cfg := server.Config{Pool: c.Int("pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
 		PerCaller: c.Int("per-caller"), MaxConns: c.Int("max-conns"), MaxConnsPerCaller: c.Int("max-conns-per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
-		Notices: os.Stderr, Facts: hostFacts(cgroupChoice{}), Version: version}
+		Notices: os.Stderr, Version: version, Host: hostOf(c)}
+	cfg.Facts = hostFacts(cfg.Host)
 	noop := func() {}
 	var err error
 	if cfg.QueueWait, err = profiles.ParseDuration(c.String("queue-wait")); err != nil {
@@ -124,7 +127,7 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 		if err != nil {
 			return cfg, noop, err
 		}
-		cfg.Profiles = append(cfg.Profiles, server.Profile{Name: n, Spec: p.Spec(nil)})
+		cfg.Profiles = append(cfg.Profiles, server.Profile{Name: n, Policy: p})
 	}
 	switch a := c.String("audit-log"); a {
 	case "":
@@ -142,14 +145,22 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 }
 
 // remoteFlags are the flags of run that `run --server` carries to the
-// server: the request's profile name and the limits a request may set (the
-// server keeps each within its profile). Every other flag of run, if given,
-// is refused rather than dropped: a dropped --work-size 1M or --allow-net
-// would leave the server profile's looser value in force, and the user who
-// asked for a tighter jail would get a looser one in silence.
-var remoteFlags = map[string]bool{
-	"server": true, "profile": true, "json": true,
-	"timeout": true, "cpu-time": true, "memory": true, "output-limit": true, "cpus": true, "pids": true,
+// server: the request's profile name and the flags of the limits a request
+// may tighten (profiles.TightenableFields, the same list the server takes).
+// Every other flag of run, if given, is refused rather than dropped: a
+// dropped --work-size 1M or --allow-net would leave the server profile's
+// looser value in force, and the user who asked for a tighter jail would
+// get a looser one in silence.
+var remoteFlags = carriedFlags()
+
+func carriedFlags() map[string]bool {
+	m := map[string]bool{"server": true, "profile": true, "json": true}
+	for _, f := range policyFlags {
+		if slices.Contains(profiles.TightenableFields(), f.field) {
+			m[f.name] = true
+		}
+	}
+	return m
 }
 
 // runRemote is `stockade run --server SOCK`: the same run, by a server.
@@ -179,23 +190,14 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 		return fail("%s: not with --server: the server applies its own profile, and a request carries only %s (set it in a profile on the server and pass --profile, or run without --server)",
 			strings.Join(refused, ", "), strings.Join(carried, ", "))
 	}
-	req := &server.RunRequest{Argv: argv, Profile: c.String("profile"), Limits: &server.Limits{
-		Timeout: c.String("timeout"), CPUTime: c.String("cpu-time"), Memory: c.String("memory"),
-		OutputLimit: c.String("output-limit")}}
-	if c.IsSet("cpus") {
-		v, err := strconv.ParseFloat(c.String("cpus"), 64)
-		if err != nil {
-			return fail("--cpus %q: not a number", c.String("cpus"))
-		}
-		req.Limits.CPUs = &v
+	// The limits are parsed here as a local run's flags are, so a value
+	// that does not parse is refused with the flag's name; their ranges
+	// and the profile's ceiling are the server's to check.
+	layer, err := flagLayer(c)
+	if err != nil {
+		return fail("%v", err)
 	}
-	if c.IsSet("pids") {
-		v, err := strconv.ParseInt(c.String("pids"), 10, 64)
-		if err != nil {
-			return fail("--pids %q: not a number", c.String("pids"))
-		}
-		req.Limits.Pids = &v
-	}
+	req := &server.RunRequest{Argv: argv, Profile: c.String("profile"), Limits: server.LimitsOf(layer)}
 	if stdin != nil && !isTerminal(stdin) {
 		b, err := io.ReadAll(io.LimitReader(stdin, 16<<20+1))
 		if err != nil {

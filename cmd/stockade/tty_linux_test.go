@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,7 +104,7 @@ sys.stdout.write("X" * 5000)
 // its writes to fd 0, /dev/tty or a reopened fd 0 appear, and the
 // terminal's settings are the same after the run.
 func TestAttackTerminalOnStdin(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	for _, asJSON := range []bool{false, true} {
 		p := openTestPty(t)
 		before := p.termios(t)
@@ -150,7 +151,7 @@ func TestAttackTerminalOnStdin(t *testing.T) {
 // through the pipe, and the run ends when the program does, not when the
 // terminal sends EOF.
 func TestTerminalInputReachesTheJail(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	p := openTestPty(t)
 	if _, err := p.master.Write([]byte("print(6*7)\n\x04")); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // The outer ids the test namespaces map: far from any real user and from
@@ -16,14 +18,8 @@ const nsBase = 3 << 28
 
 func builtBinary(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("builds user namespaces with arbitrary maps: needs root")
-	}
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("set STOCKADE_BIN to a stockade built by make build (with the embedded init)")
-	}
-	return bin
+	testenv.NeedRoot(t, "builds user namespaces with arbitrary maps")
+	return testenv.NeedBinary(t, "with the embedded init")
 }
 
 // containerCmd runs bin as root of a new user namespace with the given

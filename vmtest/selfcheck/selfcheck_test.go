@@ -10,16 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
-
-func requireVM(t *testing.T) {
-	t.Helper()
-	if os.Getenv("STOCKADE_VM") == "" {
-		t.Skip("STOCKADE_VM is unset: this test only means something inside vmtest's VM")
-	}
-}
 
 // ownCgroup returns the cgroup v2 path of this process relative to cgroupRoot,
 // from the single "0::" line cgroup v2 writes to /proc/self/cgroup.
@@ -39,14 +34,14 @@ func ownCgroup(t *testing.T) string {
 }
 
 func TestIsRoot(t *testing.T) {
-	requireVM(t)
+	testenv.NeedVM(t)
 	if uid := os.Geteuid(); uid != 0 {
 		t.Fatalf("euid = %d, want 0", uid)
 	}
 }
 
 func TestCgroupV2Unified(t *testing.T) {
-	requireVM(t)
+	testenv.NeedVM(t)
 	// cgroup.controllers exists only at the root of a cgroup2 mount; on a v1 or
 	// hybrid host /sys/fs/cgroup is a tmpfs of per-controller mounts.
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
@@ -58,7 +53,7 @@ func TestCgroupV2Unified(t *testing.T) {
 }
 
 func TestControllersDelegated(t *testing.T) {
-	requireVM(t)
+	testenv.NeedVM(t)
 	own := ownCgroup(t)
 	data, err := os.ReadFile(filepath.Join(cgroupRoot, own, "cgroup.controllers"))
 	if err != nil {
@@ -83,7 +78,7 @@ func TestControllersDelegated(t *testing.T) {
 }
 
 func TestPythonStdlib(t *testing.T) {
-	requireVM(t)
+	testenv.NeedVM(t)
 	out, err := exec.Command("/usr/bin/python3", "-c",
 		"import json, ssl, sqlite3, ctypes, multiprocessing, sys; print(sys.version.split()[0], ssl.OPENSSL_VERSION, sqlite3.sqlite_version)").CombinedOutput()
 	if err != nil {
@@ -93,7 +88,7 @@ func TestPythonStdlib(t *testing.T) {
 }
 
 func TestKernel(t *testing.T) {
-	requireVM(t)
+	testenv.NeedVM(t)
 	release, err := os.ReadFile("/proc/sys/kernel/osrelease")
 	if err != nil {
 		t.Fatalf("read osrelease: %v", err)
