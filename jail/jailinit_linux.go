@@ -41,11 +41,29 @@ func initPath() (string, *os.File, error) {
 	return "/proc/self/fd/" + strconv.Itoa(high), f, nil
 }
 
-// IsChild reports whether this process is a jail's init. The binary's main
-// (and TestMain of packages that run jails) must call ChildMain first thing
-// when it is: without an embedded init binary, Run re-executes
-// /proc/self/exe as init.
+// init is the re-exec hook, the one init side effect the jail needs.
+// Without an embedded init binary (a library user's program, a test
+// binary, a plain go build) Run starts /proc/self/exe again as the jail's
+// init; that process must become init before its own main runs, or it
+// would run the program a second time inside the jail (and Run would see
+// "jail init ended without a report"). Doing it here, rather than asking
+// every main and TestMain to call it, means no program that imports jail
+// can forget. Package initialisation runs on the main thread (the runtime
+// locks it there until main), which init needs: the time namespace's
+// offsets belong to the thread group leader. The check costs nothing
+// otherwise: init is started with argv[0] jailinit.Arg0 alone, which no
+// command line from a user has, and only then is fd 3 looked at.
+func init() {
+	if jailinit.IsInit() {
+		jailinit.Main()
+	}
+}
+
+// IsChild reports whether this process is a jail's init. It is always
+// false by the time a program's main runs: the package's own init has
+// taken such a process over. It remains for programs that still call it.
 func IsChild() bool { return jailinit.IsInit() }
 
-// ChildMain is init. It never returns.
+// ChildMain is init; it never returns. The package's init calls it when
+// this process is a jail's init, so no program needs to.
 func ChildMain() { jailinit.Main() }

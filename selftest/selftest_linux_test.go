@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -30,18 +29,6 @@ func defaultProfile(mod func(*profiles.Profile)) *profiles.Profile {
 
 // defaultSpec is the default profile's spec, on the default host.
 func defaultSpec() jail.Spec { return defaultProfile(nil).Spec(nil, jail.Host{}) }
-
-// init keeps the main goroutine on the main thread, as jailinit
-// does: this binary doubles as a jail's init (see jailinit.unshareTime).
-func init() { runtime.LockOSThread() }
-
-// TestMain lets the test binary serve as a jail's init.
-func TestMain(m *testing.M) {
-	if jail.IsChild() {
-		jail.ChildMain()
-	}
-	os.Exit(m.Run())
-}
 
 func run(t *testing.T, base *profiles.Profile, doors ...string) Report {
 	t.Helper()

@@ -27,11 +27,10 @@ func docsHelp() string {
 }
 
 func main() {
-	// The re-exec hook: a jail's init is this binary started again by
-	// jail.Run. It must take over before any flag parsing.
-	if jail.IsChild() {
-		jail.ChildMain()
-	}
+	// A jail's init never gets here: without the embedded init, jail.Run
+	// starts this binary again as init, and package jail's init takes
+	// that process over before main.
+	//
 	// Before any command runs: run, python, serve (every request's jail),
 	// selftest, doctor and rootfs all start processes.
 	if err := keepInheritedToOurselves(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,17 +19,11 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-// init keeps the main goroutine on the main thread, as jailinit
-// does: this binary doubles as a jail's init (see jailinit.unshareTime).
-func init() { runtime.LockOSThread() }
-
-// TestMain makes the test binary double as stockade itself: as a jail's
-// init (jail.Run re-executes /proc/self/exe), and as the CLI when a test
-// starts it with STOCKADE_TEST_MAIN=1 (to SIGKILL it from outside).
+// TestMain makes the test binary double as the stockade CLI when a test
+// starts it with STOCKADE_TEST_MAIN=1 (to SIGKILL it from outside). As a
+// jail's init (jail.Run re-executes /proc/self/exe) package jail's init
+// has taken it over before this runs.
 func TestMain(m *testing.M) {
-	if jail.IsChild() {
-		jail.ChildMain()
-	}
 	if os.Getenv("STOCKADE_TEST_MAIN") == "1" {
 		os.Exit(realMain(append([]string{"stockade"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
 	}

@@ -398,9 +398,10 @@ func fail(step string, err error, code int) {
 //
 // The kernel keeps the offsets with the thread group leader only
 // (/proc/PID/timens_offsets has no per-thread twin), while unshare moves
-// the calling thread: this works only on the main thread, where an init()
-// of the program that runs Main locks it (jailinit does, and so do
-// the test binaries that double as init). Elsewhere it is skipped.
+// the calling thread: this works only on the main thread, where Main
+// runs (the jailinit binary locks it in an init(); without it, package
+// jail's init calls Main while the runtime still holds the main goroutine
+// on the main thread). Elsewhere it is skipped.
 func unshareTime() error {
 	if unix.Gettid() != unix.Getpid() || !TimeNamespaceUsable() {
 		return nil
