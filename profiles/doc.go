@@ -51,7 +51,17 @@
 // variable, and filesystem.ro per destination (an overriding bind to the same
 // destination replaces the base's, others are appended). The CLI's flags are
 // one more overriding profile built with [Profile.Set]; the merged profile is
-// validated once and [Profile.Spec] turns it into a complete jail.Spec.
+// validated once and [Profile.Spec] turns it into a complete jail.Spec, the
+// only place a jail.Spec is built.
+//
+// A server request's limits are a layer too, built with [Profile.SetValue]
+// (a JSON value decoded as a file's TOML value is) and laid over the
+// server's profile by [Tighten], which works as Merge does but refuses a
+// value looser than the profile's (the server's ceiling) and any field that
+// is not a limit; the result is validated as a flag's would be. Each schema
+// row names the jail.Spec field its value becomes and how it tightens, so a
+// limit is declared once: its field here, its row, its Spec field and the
+// code that enforces it.
 //
 // # Errors
 //

@@ -7,14 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/stockade/stockade/jail"
-	"github.com/stockade/stockade/profiles"
 )
 
 // RunRequest is the body of POST /v1/run. Exactly one of Code and Argv.
@@ -25,89 +22,6 @@ type RunRequest struct {
 	Files   map[string]string `json:"files,omitempty"`   // name -> base64, written into /work first
 	Profile string            `json:"profile,omitempty"` // one of the server's profiles; "" the first
 	Limits  Limits            `json:"limits,omitempty"`  // each no looser than the profile's
-}
-
-// Limits tighten a profile's: the keys of a profile's [limits] table
-// ("memory", "timeout", "pids", ...), each value as a profile file writes
-// it ("256M", "2s", 16). They are one more profile layer, laid over the
-// server's profile by profiles.Tighten (nothing may be looser than the
-// profile, which is the server's ceiling) and checked by the same
-// Profile.Validate as a flag or a file.
-type Limits map[string]any
-
-// requestOrigin is where a request's limits come from, in their errors:
-// "request: limits.memory: ...".
-var requestOrigin = profiles.Origin{File: "request"}
-
-// limitAliases are older names of request limits.
-var limitAliases = map[string]profiles.Field{"output_limit": profiles.FieldOutput}
-
-// layer is the profile layer the limits make, each value decoded as a
-// profile file's is. A key that names no limit is a 400; a value the
-// profile refuses, a 422.
-func (l Limits) layer() (*profiles.Profile, error) {
-	layer := &profiles.Profile{Name: "request"}
-	var errs []string
-	for _, key := range slices.Sorted(maps.Keys(l)) {
-		f, ok := limitAliases[key]
-		if !ok {
-			if f, ok = profiles.LimitField(key); !ok || !slices.Contains(profiles.TightenableFields(), f) {
-				return nil, badRequest("limits.%s: unknown limit (a request may set %s)", key, limitNames())
-			}
-		}
-		v, err := tomlValue(l[key])
-		if err == nil {
-			err = layer.SetValue(f, v, requestOrigin)
-		} else {
-			err = &profiles.Error{Origin: requestOrigin, Field: string(f), Msg: err.Error()}
-		}
-		if err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	if len(errs) > 0 {
-		return nil, &apiError{Status: 422, Msg: strings.Join(errs, "; ")}
-	}
-	return layer, nil
-}
-
-// tomlValue is a JSON value as the profile decoder takes a TOML one: a
-// number an int64 when it is whole, else a float64.
-func tomlValue(v any) (any, error) {
-	switch x := v.(type) {
-	case json.Number:
-		if n, err := x.Int64(); err == nil {
-			return n, nil
-		}
-		f, err := x.Float64()
-		if err != nil {
-			return nil, fmt.Errorf("%s is not a number a limit can take", x)
-		}
-		return f, nil
-	case nil:
-		return nil, errors.New("must be a value, not null")
-	}
-	return v, nil
-}
-
-func limitNames() string {
-	var names []string
-	for _, f := range profiles.TightenableFields() {
-		names = append(names, strings.TrimPrefix(string(f), "limits."))
-	}
-	return strings.Join(names, ", ")
-}
-
-// LimitsOf is the limits a profile layer sets (a client's flags, say), in
-// the form a request carries them.
-func LimitsOf(p *profiles.Profile) Limits {
-	l := Limits{}
-	for _, f := range profiles.TightenableFields() {
-		if p.IsSet(f) {
-			l[strings.TrimPrefix(string(f), "limits.")] = p.Value(f)
-		}
-	}
-	return l
 }
 
 // RunResponse is jail.Result (the `stockade run --json` object) and what

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,59 +204,6 @@ func New(cfg Config) (*Server, error) {
 		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.closeFailed)
 	}
 	return s, nil
-}
-
-// serveLayer is what the server's jails need under every profile it
-// offers, as a profile layer the offered one is merged over (so a profile
-// that sets one of these variables itself keeps its own value).
-// matplotlib draws without a display. Its font cache and config directory
-// are the jail's own (package mplcache: MPLCONFIGDIR on the jail's /tmp,
-// the cache bound read-only), which a MPLCONFIGDIR set here would turn
-// off. The XDG directories keep what other libraries cache (and
-// matplotlib's, should a root's cache be missing) out of /work, where it
-// would come back as the run's files.
-func serveLayer() *profiles.Profile {
-	l := &profiles.Profile{Name: "serve"}
-	for _, kv := range []string{"MPLBACKEND=Agg", "XDG_CACHE_HOME=/tmp/.cache", "XDG_CONFIG_HOME=/tmp/.config"} {
-		// Constant, well-formed: Set cannot refuse them.
-		_ = l.Set(profiles.FieldEnvVars, kv, profiles.Origin{File: "stockade serve"})
-	}
-	return l
-}
-
-// requestSpec is the spec of the jail that serves a request for profile
-// name with limits: the profile's own when there are none, else the
-// limits laid over it (tighten only) and validated, as a flag's or a
-// file's value would be. The errors are 422s naming the field.
-func (s *Server) requestSpec(name string, limits Limits) (jail.Spec, error) {
-	if len(limits) == 0 {
-		return s.specs[name], nil
-	}
-	layer, err := limits.layer()
-	if err != nil {
-		return jail.Spec{}, err
-	}
-	merged, err := profiles.Tighten(s.policies[name], layer)
-	if err == nil {
-		err = merged.Validate()
-	}
-	if err != nil {
-		return jail.Spec{}, &apiError{Status: 422, Msg: joinErrors(err)}
-	}
-	return merged.Spec(bootstrapArgs(), s.cfg.Host), nil
-}
-
-// joinErrors is err's lines (errors.Join's) on one line.
-func joinErrors(err error) string {
-	return strings.Join(strings.Split(err.Error(), "\n"), "; ")
-}
-
-// poolServes reports whether a jail prepared as pooled can serve a request
-// that needs spec: every limit fixed at set-up must be the same, and only
-// the timeout, which Start applies, may differ.
-func poolServes(pooled, spec jail.Spec) bool {
-	spec.Timeout = pooled.Timeout
-	return reflect.DeepEqual(pooled, spec)
 }
 
 func (s *Server) logf(format string, a ...any) {

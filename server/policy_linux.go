@@ -1,0 +1,28 @@
+package server
+
+import (
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
+)
+
+// requestSpec is the spec of the jail that serves a request for profile
+// name with limits: the profile's own when there are none, else the
+// limits laid over it (tighten only) and validated, as a flag's or a
+// file's value would be. The errors are 422s naming the field.
+func (s *Server) requestSpec(name string, limits Limits) (jail.Spec, error) {
+	if len(limits) == 0 {
+		return s.specs[name], nil
+	}
+	layer, err := limits.layer()
+	if err != nil {
+		return jail.Spec{}, err
+	}
+	merged, err := profiles.Tighten(s.policies[name], layer)
+	if err == nil {
+		err = merged.Validate()
+	}
+	if err != nil {
+		return jail.Spec{}, &apiError{Status: 422, Msg: joinErrors(err)}
+	}
+	return merged.Spec(bootstrapArgs(), s.cfg.Host), nil
+}
