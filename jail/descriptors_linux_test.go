@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/stockade/stockade/internal/fds"
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -85,7 +86,7 @@ func wantUnwritten(t *testing.T, path string) {
 // host's root and write the file. Only init's first step stands between
 // (the process-wide mark is stockade's main's, not the library's).
 func TestAttackCallerDescriptorReachesJail(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	log := rootOnlyLog(t)
 	dir := inheritable(t, "/", unix.O_RDONLY|unix.O_DIRECTORY)
 	file := inheritable(t, log, unix.O_WRONLY|unix.O_APPEND)
@@ -104,7 +105,7 @@ func TestAttackCallerDescriptorReachesJail(t *testing.T) {
 // and duplicate descriptors the ways the standard library does; no jail
 // may hold anything beyond 0-2, and no child the process starts either.
 func TestAttackCopyBackDupRacesFork(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	jails, parallel := 48, 6
 	if testing.Short() {
 		jails = 12

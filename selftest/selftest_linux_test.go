@@ -248,8 +248,8 @@ func TestReportPrintsAndFails(t *testing.T) {
 // The descriptors door holds under the default spec: the jail started
 // while the suite held its bait has nothing beyond 0-2.
 func TestDescriptorsDoorHolds(t *testing.T) {
-	needJail(t)
-	rep := run(t, defaultSpec(nil), "descriptors")
+	testenv.NeedJail(t)
+	rep := run(t, defaultProfile(nil), "descriptors")
 	r := rep.Row(descriptorAttacks()[0].Name)
 	if r == nil || r.Status != Pass {
 		t.Fatalf("descriptors door: %+v", r)
@@ -280,7 +280,7 @@ func TestDescriptorsDoorFailsWhenOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &outcome{spec: defaultSpec(nil), res: &jail.Result{Verdict: jail.VerdictOK, Stdout: string(out)}, last: lastLine(string(out)), fx: fx}
+	o := &outcome{spec: defaultSpec(), res: &jail.Result{Verdict: jail.VerdictOK, Stdout: string(out)}, last: lastLine(string(out)), fx: fx}
 	happened, held := a.judge(o)
 	if held {
 		t.Fatalf("judged held with the bait inherited: %s", happened)

@@ -65,7 +65,7 @@ func TestAttackServeInheritedDescriptor(t *testing.T) {
 		req := RunRequest{Code: code(heldDescriptors)}
 		if i%2 == 1 {
 			// Limits of its own: a jail started for the request.
-			req.Limits = &Limits{Memory: "64M"}
+			req.Limits = Limits{"memory": "64M"}
 		}
 		r := s.run(req)
 		if r.Pool.Hit {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // heldDescriptors is a payload that reports every descriptor it holds
@@ -98,7 +99,7 @@ func rootOnlyLog(t *testing.T) string {
 // marked close-on-exec (so its init never gets them), and the payload
 // holds nothing beyond 0-2; the file is unchanged.
 func TestAttackInheritedDescriptorReachesJail(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	bin := os.Getenv("STOCKADE_BIN")
 	if bin == "" {
 		t.Skip("set STOCKADE_BIN to a stockade built by make build: the descriptors are stockade's main's to mark")
