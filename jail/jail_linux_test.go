@@ -589,10 +589,8 @@ func sigMask(t *testing.T, status, field string) uint64 {
 // mount point and the way out, not send the user after their kernel's
 // version.
 func TestBindWithAMountPointInsideNamesIt(t *testing.T) {
-	needJail(t)
-	if os.Geteuid() != 0 {
-		t.Skip("mounts a tmpfs")
-	}
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "mounts a tmpfs")
 	dir := reachableTempDir(t)
 	sub := filepath.Join(dir, "data", "cache")
 	if err := os.MkdirAll(sub, 0o755); err != nil {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // `stockade run -- python3 task.py` next to task.py: the jail's /work is
@@ -14,7 +16,7 @@ import (
 // what to run instead, on its own stderr (never in the result or stdout:
 // --json stays one valid JSON object), and only when that file is there.
 func TestPayloadFileInCallersDirectoryGetsAHint(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "task.py"), []byte("print(6*7)\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -45,7 +47,7 @@ func TestPayloadFileInCallersDirectoryGetsAHint(t *testing.T) {
 // never reached the index: the user did not learn that the network was
 // what was missing. It must fail on the network, with stockade's hint.
 func TestPipInstallOfflineGetsTheNetworkHint(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	if _, err := exec.LookPath("pip"); err != nil {
 		t.Skip("needs pip (python3-pip)")
 	}
