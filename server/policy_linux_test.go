@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -85,5 +87,38 @@ func TestPooledRunResultSaysEnforcedTimeout(t *testing.T) {
 	}
 	if r.Limits.TimeoutMs != 1000 {
 		t.Errorf("limits.timeout_ms %d: the run was stopped at 1000", r.Limits.TimeoutMs)
+	}
+}
+
+// TestAttackRequestLimitsLoosenTheJail: a request tries to loosen its
+// profile through the limits' own edges: 0, which for cpu_time and
+// file_size means no limit at all; swap, where 0 is the tightest; a key
+// that names a field outside [limits] (an allowlist); and an older name
+// given beside the new one. Each must be refused, never merged.
+func TestAttackRequestLimitsLoosenTheJail(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "capped.toml")
+	if err := os.WriteFile(prof, []byte("extends = \"python\"\n[limits]\ncpu_time = \"5s\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--pool", "0", "--profile", prof)
+	for _, c := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"code": "1", "limits": {"cpu_time": 0}}`, 422, "limits.cpu_time: 0 (no limit) is above the ceiling of 5s"},
+		{`{"code": "1", "limits": {"file_size": "0"}}`, 422, "limits.file_size: 0 (no limit) is above the ceiling of 64M"},
+		{`{"code": "1", "limits": {"swap": "1G"}}`, 422, "limits.swap: 1G is above the ceiling of 0"},
+		{`{"code": "1", "limits": {"network.allow": ["example.org"]}}`, 400, "limits.network.allow: unknown limit"},
+		{`{"code": "1", "limits": {"output": "1k", "output_limit": "2M"}}`, 422, "limits.output: 2M is above the ceiling of 1M"},
+	} {
+		status, _, body := s.post(c.body)
+		if status != c.status || !strings.Contains(string(body), c.want) {
+			t.Errorf("%s: %d %s, want %d saying %q", c.body, status, body, c.status, c.want)
+		}
+	}
+	r := s.run(RunRequest{Code: code("print(1)"), Limits: Limits{"cpu_time": "2s", "file_size": "1M"}})
+	if r.Verdict != "ok" || r.Limits.CPUTimeMs == nil || *r.Limits.CPUTimeMs != 2000 || r.Limits.FileSizeBytes == nil || *r.Limits.FileSizeBytes != 1<<20 {
+		t.Errorf("tighter limits at the edges: %+v", r.Limits)
 	}
 }
