@@ -1,373 +1,300 @@
 package jail
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"time"
 
-	"github.com/stockade/stockade/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
-// maxCopyDepth bounds how deep copyBack goes (one open directory per level
-// on each side); the upper layer holds at most WorkInodes directories.
+// Copy-back applies the upper layer of a --workdir overlay (every write of
+// the jail) to DIR itself after the jail is gone, all of it or nothing:
+//
+//  1. plan (copyback_plan_linux.go): walk the upper layer beside DIR,
+//     decide each change, and stage what it writes (files with their data,
+//     symlinks, new directories) in a staging directory inside DIR (the
+//     same mount, so that a rename moves it into place), owned by DIR's
+//     owner and group. DIR itself is only read.
+//  2. commit (copyback_commit_linux.go): move the staged entries into
+//     place and what the jail deleted out of the way, into the staging
+//     directory, by renames alone; a failure undoes every rename made.
+//  3. remove the staging directory, and with it what the commit replaced.
+//
+// A limit, the deadline or a failure in steps 1-2 leaves DIR as it was
+// (but for a staging directory that could not be removed, which the error
+// names). Step 1 holds the cost (data, and it may fail on the host's disk:
+// no room, a file too large for the file system); step 2 is renames and
+// chmods, which the host's own changes during the copy may make fail.
+//
+// What the host changed during the run stays the host's (see workSeen): a
+// deletion or replacement applies only to an entry unchanged since the run
+// began, and never to a mount point; the rest is a conflict, reported.
+
+// copyBackGrace is the least time copy-back has, however little of
+// --timeout the run left.
+const copyBackGrace = 2 * time.Second
+
+// maxCopyDepth bounds how deep copy-back goes (two open directories per
+// level).
 const maxCopyDepth = 1024
 
-// copyBack applies the upper layer of a --workdir overlay to the directory
-// itself, after the jail is gone: new and changed files are written (owned
-// by uid:gid, never with a set-id bit), whiteouts delete, and an opaque
-// directory replaces the directory's old contents. Every step is relative
-// to a directory fd, opened without following symlinks, so a link the jail
-// planted in an earlier run cannot point a write outside dir. Hard links
-// become separate files; extended attributes, devices, fifos and sockets
-// are not copied.
-//
-// The upper layer is walked first and nothing is copied unless all of it
-// can be: a tree deeper than maxCopyDepth, or one that would take more
-// than limit bytes of the host's disk (its data blocks, plus a block for
-// every directory and symlink, which tmpfs stores without one but the
-// host's file system does not), is refused whole, so the jail can neither
-// leave DIR half-applied nor write twice its --work-size to the host.
-func copyBack(upperRoot int, dir string, uid, gid int, limit int64) error {
-	src, err := unix.Openat(upperRoot, "upper", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open the upper layer: %w", err)
-	}
-	defer unix.Close(src)
-	var sz sizer
-	if err := sz.walk(src, 0); err != nil {
-		return fmt.Errorf("%s: %w; nothing was copied back", dir, err)
-	}
-	if cost := sz.bytes + sz.meta*hostBlock; limit > 0 && cost > limit {
-		return fmt.Errorf("%s: the changes would take %d bytes of the host's disk (%d of data, %d directories and symlinks at %d bytes each), more than --work-size %d; nothing was copied back",
-			dir, cost, sz.bytes, sz.meta, hostBlock, limit)
-	}
-	dst, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer unix.Close(dst)
-	c := &copier{uid: uid, gid: gid, root: dst, top: dir, links: map[uint64]string{}, buf: make([]byte, 1<<20)}
-	return c.dir(src, dst, "", 0)
+// maxDeleteEntries bounds the entries of DIR a copy-back looks at to
+// delete what the jail deleted (an `rm -r` of a large tree is one
+// whiteout in the upper layer).
+const maxDeleteEntries = 1 << 20
+
+// copyBackLimits bound one copy-back: stockade does it in its own
+// process, outside the run's cgroup, for what the jail chose to leave.
+type copyBackLimits struct {
+	deadline  time.Time // stop, applying nothing, at this time
+	diskBytes int64     // most the changes may take of the host's disk (--work-size); 0: no bound
+	entries   int       // most entries looked at, the upper layer's and DIR's
 }
 
-// copier writes at most what the upper layer holds: holes stay holes
-// (a 1 TiB sparse file costs its written pages, not a terabyte), and the
-// names of one hard-linked inode become hard links again (a thousand links
-// to one file are one file's data, not a thousand copies).
-type copier struct {
-	uid, gid int
-	root     int               // the directory's fd
-	top      string            // its path, for messages
-	links    map[uint64]string // upper inode -> the first path it was copied to
-	buf      []byte            // one buffer for every file: a fresh one each made 64,000 empty files cost 38 s of CPU
+// copyBackLimitsFor is what a run of spec whose time runs out at deadline
+// (the run's start plus --timeout) allows copy-back.
+func copyBackLimitsFor(spec Spec, deadline time.Time, now time.Time) copyBackLimits {
+	if least := now.Add(copyBackGrace); deadline.Before(least) {
+		deadline = least
+	}
+	return copyBackLimits{deadline: deadline, diskBytes: spec.WorkSize,
+		entries: int(WorkInodes(spec.WorkSize)) + maxDeleteEntries}
 }
 
 // hostBlock is what a directory or symlink is charged on the host: a block
-// of ext4 or xfs at their usual size.
+// of ext4 or xfs at their usual size (the tmpfs stores them in an inode).
 const hostBlock = 4096
 
-// sizer measures the upper layer before anything is copied.
-type sizer struct {
-	bytes int64           // data blocks of regular files
-	meta  int64           // directories and symlinks
-	seen  map[uint64]bool // hard-linked inodes already counted
+// copier is one copy-back's state.
+type copier struct {
+	top       string   // DIR, for messages
+	root      int      // DIR's fd
+	seen      workSeen // DIR as the run found it
+	uid, gid  int      // owner of what is copied back: DIR's (-1: leave, stockade is not root)
+	stage     int      // the staging directory's fd
+	stageName string
+	names     uint64            // staged names made so far
+	links     map[uint64]string // upper inode -> its staged name, for hard links
+	buf       []byte            // one buffer for every file: a fresh one each made 64,000 empty files cost 38 s of CPU
+	lim       copyBackLimits
+	entries   int   // looked at so far
+	disk      int64 // host disk the staged changes take
+	meta      int64 // directories and symlinks among them
+	report    *CopyBack
+	committed bool // every change applied
+	conflicts notes
+	skipped   notes
 }
 
-func (z *sizer) walk(dirfd, depth int) error {
-	if depth > maxCopyDepth {
-		return fmt.Errorf("a tree deeper than %d levels", maxCopyDepth)
+// copyStop is a limit copy-back reached: it applies nothing, and says so.
+type copyStop struct{ reason string }
+
+func (s *copyStop) Error() string { return s.reason }
+
+// copyBack copies the upper layer (the directory "upper" of the tmpfs
+// upperRoot) into dir, which the run found as seen, within lim. It always
+// returns a report; an error means nothing was applied (and says so).
+func copyBack(upperRoot int, dir string, seen workSeen, lim copyBackLimits) (*CopyBack, error) {
+	t0 := time.Now()
+	rep := &CopyBack{Conflicts: []string{}, Skipped: []string{}}
+	c := &copier{top: dir, root: -1, stage: -1, seen: seen, uid: -1, gid: -1, links: map[uint64]string{},
+		buf: make([]byte, 1<<20), lim: lim, report: rep}
+	err := c.run(upperRoot)
+	rep.Conflicts, rep.Skipped = c.conflicts.list(), c.skipped.list()
+	rep.Ms = float64(time.Since(t0).Microseconds()) / 1000
+	if err == nil {
+		return rep, nil
 	}
-	names, err := readNames(dirfd)
+	if !c.committed {
+		msg := err.Error()
+		rep.Stopped = &msg
+		rep.Files, rep.Bytes, rep.Deleted = 0, 0, 0
+	}
+	return rep, fmt.Errorf("%s: %w", dir, err)
+}
+
+func (c *copier) run(upperRoot int) (err error) {
+	src, err := openUpper(upperRoot, "upper")
 	if err != nil {
-		return fmt.Errorf("read the upper layer: %w", err)
+		return unchanged(fmt.Errorf("open the upper layer: %w", err))
 	}
-	for _, name := range names {
-		var st unix.Stat_t
-		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("stat the upper layer: %w", err)
+	defer unix.Close(src)
+	if c.root, err = c.openDir(); err != nil {
+		return unchanged(err)
+	}
+	defer unix.Close(c.root)
+	defer func() {
+		if c.stage < 0 {
+			return // nothing staged: DIR was not touched
 		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG:
-			if st.Nlink > 1 {
-				if z.seen == nil {
-					z.seen = map[uint64]bool{}
-				}
-				if z.seen[st.Ino] {
-					continue
-				}
-				z.seen[st.Ino] = true
-			}
-			z.bytes += st.Blocks * 512
-		case unix.S_IFLNK:
-			z.meta++
-		case unix.S_IFDIR:
-			z.meta++
-			sub, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("open the upper layer: %w", err)
-			}
-			err = z.walk(sub, depth+1)
-			unix.Close(sub)
-			if err != nil {
-				return err
+		// What the commit replaced or removed is in the staging directory
+		// now; after a failure, what was never applied.
+		unix.Close(c.stage)
+		if rerr := removeAll(c.root, c.stageName, 0); rerr != nil {
+			left := fmt.Errorf("remove the staging directory %s/%s: %w; remove it", c.top, c.stageName, rerr)
+			if err == nil {
+				err = fmt.Errorf("copied back, but %w", left)
+			} else {
+				err = fmt.Errorf("%w (and %w)", err, left)
 			}
 		}
-	}
-	return nil
-}
-
-func (c *copier) dir(src, dst int, rel string, depth int) error {
-	where := c.top + rel
-	if depth > maxCopyDepth {
-		return fmt.Errorf("%s: deeper than %d levels, not copied back", where, maxCopyDepth)
-	}
-	names, err := readNames(src)
+	}()
+	changes, err := c.plan(src, c.root, "", 0)
 	if err != nil {
-		return fmt.Errorf("read %s in the upper layer: %w", where, err)
+		return unchanged(err)
 	}
-	for _, name := range names {
-		if err := c.entry(src, dst, name, rel+"/"+name, depth); err != nil {
-			return err
+	if err := c.commit(c.root, changes, ""); err != nil {
+		if uerr := c.undo(c.root, changes, ""); uerr != nil {
+			return fmt.Errorf("%w; undoing the part applied failed too (%w): DIR is partly changed", err, uerr)
 		}
+		return unchanged(err)
 	}
+	c.committed = true
 	return nil
 }
 
-func (c *copier) entry(src, dst int, name, rel string, depth int) error {
-	where := c.top + rel
-	var st unix.Stat_t
-	if err := unix.Fstatat(src, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("stat %s: %w", where, err)
-	}
-	mode := st.Mode & 0o777 // never a set-id or sticky bit from the jail
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFCHR:
-		if st.Rdev == 0 { // a whiteout: the jail deleted it
-			return removeAt(dst, name, where)
-		}
-		return nil
-	case unix.S_IFDIR:
-		sub, err := unix.Openat(src, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open %s in the upper layer: %w", where, err)
-		}
-		defer unix.Close(sub)
-		var cur unix.Stat_t
-		exists := unix.Fstatat(dst, name, &cur, unix.AT_SYMLINK_NOFOLLOW) == nil
-		if exists && (cur.Mode&unix.S_IFMT != unix.S_IFDIR || opaque(sub)) {
-			// Replaced: a directory over a file, or one the jail removed
-			// and made anew (overlay marks it opaque).
-			if err := removeAt(dst, name, where); err != nil {
-				return err
-			}
-			exists = false
-		}
-		if !exists {
-			if err := unix.Mkdirat(dst, name, 0o700); err != nil {
-				return fmt.Errorf("mkdir %s: %w", where, err)
-			}
-		}
-		out, err := unix.Openat(dst, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", where, err)
-		}
-		defer unix.Close(out)
-		if err := c.own(out, mode, where); err != nil {
-			return err
-		}
-		return c.dir(sub, out, rel, depth+1)
-	case unix.S_IFREG:
-		if st.Nlink > 1 {
-			if first, ok := c.links[st.Ino]; ok {
-				return c.link(first, dst, name, where)
-			}
-			c.links[st.Ino] = rel
-		}
-		return c.file(src, dst, name, mode, where)
-	case unix.S_IFLNK:
-		target, err := readlinkAt(src, name)
-		if err != nil {
-			return fmt.Errorf("readlink %s: %w", where, err)
-		}
-		if err := removeAt(dst, name, where); err != nil {
-			return err
-		}
-		// Left owned by stockade's user: a chown by name could be made
-		// to land on whatever the directory's owner swaps in meanwhile.
-		if err := unix.Symlinkat(target, dst, name); err != nil {
-			return fmt.Errorf("symlink %s: %w", where, err)
-		}
-	}
-	return nil
+// unchanged says that err left DIR as it was.
+func unchanged(err error) error {
+	return fmt.Errorf("%w; nothing was copied back (DIR is unchanged)", err)
 }
 
-// link makes name in dst another name of the file already copied to first
-// (a path below the directory, opened without symlinks).
-func (c *copier) link(first string, dst int, name, where string) error {
-	dirPart, base := filepath.Split(first)
-	pfd, err := unix.Openat2(c.root, "."+dirPart, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+// openDir opens DIR as the run found it: not through a symlink (its path,
+// swapped for one during the run, would send root's writes wherever it
+// points), and the same directory.
+func (c *copier) openDir() (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, c.top, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return fmt.Errorf("link %s to %s: %w", where, first, err)
+		return -1, fmt.Errorf("open it: %w (a path through a symbolic link is refused)", err)
 	}
-	defer unix.Close(pfd)
-	if err := removeAt(dst, name, where); err != nil {
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_UID|unix.STATX_GID, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("statx: %w", err)
+	}
+	if devOf(&st) != c.seen.dev || st.Ino != c.seen.ino {
+		unix.Close(fd)
+		return -1, errors.New("not the directory the run began with (replaced or mounted over during the run)")
+	}
+	if os.Geteuid() == 0 {
+		// The changes become DIR's owner's: never root's when DIR is not,
+		// nor the run's own gid (with group bits kept, the next run with
+		// that gid could read them).
+		c.uid, c.gid = int(st.Uid), int(st.Gid)
+	}
+	return fd, nil
+}
+
+// makeStage makes the staging directory when it is first needed (a run
+// that changed nothing leaves DIR untouched, its mtime included), named
+// so that nobody guesses it, readable by us alone.
+func (c *copier) makeStage() error {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
-	if err := unix.Linkat(pfd, base, dst, name, 0); err != nil {
-		return fmt.Errorf("link %s to %s: %w", where, first, err)
+	c.stageName = ".stockade-copyback-" + hex.EncodeToString(b[:])
+	if err := unix.Mkdirat(c.root, c.stageName, 0o700); err != nil {
+		return fmt.Errorf("make a staging directory in it: %w", err)
 	}
+	fd, err := openBeneath(c.root, c.stageName)
+	if err != nil {
+		unix.Unlinkat(c.root, c.stageName, unix.AT_REMOVEDIR)
+		return fmt.Errorf("open the staging directory: %w", err)
+	}
+	c.stage = fd
 	return nil
 }
 
-// file replaces name in dst with the upper layer's copy.
-func (c *copier) file(src, dst int, name string, mode uint32, where string) error {
-	in, err := unix.Openat(src, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s in the upper layer: %w", where, err)
-	}
-	inF := os.NewFile(uintptr(in), where)
-	defer inF.Close()
-	if err := removeAt(dst, name, where); err != nil {
-		return err
-	}
-	out, err := unix.Openat(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", where, err)
-	}
-	outF := os.NewFile(uintptr(out), where)
-	defer outF.Close()
-	if err := c.own(out, mode, where); err != nil {
-		return err
-	}
-	if err := copyData(in, out, c.buf); err != nil {
-		return fmt.Errorf("write %s: %w", where, err)
-	}
-	return nil
-}
-
-// copyData copies the data extents of in to out and gives out in's size,
-// so holes stay holes; buf is reused across files.
-func copyData(in, out int, buf []byte) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(in, &st); err != nil {
-		return err
-	}
-	if st.Size == 0 {
-		return nil // a fresh file is already empty
-	}
-	for off := int64(0); off < st.Size; {
-		data, err := unix.Seek(in, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // only a hole is left
+// newName is a fresh name in the staging directory.
+func (c *copier) newName() (string, error) {
+	if c.stage < 0 {
+		if err := c.makeStage(); err != nil {
+			return "", err
 		}
-		if err != nil {
+	}
+	c.names++
+	return fmt.Sprintf("%x", c.names), nil
+}
+
+// look counts one more entry looked at, and stops copy-back past a limit.
+func (c *copier) look() error {
+	c.entries++
+	if c.entries > c.lim.entries {
+		return &copyStop{fmt.Sprintf("more than %d entries to look at", c.lim.entries)}
+	}
+	if !c.lim.deadline.IsZero() && c.entries%64 == 0 && time.Now().After(c.lim.deadline) {
+		return c.pastDeadline()
+	}
+	return nil
+}
+
+func (c *copier) pastDeadline() error {
+	return &copyStop{fmt.Sprintf("copy-back reached its deadline, %s (it has what --timeout left of the run, %v at least)",
+		c.lim.deadline.Format("15:04:05.000"), copyBackGrace)}
+}
+
+// own gives a staged entry DIR's owner and group, then its mode, never
+// with a set-id or sticky bit (chown clears set-id bits; none are set).
+func (c *copier) own(fd int, mode uint32) error {
+	if c.uid >= 0 {
+		if err := unix.Fchown(fd, c.uid, c.gid); err != nil {
 			return err
 		}
-		hole, err := unix.Seek(in, data, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		for data < hole {
-			n, err := unix.Pread(in, buf[:min(int64(len(buf)), hole-data)], data)
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				break
-			}
-			if _, err := unix.Pwrite(out, buf[:n], data); err != nil {
-				return err
-			}
-			data += int64(n)
-		}
-		off = hole
 	}
-	return unix.Ftruncate(out, st.Size)
+	return unix.Fchmod(fd, mode&0o777)
 }
 
-// own gives a copied entry the jail user's host ids and its mode, owner
-// first: chown clears set-id bits, and there are none to keep.
-func (c *copier) own(fd int, mode uint32, where string) error {
-	if err := unix.Fchown(fd, c.uid, c.gid); err != nil {
-		return fmt.Errorf("chown %s: %w", where, err)
-	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return fmt.Errorf("chmod %s: %w", where, err)
-	}
-	return nil
+// notes is a list of "path: why" for the result, bounded: a jail that
+// makes a million fifos gets a hundred lines and a count.
+type notes struct {
+	lines []string
+	bytes int
+	more  int
 }
 
-// removeAt removes name from dir, a whole tree if it is a directory, every
-// step relative to an fd opened without following links; a name that is
-// not there is fine.
-func removeAt(dir int, name, where string) error {
-	return removeAtDepth(dir, name, where, 0)
+const (
+	maxNotes     = 100
+	maxNoteBytes = 16 << 10
+)
+
+func (n *notes) add(rel, why string) {
+	line := shortPath(rel) + ": " + why
+	if len(n.lines) >= maxNotes || n.bytes+len(line) > maxNoteBytes {
+		n.more++
+		return
+	}
+	n.lines = append(n.lines, line)
+	n.bytes += len(line)
 }
 
-func removeAtDepth(dir int, name, where string, depth int) error {
-	err := unix.Unlinkat(dir, name, 0)
-	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
-		if depth > maxCopyDepth {
-			return fmt.Errorf("remove %s: deeper than %d levels", where, maxCopyDepth)
-		}
-		sub, oerr := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if oerr != nil {
-			return fmt.Errorf("remove %s: %w", where, oerr)
-		}
-		names, rerr := readNames(sub)
-		for _, n := range names {
-			if rerr == nil {
-				rerr = removeAtDepth(sub, n, where+"/"+n, depth+1)
-			}
-		}
-		unix.Close(sub)
-		if rerr != nil {
-			return rerr
-		}
-		err = unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
+func (n *notes) list() []string {
+	out := append([]string{}, n.lines...)
+	if n.more > 0 {
+		out = append(out, fmt.Sprintf("%d more not listed", n.more))
 	}
-	if err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("remove %s: %w", where, err)
-	}
-	return nil
+	return out
 }
 
-// opaque reports overlay's mark on an upper directory that replaced the
-// lower one entirely.
-func opaque(dirfd int) bool {
-	buf := make([]byte, 8)
-	n, err := unix.Fgetxattr(dirfd, "user.overlay.opaque", buf)
-	return err == nil && n == 1 && buf[0] == 'y'
+// shortPath is rel below DIR, its middle cut when long: paths can be
+// 1024 levels deep.
+func shortPath(rel string) string {
+	if len(rel) <= 200 {
+		return rel
+	}
+	return rel[:80] + "…" + rel[len(rel)-100:]
 }
 
-func readNames(dirfd int) ([]string, error) {
-	d, err := fds.Dup(dirfd)
-	if err != nil {
-		return nil, err
+// join is the path of name below DIR's rel ("" names rel itself).
+func join(rel, name string) string {
+	if rel == "" || name == "" {
+		return rel + name
 	}
-	f := os.NewFile(uintptr(d), "dir")
-	defer f.Close()
-	// A dup shares the offset: the size walk has read this directory to
-	// its end already.
-	if _, err := unix.Seek(d, 0, 0); err != nil {
-		return nil, err
-	}
-	return f.Readdirnames(-1)
-}
-
-func readlinkAt(dirfd int, name string) (string, error) {
-	buf := make([]byte, unix.PathMax)
-	n, err := unix.Readlinkat(dirfd, name, buf)
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
+	return rel + "/" + name
 }

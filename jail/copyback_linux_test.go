@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stockade/stockade/internal/testenv"
 )
@@ -36,7 +37,7 @@ func TestWorkdirWritesAreCopiedBack(t *testing.T) {
 	}
 	s := spec("sh", "-c", `set -e
 rm a; rm -r sub gone; mkdir sub; echo new > sub/g
-echo b > b; ln -s /etc/shadow link; mkdir -p d1/d2; echo deep > d1/d2/x
+echo b > b; ln -s /etc/shadow link; ln -s b inlink; mkdir -p d1/d2; echo deep > d1/d2/x
 echo more >> keep/k; mv keep/k keep/k2; chmod 600 mod; ln b b2`)
 	s.Workdir = dir
 	r := mustRun(t, s)
@@ -63,7 +64,7 @@ echo more >> keep/k; mv keep/k keep/k2; chmod 600 mod; ln b b2`)
 	})
 	sort.Strings(got)
 	want := []string{"b -rw-r--r-- b", "b2 -rw-r--r-- b", "d1 drwxr-xr-x", "d1/d2 drwxr-xr-x", "d1/d2/x -rw-r--r-- deep",
-		"keep drwxr-xr-x", "keep/k2 -rw-r--r-- kmore", "link Lrwxrwxrwx", "mod -rw------- m", "sub drwxr-xr-x", "sub/g -rw-r--r-- new"}
+		"inlink Lrwxrwxrwx", "keep drwxr-xr-x", "keep/k2 -rw-r--r-- kmore", "mod -rw------- m", "sub drwxr-xr-x", "sub/g -rw-r--r-- new"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("after the run:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -73,8 +74,15 @@ echo more >> keep/k; mv keep/k keep/k2; chmod 600 mod; ln b b2`)
 	if b.Ino != b2.Ino {
 		t.Errorf("a hard link in the jail came back as a copy")
 	}
-	if l, _ := os.Readlink(filepath.Join(dir, "link")); l != "/etc/shadow" {
-		t.Errorf("link -> %q", l)
+	if l, _ := os.Readlink(filepath.Join(dir, "inlink")); l != "b" {
+		t.Errorf("inlink -> %q", l)
+	}
+	// A link out of DIR stays out (TestAttackCopyBackSymlinkOut).
+	if r.CopyBack == nil || len(r.CopyBack.Skipped) != 1 || !strings.HasPrefix(r.CopyBack.Skipped[0], "link: ") {
+		t.Errorf("copy_back %+v: want link -> /etc/shadow skipped", r.CopyBack)
+	}
+	if cb := r.CopyBack; cb == nil || cb.Files != 9 || cb.Deleted != 5 || cb.Bytes == 0 || cb.Stopped != nil || len(cb.Conflicts) != 0 {
+		t.Errorf("copy_back %+v: want 9 entries written (b2 a link), 5 removed (a, sub/f, gone/x, gone, keep/k), some bytes, no conflict", cb)
 	}
 }
 
@@ -98,22 +106,37 @@ func tmpfsUserXattrs() bool {
 }
 
 // copyBackDir runs copyBack from an upper layer made by fill into a fresh
-// directory, as stockade does after a run.
+// directory, as stockade does after a run, with a minute to do it.
 func copyBackDir(t *testing.T, limit int64, fill func(upper string)) (string, error) {
 	t.Helper()
+	dst := t.TempDir()
+	_, err := copyBackInto(t, dst, copyBackLimits{deadline: time.Now().Add(time.Minute), diskBytes: limit, entries: 1 << 20}, fill)
+	return dst, err
+}
+
+// copyBackInto runs copyBack from an upper layer made by fill into dst
+// within lim.
+func copyBackInto(t *testing.T, dst string, lim copyBackLimits, fill func(upper string)) (*CopyBack, error) {
+	t.Helper()
+	seen, err := beginWorkSeen(dst)
+	if err == nil {
+		err = seen.settle(dst)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	root := t.TempDir()
 	upper := filepath.Join(root, "upper")
 	if err := os.Mkdir(upper, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	fill(upper)
-	dst := t.TempDir()
-	fd, err := syscall.Open(root, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+	fd, err := syscall.Open(root, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer syscall.Close(fd)
-	return dst, copyBack(fd, dst, os.Getuid(), os.Getgid(), limit)
+	return copyBack(fd, dst, seen, lim)
 }
 
 // TestAttackCopyBackFileBomb: thousands of empty files, made in moments
@@ -230,5 +253,115 @@ print("made 1100 levels")
 	s.Workdir = dir
 	if r := mustRun(t, s); r.Verdict != VerdictOK || r.CopyBackMs <= 0 {
 		t.Errorf("verdict %q, copy_back_ms %v: want ok and the time", r.Verdict, r.CopyBackMs)
+	}
+}
+
+// TestCopyBackStopsAtDeadline: past its deadline copy-back applies
+// nothing, removes what it staged, and says why.
+func TestCopyBackStopsAtDeadline(t *testing.T) {
+	testenv.NeedRoot(t, "makes a whiteout (a 0/0 character device)")
+	dst := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dst, "old"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := copyBackInto(t, dst, copyBackLimits{deadline: time.Now(), entries: 1 << 20}, func(upper string) {
+		for i := range 200 {
+			os.WriteFile(filepath.Join(upper, fmt.Sprintf("f%03d", i)), []byte("new"), 0o644)
+		}
+		if err := syscall.Mknod(filepath.Join(upper, "old"), syscall.S_IFCHR, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err == nil || !strings.Contains(err.Error(), "deadline") || !strings.Contains(err.Error(), "unchanged") {
+		t.Errorf("copyBack: %v, want it stopped at the deadline, DIR unchanged", err)
+	}
+	if cb.Stopped == nil || cb.Files != 0 || cb.Deleted != 0 {
+		t.Errorf("report %+v: want stopped, nothing applied", cb)
+	}
+	names, _ := os.ReadDir(dst)
+	if b, _ := os.ReadFile(filepath.Join(dst, "old")); len(names) != 1 || string(b) != "old" {
+		t.Errorf("DIR holds %d names, old %q: want only old, as it was", len(names), b)
+	}
+}
+
+// TestAttackCopyBackSetID: what the jail leaves with a set-id or sticky
+// bit (overlay copies a file up with its mode) comes back without it,
+// owned by DIR's owner and group.
+func TestAttackCopyBackSetID(t *testing.T) {
+	testenv.NeedRoot(t, "chowns to another user")
+	dst := t.TempDir()
+	if err := os.Chown(dst, 4242, 4243); err != nil {
+		t.Fatal(err)
+	}
+	_, err := copyBackInto(t, dst, copyBackLimits{deadline: time.Now().Add(time.Minute), entries: 1 << 20}, func(upper string) {
+		for name, mode := range map[string]os.FileMode{"suid": os.ModeSetuid | os.ModeSetgid | 0o755, "sgid": os.ModeDir | os.ModeSetgid | 0o775, "tmp": os.ModeDir | os.ModeSticky | 0o777} {
+			p := filepath.Join(upper, name)
+			if mode.IsDir() {
+				os.Mkdir(p, 0o700)
+				os.WriteFile(filepath.Join(p, "f"), []byte("f"), 0o644)
+			} else {
+				os.WriteFile(p, []byte("x"), 0o700)
+			}
+			if err := os.Chmod(p, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"suid": "-rwxr-xr-x", "sgid": "drwxrwxr-x", "tmp": "drwxrwxrwx", "sgid/f": "-rw-r--r--", "tmp/f": "-rw-r--r--"}
+	for name, mode := range want {
+		fi, err := os.Lstat(filepath.Join(dst, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().String() != mode || st.Uid != 4242 || st.Gid != 4243 {
+			t.Errorf("%s: %v %d:%d, want %s 4242:4243", name, fi.Mode(), st.Uid, st.Gid, mode)
+		}
+	}
+}
+
+// A run that changed nothing leaves DIR as it was, its times included
+// (no staging directory made and removed: a build tool would see DIR
+// modified).
+func TestCopyBackOfNothingTouchesNothing(t *testing.T) {
+	dst := t.TempDir()
+	var before, after syscall.Stat_t
+	if err := syscall.Stat(dst, &before); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := copyBackInto(t, dst, copyBackLimits{deadline: time.Now().Add(time.Minute), entries: 1 << 20}, func(string) {})
+	if err != nil || cb.Files != 0 || cb.Deleted != 0 || cb.Stopped != nil {
+		t.Fatalf("copyBack: %v %+v", err, cb)
+	}
+	syscall.Stat(dst, &after)
+	if before.Mtim != after.Mtim || before.Ctim != after.Ctim || before.Nlink != after.Nlink {
+		t.Errorf("DIR's times or links changed: %+v, was %+v", after, before)
+	}
+}
+
+// Copy-back has what --timeout left of the run, and copyBackGrace when
+// that is less.
+func TestCopyBackLimitsFor(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := testSpec("true")
+	for _, tc := range []struct {
+		runEnds, want time.Time
+	}{
+		{now.Add(time.Minute), now.Add(time.Minute)},
+		{now.Add(time.Second), now.Add(copyBackGrace)},
+		{now.Add(-time.Second), now.Add(copyBackGrace)}, // the run timed out
+		{time.Time{}, now.Add(copyBackGrace)},           // it never started
+	} {
+		lim := copyBackLimitsFor(s, tc.runEnds, now)
+		if !lim.deadline.Equal(tc.want) {
+			t.Errorf("run ends %v: deadline %v, want %v", tc.runEnds, lim.deadline, tc.want)
+		}
+		if lim.diskBytes != s.WorkSize || lim.entries != int(WorkInodes(s.WorkSize))+maxDeleteEntries {
+			t.Errorf("limits %+v: want --work-size and the layer's inodes plus %d", lim, maxDeleteEntries)
+		}
 	}
 }

@@ -21,7 +21,8 @@ type Prepared struct {
 	res  *Result
 
 	own            *ownership
-	id             identity
+	seen           workSeen  // a --workdir as the run found it
+	deadline       time.Time // when the run's time is up: its start plus its timeout
 	dir            *runDir
 	pump           *stdinPump
 	cg             *runCgroup
@@ -100,6 +101,7 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 	// now is the one that kills it.
 	p.res.Limits = limitsOf(spec)
 	p.sv.supervise(ctx, spec)
+	p.deadline = p.sv.clock.Add(spec.Timeout)
 	err := p.collect()
 	if err != nil {
 		setError(p.res, err)

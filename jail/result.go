@@ -72,8 +72,12 @@ type Result struct {
 	WorkPeakBytes  uint64 `json:"work_peak_bytes"`
 	WorkPeakInodes uint64 `json:"work_peak_inodes"`
 	// CopyBackMs is how long stockade took, after the run, to copy a
-	// --workdir's changes back (outside the run's timeout and cgroup).
+	// --workdir's changes back; CopyBack.Ms, kept for callers that read
+	// it here.
 	CopyBackMs float64 `json:"copy_back_ms,omitempty"`
+	// CopyBack is what copying a --workdir's changes back did; nil
+	// without --workdir.
+	CopyBack *CopyBack `json:"copy_back"`
 
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
@@ -95,6 +99,26 @@ type Result struct {
 
 	Error           *string `json:"error"`
 	StockadeVersion string  `json:"stockade_version"`
+}
+
+// CopyBack is what copy-back did with a --workdir's changes after the
+// run: all of them or, when it stopped, none (Stopped says why).
+type CopyBack struct {
+	Ms      float64 `json:"ms"`      // how long it took, its clean-up included
+	Files   int     `json:"files"`   // entries written into DIR: files, directories, symlinks, hard links
+	Bytes   int64   `json:"bytes"`   // data written into them
+	Deleted int     `json:"deleted"` // entries of DIR removed as the jail removed them
+	// Conflicts are changes of the jail's left out because the host
+	// changed the same place during the run (the host's version stays), or
+	// a mount point is there: "path: why".
+	Conflicts []string `json:"conflicts"`
+	// Skipped are entries of the jail's never copied back: symlinks that
+	// lead out of DIR, fifos, sockets and devices.
+	Skipped []string `json:"skipped"`
+	// Stopped says why nothing was applied (a limit, the deadline, a
+	// failure; DIR is then as it was, and the run's error says so too);
+	// null when copy-back completed. Files, Bytes and Deleted are then 0.
+	Stopped *string `json:"stopped"`
 }
 
 // BlockedSyscall is one distinct system call the filter refused.

@@ -108,6 +108,12 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		}
 		return setupError("identity", err)
 	}
+	if spec.Workdir != "" {
+		// What DIR is, and its clock as preparing begins (see settle).
+		if p.seen, err = beginWorkSeen(spec.Workdir); err != nil {
+			return setupError("workdir", err)
+		}
+	}
 	for _, b := range spec.ReadOnly {
 		st, err := pol.checkSource("--ro", b.Source)
 		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -184,7 +190,13 @@ func (p *Prepared) prepare(ctx context.Context) error {
 			return setupError("rootfs", err)
 		}
 	}
-	p.id = id // copyBack writes as the jail user's host ids
+	if spec.Workdir != "" {
+		// Just before the overlay: the clock against which copy-back
+		// tells the host's changes from the jail's.
+		if err := p.seen.settle(spec.Workdir); err != nil {
+			return setupError("workdir", err)
+		}
+	}
 	return p.launch(ctx, id, cfg)
 }
 
@@ -446,10 +458,11 @@ func (p *Prepared) collect() error {
 	var end ending
 	err := sv.result(res, &end)
 	if fd, ok := sv.work.root(); ok && p.spec.Workdir != "" {
-		// The jail is gone: nothing writes the upper layer any more.
-		t0 := time.Now()
-		cerr := copyBack(fd, p.spec.Workdir, p.id.hostUID, p.id.hostGID, p.spec.WorkSize)
-		res.CopyBackMs = float64(time.Since(t0).Microseconds()) / 1000
+		// The jail is gone: nothing writes the upper layer any more. The
+		// copy counts against the run's time: it may take what --timeout
+		// left of it (copyBackGrace at least).
+		cb, cerr := copyBack(fd, p.spec.Workdir, p.seen, copyBackLimitsFor(p.spec, p.deadline, time.Now()))
+		res.CopyBack, res.CopyBackMs = cb, cb.Ms
 		if cerr != nil && err == nil {
 			err = setupError("copy /work back", cerr)
 		}

@@ -314,6 +314,15 @@ func explain(r *jail.Result) []string {
 	for _, d := range r.Degraded {
 		out = append(out, "degraded: "+d)
 	}
+	if cb := r.CopyBack; cb != nil {
+		// What of the jail's changes DIR did not get, and why.
+		for _, c := range cb.Conflicts {
+			out = append(out, "copy-back conflict: "+c)
+		}
+		for _, s := range cb.Skipped {
+			out = append(out, "copy-back: "+s)
+		}
+	}
 	return out
 }
 
