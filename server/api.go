@@ -2,13 +2,8 @@ package server
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 
 	"github.com/stockade/stockade/jail"
@@ -22,6 +17,8 @@ type RunRequest struct {
 	Files   map[string]string `json:"files,omitempty"`   // name -> base64, written into /work first
 	Profile string            `json:"profile,omitempty"` // one of the server's profiles; "" the first
 	Limits  Limits            `json:"limits,omitempty"`  // each no looser than the profile's
+
+	inputs map[string]inputFile // Files' sizes and hashes, once validated
 }
 
 // RunResponse is jail.Result (the `stockade run --json` object) and what
@@ -64,42 +61,8 @@ func badRequest(format string, a ...any) *apiError {
 	return &apiError{Status: 400, Msg: fmt.Sprintf(format, a...)}
 }
 
-// decodeRequest reads one JSON object and nothing after it; unknown fields
-// and wrong types are errors that name the field.
-func decodeRequest(r io.Reader) (*RunRequest, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	// A limit's number is kept as written, for the profile decoder to
-	// take as an integer or a float, as it would from a file.
-	dec.UseNumber()
-	var req RunRequest
-	if err := dec.Decode(&req); err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return nil, fmt.Errorf("read body: %w", err) // the body's deadline: 408
-		}
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &apiError{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)}
-		}
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, badRequest("field %q: want %s, got JSON %s", te.Field, te.Type, te.Value)
-		}
-		return nil, badRequest("malformed JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &apiError{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)}
-		}
-		return nil, badRequest("malformed JSON: data after the object")
-	}
-	return &req, nil
-}
-
 // validate checks what the jail cannot: the shape of the request and its
-// file names. Files are decoded to check them; the bootstrap decodes again.
+// file names. Files are decoded as they stream, to check and hash them.
 func (req *RunRequest) validate(maxFiles int) error {
 	if (req.Code == nil) == (len(req.Argv) == 0) {
 		return badRequest("give exactly one of \"code\" and \"argv\"")
@@ -115,13 +78,16 @@ func (req *RunRequest) validate(maxFiles int) error {
 	if len(req.Files) > maxFiles {
 		return badRequest("files: %d files, at most %d", len(req.Files), maxFiles)
 	}
+	req.inputs = make(map[string]inputFile, len(req.Files))
 	for name, data := range req.Files {
 		if err := checkFileName(name); err != nil {
 			return err
 		}
-		if _, err := base64.StdEncoding.DecodeString(data); err != nil {
+		in, err := digestBase64(data)
+		if err != nil {
 			return badRequest("files[%q]: not base64: %v", name, err)
 		}
+		req.inputs[name] = in
 	}
 	return nil
 }

@@ -1,31 +1,40 @@
 package server
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"sort"
+	"strings"
 )
 
 // bootstrap is the program every jail of the server runs with `python3 -I
 // -c`. It starts with the jail and reads, blocking until a request comes,
-// one frame from stdin: a decimal length and a newline, then that many
-// bytes of JSON, the job ({"code"} or {"argv"}, and "files"). Whatever
-// follows on stdin is the job's own stdin: the bootstrap reads the header
-// with os.read, unbuffered, so not a byte of it is consumed. It writes the
+// the job from stdin: a decimal length and a newline, then that many bytes
+// of JSON, the header ({"code": N} or {"argv": [N, ...]}, and "files":
+// [{"name", "size"}, ...]), then the code's or each argument's bytes and
+// each file's bytes, raw, in that order. The bulk is never JSON: neither
+// the server nor the jail holds a second, encoded copy of it, and the
+// files stream to /work in chunks. Whatever follows on stdin is the job's
+// own stdin: the bootstrap reads with os.read, unbuffered, and exactly the
+// lengths the header gives, so not a byte of it is consumed. It writes the
 // files into /work, then runs the code as __main__ (or execs argv), and at
 // the end saves the matplotlib figures still open as PNGs in figureDir,
 // where the server picks them up. The modules it needs are imported before
 // it blocks, while the jail waits in the pool. matplotlib's font cache is
 // the jail's own (package mplcache, bound by every jail). It runs as the
 // jail user, inside the jail: nothing it does is trusted.
-const bootstrap = `import os, sys, json, base64, linecache, traceback
-def _stockade_read(n):
-    b = bytearray()
-    while len(b) < n:
-        c = os.read(0, n - len(b))
+const bootstrap = `import os, sys, json, linecache, traceback
+def _stockade_chunks(n):
+    while n > 0:
+        c = os.read(0, min(n, 1 << 20))
         if not c:
-            break
-        b += c
-    return bytes(b)
+            os._exit(0)
+        n -= len(c)
+        yield c
+def _stockade_read(n):
+    return b"".join(_stockade_chunks(n))
 def _stockade_header():
     h = bytearray()
     while not h.endswith(b"\n"):
@@ -35,9 +44,14 @@ def _stockade_header():
         h += c
     return _stockade_read(int(h))
 _job = json.loads(_stockade_header())
-for _n, _d in (_job.get("files") or {}).items():
-    with open(os.path.join("/work", _n), "wb") as _f:
-        _f.write(base64.b64decode(_d))
+if "argv" in _job:
+    _job["argv"] = [_stockade_read(n).decode("utf-8", "surrogateescape") for n in _job["argv"]]
+else:
+    _job["code"] = _stockade_read(_job["code"]).decode("utf-8", "surrogateescape")
+for _file in _job.get("files") or ():
+    with open(os.path.join("/work", _file["name"]), "wb") as _f:
+        for _c in _stockade_chunks(_file["size"]):
+            _f.write(_c)
 if "argv" in _job:
     sys.stdout.flush()
     try:
@@ -106,11 +120,16 @@ func bootstrapArgs() []string {
 	return []string{"python3", "-I", "-u", "-c", "FIGDIR = " + fmt.Sprintf("%q", "/work/"+figureDir) + "\n" + bootstrap}
 }
 
-// job is the bootstrap's header.
-type job struct {
-	Code  *string           `json:"code,omitempty"`
-	Argv  []string          `json:"argv,omitempty"`
-	Files map[string]string `json:"files,omitempty"` // base64, as the request had them
+// jobHeader is the JSON that leads the job: the lengths of what follows.
+type jobHeader struct {
+	Code  *int      `json:"code,omitempty"` // bytes of code
+	Argv  []int     `json:"argv,omitempty"` // bytes of each argument
+	Files []jobFile `json:"files,omitempty"`
+}
+
+type jobFile struct {
+	Name string `json:"name"`
+	Size int64  `json:"size"` // decoded
 }
 
 // frame is one length-prefixed JSON frame the bootstrap reads.
@@ -122,5 +141,51 @@ func frame(v any) ([]byte, error) {
 	return append([]byte(fmt.Sprintf("%d\n", len(b))), b...), nil
 }
 
-// encodeJob is the bytes the bootstrap reads before the job's own stdin.
-func encodeJob(j job) ([]byte, error) { return frame(j) }
+// writeJob writes the job of a validated request to w (the jail's stdin),
+// the bulk straight from the request's strings: the code and arguments as
+// they are, the files decoded from base64 as they stream.
+func writeJob(w io.Writer, req *RunRequest) error {
+	var h jobHeader
+	if req.Code != nil {
+		n := len(*req.Code)
+		h.Code = &n
+	}
+	for _, a := range req.Argv {
+		h.Argv = append(h.Argv, len(a))
+	}
+	names := make([]string, 0, len(req.Files))
+	for name := range req.Files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		h.Files = append(h.Files, jobFile{Name: name, Size: req.inputs[name].size})
+	}
+	hdr, err := frame(h)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	if req.Code != nil {
+		if _, err := io.WriteString(w, *req.Code); err != nil {
+			return err
+		}
+	}
+	for _, a := range req.Argv {
+		if _, err := io.WriteString(w, a); err != nil {
+			return err
+		}
+	}
+	for _, f := range h.Files {
+		n, err := io.Copy(w, base64.NewDecoder(base64.StdEncoding, strings.NewReader(req.Files[f.Name])))
+		if err != nil {
+			return err
+		}
+		if n != f.Size {
+			return fmt.Errorf("file %q: %d bytes, %d when validated", f.Name, n, f.Size)
+		}
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -72,7 +73,7 @@ var resolveHow = unix.OpenHow{
 // from what the request put there, and the figures the bootstrap saved.
 // Symlinks, FIFOs, sockets and devices are listed as skipped, never read
 // or followed.
-func collectWork(work string, inputs map[string]string, lim collectLimits) (*collected, error) {
+func collectWork(work string, inputs map[string]inputFile, lim collectLimits) (*collected, error) {
 	// Zero caps are the defaults, never "none" (nor "nothing").
 	if lim.MaxEntries <= 0 {
 		lim.MaxEntries = 10000
@@ -197,13 +198,9 @@ func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 	return imgs, truncated
 }
 
-func unchanged(inputs map[string]string, name string, data []byte) bool {
+func unchanged(inputs map[string]inputFile, name string, data []byte) bool {
 	in, ok := inputs[name]
-	if !ok {
-		return false
-	}
-	b, err := base64.StdEncoding.DecodeString(in)
-	return err == nil && bytes.Equal(b, data)
+	return ok && in.size == int64(len(data)) && in.sum == sha256.Sum256(data)
 }
 
 // openBeneath opens rel below root without following any symlink, and

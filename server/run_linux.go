@@ -47,6 +47,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.gate.depart(caller.uid)
+	share, ok := s.takeBodyShare(w, r)
+	if !ok {
+		return
+	}
+	defer s.bodies.give(share)
 	rc := http.NewResponseController(w)
 	// A body trickled in (or stalled) holds its memory and its caller's
 	// count; the header's deadline does not cover it.
@@ -97,7 +102,11 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*RunRequest, jai
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
 		return nil, spec, false, &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
 	}
-	req, err := decodeRequest(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	body, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	if err != nil {
+		return nil, spec, false, err
+	}
+	req, err := decodeRequest(body)
 	if err != nil {
 		return nil, spec, false, err
 	}
@@ -187,7 +196,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	res.StockadeVersion = s.cfg.Version
 	resp := &RunResponse{Result: res, Files: map[string]string{}, Images: []Image{}, FilesSkipped: []string{}, Pool: use}
 	if jl != nil && res.Verdict != jail.VerdictError {
-		c, err := collectWork(jl.p.Workdir(), req.Files, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32,
+		c, err := collectWork(jl.p.Workdir(), req.inputs, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32,
 			MaxEntries: 10000, MaxSkipped: 100, MaxSkippedBytes: 64 << 10})
 		if err != nil {
 			s.logf("collect files: %v", err)
@@ -251,15 +260,10 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 // start feeds the job to the jail and runs it; a client that goes away
 // cancels r's context, which kills and reaps the jail.
 func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jail.Spec, out *ndjson) *jail.Result {
-	hdr, err := encodeJob(job{Code: req.Code, Argv: req.Argv, Files: req.Files})
-	if err != nil {
-		return jail.FailedResult(spec, err)
-	}
 	go func() {
 		// A program that never reads its stdin leaves this write blocked
 		// until the jail ends and the pipe breaks.
-		_, _ = jl.stdin.Write(hdr)
-		if req.Stdin != "" {
+		if writeJob(jl.stdin, req) == nil && req.Stdin != "" {
 			_, _ = io.WriteString(jl.stdin, req.Stdin)
 		}
 		jl.stdin.Close()

@@ -38,6 +38,9 @@ type Config struct {
 	QueueWait   time.Duration // how long one may wait
 	PerCaller   int           // runs and waits of one caller uid at once (0: no cap)
 	MaxBody     int64         // request body bytes
+	// The bytes of request bodies held at once (being read, waiting or
+	// running), each counted at its Content-Length (--max-body without).
+	BodyBudget int64
 	// How long a request's body may take to arrive, and one response
 	// write (a streamed line, a whole response) to be taken by the caller.
 	BodyTimeout, WriteTimeout time.Duration
@@ -71,6 +74,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBody <= 0 {
 		c.MaxBody = 16 << 20
 	}
+	if c.BodyBudget <= 0 {
+		c.BodyBudget = 128 << 20
+	}
 	if c.BodyTimeout <= 0 {
 		c.BodyTimeout = 30 * time.Second
 	}
@@ -103,6 +109,7 @@ type Server struct {
 	pools    map[string]*pool
 	gate     *gate
 	budget   *budget
+	bodies   *bodyBudget
 	audit    *auditLog
 	logMu    sync.Mutex
 
@@ -177,9 +184,12 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Profiles) == 0 {
 		return nil, errors.New("serve: no profile to offer")
 	}
+	if cfg.MaxBody > cfg.BodyBudget {
+		return nil, fmt.Errorf("serve: --max-body %d is more than --body-budget %d: no body that large could ever be read (raise --body-budget)", cfg.MaxBody, cfg.BodyBudget)
+	}
 	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*pool{},
 		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
-		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), audit: &auditLog{w: cfg.Audit}}
+		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), audit: &auditLog{w: cfg.Audit}}
 	for _, p := range cfg.Profiles {
 		if p.Policy == nil {
 			return nil, fmt.Errorf("serve: profile %s: no policy", p.Name)
@@ -362,7 +372,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Running, h.Queued = s.gate.counts()
 	mem, pids := s.budget.used()
-	h.Budget = map[string]int64{"memory_used": mem, "memory_max": s.cfg.BudgetMemory, "pids_used": pids, "pids_max": s.cfg.BudgetPids}
+	h.Budget = map[string]int64{"memory_used": mem, "memory_max": s.cfg.BudgetMemory, "pids_used": pids, "pids_max": s.cfg.BudgetPids,
+		"body_bytes_used": s.bodies.inUse(), "body_bytes_max": s.cfg.BodyBudget}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(marshal(h))
@@ -374,6 +385,13 @@ func (s *Server) profileNames() string {
 		n = append(n, p.Name)
 	}
 	return strings.Join(n, ", ")
+}
+
+// refuseStopped answers a request whose wait was ended by the server
+// stopping (or its caller going away, who reads nothing).
+func (s *Server) refuseStopped(w http.ResponseWriter, cause error) {
+	retryAfter(w, time.Second)
+	s.writeError(w, &apiError{Status: 503, Msg: "shutting down: " + cause.Error()})
 }
 
 func retryAfter(w http.ResponseWriter, d time.Duration) {

@@ -36,6 +36,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "queue-wait", Value: "10s", Usage: "how long a request may wait before 503"},
 			&cli.IntFlag{Name: "per-caller", Usage: "requests at once per caller uid, counted before the body is read: being read, waiting or running (0: no cap)"},
 			&cli.StringFlag{Name: "max-body", Value: "16M", Usage: "largest request body"},
+			&cli.StringFlag{Name: "body-budget", Value: "128M", Usage: "bytes of request bodies held at once (being read, waiting or running); a body that does not fit waits like a queued request, then gets 503"},
 			&cli.StringFlag{Name: "body-timeout", Value: "30s", Usage: "how long a request body may take to arrive before 408"},
 			&cli.StringFlag{Name: "write-timeout", Value: "10s", Usage: "how long the caller may take to read one response (or one streamed line) before the run is cancelled and the connection dropped"},
 			&cli.IntFlag{Name: "max-conns", Value: 1024, Usage: "connections open at once; past it a connection gets 503 and is closed"},
@@ -104,7 +105,7 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 	for _, f := range []struct {
 		name string
 		dst  *int64
-	}{{"max-body", &cfg.MaxBody}, {"files-max", &cfg.FilesMax}, {"budget-memory", &cfg.BudgetMemory}} {
+	}{{"max-body", &cfg.MaxBody}, {"body-budget", &cfg.BodyBudget}, {"files-max", &cfg.FilesMax}, {"budget-memory", &cfg.BudgetMemory}} {
 		if v := c.String(f.name); v != "" {
 			if *f.dst, err = profiles.ParseSize(v); err != nil {
 				return cfg, noop, fmt.Errorf("--%s: %w", f.name, err)
