@@ -60,6 +60,12 @@ func Listen(path, group string) (*Listener, error) {
 	if path == "" {
 		return nil, errors.New("serve: no --socket given and no socket from systemd")
 	}
+	// The socket is bound under a short temporary name and renamed into
+	// place, which works at any length; but a client connects by the
+	// path, which must fit in sun_path with its NUL, or connect fails.
+	if max := len(unix.RawSockaddrUnix{}.Path) - 1; len(path) > max {
+		return nil, fmt.Errorf("socket %s: %d bytes, and a unix socket address holds at most %d (sun_path): no client could connect; choose a shorter --socket", path, len(path), max)
+	}
 	gid := -1
 	if group != "" {
 		g, err := user.LookupGroup(group)
