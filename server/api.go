@@ -26,11 +26,11 @@ type RunRequest struct {
 type RunResponse struct {
 	Type string `json:"type,omitempty"` // "result" in a stream
 	*jail.Result
-	Files          map[string]string `json:"files"`           // created or changed in /work: name -> base64
-	FilesTruncated bool              `json:"files_truncated"` // some were left out (size or count cap)
-	FilesSkipped   []string          `json:"files_skipped"`   // and these, with the reason
-	Images         []Image           `json:"images"`
-	Pool           PoolUse           `json:"pool"`
+	Files          FileMap     `json:"files"`           // created or changed in /work: name -> base64
+	FilesTruncated bool        `json:"files_truncated"` // some were left out (size or count cap)
+	FilesSkipped   SkippedList `json:"files_skipped"`   // and these, with the reason
+	Images         []Image     `json:"images"`
+	Pool           PoolUse     `json:"pool"`
 }
 
 // Image is one figure left open at the end of the run.
