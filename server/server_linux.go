@@ -44,6 +44,8 @@ type Config struct {
 	// How long a request's body may take to arrive, and one response
 	// write (a streamed line, a whole response) to be taken by the caller.
 	BodyTimeout, WriteTimeout time.Duration
+	// How long a keep-alive connection may wait for its next request.
+	IdleTimeout time.Duration
 	// Connections open at once, in all and per caller uid; past these a
 	// connection is answered 503 and closed before anything is read.
 	MaxConns, MaxConnsPerCaller int
@@ -82,6 +84,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 30 * time.Second
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 1024
@@ -272,7 +277,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return runCtx },
+		// Unset, net/http falls back on ReadTimeout, unset too: a caller's
+		// idle keep-alive connections would count against its
+		// --max-conns-per-caller for ever.
+		IdleTimeout: s.cfg.IdleTimeout,
+		BaseContext: func(net.Listener) context.Context { return runCtx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			p, err := peerOfConn(c)
 			if err != nil {

@@ -39,6 +39,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "body-budget", Value: "128M", Usage: "bytes of request bodies held at once (being read, waiting or running); a body that does not fit waits like a queued request, then gets 503"},
 			&cli.StringFlag{Name: "body-timeout", Value: "30s", Usage: "how long a request body may take to arrive before 408"},
 			&cli.StringFlag{Name: "write-timeout", Value: "10s", Usage: "how long the caller may take to read one response (or one streamed line) before the run is cancelled and the connection dropped"},
+			&cli.StringFlag{Name: "idle-timeout", Value: "30s", Usage: "how long a keep-alive connection may wait for its next request before it is closed"},
 			&cli.IntFlag{Name: "max-conns", Value: 1024, Usage: "connections open at once; past it a connection gets 503 and is closed"},
 			&cli.IntFlag{Name: "max-conns-per-caller", Value: 128, Usage: "connections open at once per caller uid"},
 			&cli.StringFlag{Name: "files-max", Value: "8M", Usage: "bytes of files and images one response returns"},
@@ -96,6 +97,9 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 	}
 	if cfg.WriteTimeout, err = profiles.ParseDuration(c.String("write-timeout")); err != nil {
 		return cfg, noop, fmt.Errorf("--write-timeout: %w", err)
+	}
+	if cfg.IdleTimeout, err = profiles.ParseDuration(c.String("idle-timeout")); err != nil {
+		return cfg, noop, fmt.Errorf("--idle-timeout: %w", err)
 	}
 	for _, f := range []string{"max-conns", "max-conns-per-caller"} {
 		if c.IsSet(f) && c.Int(f) <= 0 {
