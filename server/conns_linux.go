@@ -1,11 +1,17 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"os"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // connLimiter caps the connections open at once, in all and per caller
@@ -116,4 +122,89 @@ func peerOfConn(c net.Conn) (peer, error) {
 		return lc.p, nil
 	}
 	return peerOf(c)
+}
+
+// errCallerGone is the cause of a run cancelled because its caller closed
+// the connection.
+var errCallerGone = errors.New("the caller closed its connection")
+
+// watchHangup calls gone once the caller has closed c for good, and stop
+// ends the watch. net/http takes a read of EOF for the caller gone and
+// cancels the request's context; but on a stream socket that EOF is the
+// caller's shutdown(SHUT_WR) as well, by which some clients say that their
+// request is whole while they wait for the answer. The kernel tells the
+// two apart: a peer's close (or SHUT_RDWR) shuts down both directions of
+// our end of a unix socket, and poll reports POLLHUP only then; a
+// half-close sets only RCV_SHUTDOWN (POLLRDHUP). The watch polls a
+// duplicate of the connection's descriptor through the runtime's poller,
+// so it waits without a thread and without contending with net/http's
+// own reads for the connection's read lock; it wakes on each change of
+// the socket's state and looks for POLLHUP or POLLERR.
+func watchHangup(c net.Conn, gone func()) (stop func(), err error) {
+	if lc, ok := c.(*limitedConn); ok {
+		c = lc.Conn
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("watch for hangup: %T has no descriptor", c)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("watch for hangup: %w", err)
+	}
+	dup := -1
+	var derr error
+	if err := raw.Control(func(fd uintptr) { dup, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
+		return nil, fmt.Errorf("watch for hangup: dup: %w", errors.Join(err, derr))
+	}
+	// Non-blocking, as the original: os.NewFile registers it with the
+	// poller.
+	f := os.NewFile(uintptr(dup), "caller connection")
+	fraw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("watch for hangup: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := fraw.Read(func(fd uintptr) bool {
+			// No events asked for: POLLHUP and POLLERR are always reported.
+			p := []unix.PollFd{{Fd: int32(fd)}}
+			n, err := unix.Poll(p, 0)
+			return err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+		})
+		if err == nil {
+			gone()
+		}
+	}()
+	return func() {
+		f.Close() // wakes the read with ErrFileClosing
+		<-done
+	}, nil
+}
+
+// connKey is the context key of a request's connection.
+type connKey struct{}
+
+// runContext is the context of a request from the moment its body is
+// read: cancelled when the server kills the runs (its --grace ran out) or
+// when the caller closes its connection, but not by the EOF of a
+// half-close, which cancels r.Context(). stop releases it.
+func (s *Server) runContext(r *http.Request) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	stopKill := context.AfterFunc(s.runs, func() { cancel(context.Cause(s.runs)) })
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	stopWatch, err := watchHangup(c, func() { cancel(errCallerGone) })
+	if err != nil {
+		// Fail towards cancelling: net/http's watch, half-close and all.
+		s.logf("%v: a half-close will cancel this run", err)
+		stopReq := context.AfterFunc(r.Context(), func() { cancel(errCallerGone) })
+		stopWatch = func() { stopReq() }
+	}
+	return ctx, func() {
+		stopWatch()
+		stopKill()
+		cancel(nil)
+	}
 }

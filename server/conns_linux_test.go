@@ -2,10 +2,13 @@ package server
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,4 +69,67 @@ func TestAttackIdleKeepAliveConnectionsPinned(t *testing.T) {
 		}
 	}
 	eventually(t, "served again once the idle connections were closed", func() bool { return s.get("/v1/health", nil) == 200 })
+}
+
+// postOn writes a POST /v1/run of req on c, raw.
+func postOn(t *testing.T, c net.Conn, req RunRequest, hdr string) {
+	t.Helper()
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", hdr, len(b), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A client that sends its request and then shuts down its writing side
+// (shutdown(SHUT_WR), as some HTTP clients do to say that was all) had its
+// run cancelled within milliseconds: net/http reads EOF there and takes it
+// for the caller gone. A half-close is not a disconnect: the run finishes
+// and its answer is read on the half-closed connection, streamed or not.
+// A real close still cancels the run and kills its jail.
+func TestServeHalfCloseIsNotADisconnect(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	for _, accept := range []string{"", "Accept: " + NDJSON + "\r\n"} {
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		postOn(t, c, RunRequest{Code: code("import time; time.sleep(1); print('finished')")}, accept)
+		if err := c.(*net.UnixConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("half-closed, %q: %v", accept, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"verdict":"ok"`) || !strings.Contains(string(body), "finished") {
+			t.Errorf("half-closed after the request (%q): %d %.400s", accept, resp.StatusCode, body)
+		}
+	}
+
+	mark := fmt.Sprintf("stockade-closed-%d", time.Now().UnixNano())
+	c, err := net.Dial("unix", s.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	postOn(t, c, RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}}, "")
+	c.(*net.UnixConn).CloseWrite()
+	eventually(t, "the jail started", func() bool { return len(processesWith(mark)) > 0 })
+	time.Sleep(500 * time.Millisecond)
+	if len(processesWith(mark)) == 0 {
+		t.Fatal("the run of a half-closed connection ended before its caller closed it")
+	}
+	c.Close()
+	within(t, 3*time.Second, "the jail killed once its caller closed the connection", func() bool { return len(processesWith(mark)) == 0 })
+	eventually(t, "the run over", func() bool {
+		var h Health
+		s.get("/v1/health", &h)
+		return h.Running == 0
+	})
 }

@@ -302,13 +302,22 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	within(t, 10*time.Second, what, f)
+}
+
+// within waits up to d for f to hold. A jail's kill must be seen well
+// before its 10s timeout would end it anyway.
+func within(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
 		if f() {
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Errorf("%s: not within %v", what, d)
+			return
+		}
 	}
-	t.Errorf("%s: not within 10s", what)
 }
 
 type netListenConfig struct{}

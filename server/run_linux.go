@@ -73,13 +73,21 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	// net/http's own read that watches for the caller going away, which
 	// would cancel a run longer than the body's deadline.
 	_ = rc.SetReadDeadline(time.Time{})
+	// From here the request's context ends when its caller closes the
+	// connection or the server kills the runs, and not at a half-close.
+	ctx, stopRun := s.runContext(r)
+	defer stopRun()
+	r = r.WithContext(ctx)
 	switch err := s.gate.enter(r.Context()); {
 	case errors.Is(err, errBusy):
 		retryAfter(w, s.cfg.QueueWait/4)
 		s.writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
 		return
 	case err != nil:
-		return // the caller went away while queued
+		// The server is stopping, or the caller went away (and reads
+		// nothing).
+		s.refuseStopped(w, context.Cause(r.Context()))
+		return
 	}
 	defer s.gate.leave()
 	s.run(w, r, rc, caller, req, spec, cold)
@@ -154,6 +162,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	if jl == nil {
 		var err error
 		jl, err = s.coldJail(r.Context(), spec)
+		if cause := context.Cause(r.Context()); err != nil && cause != nil {
+			s.refuseStopped(w, cause)
+			return
+		}
 		if err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) {

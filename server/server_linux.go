@@ -118,6 +118,11 @@ type Server struct {
 	audit    *auditLog
 	logMu    sync.Mutex
 
+	// runs is the context every run descends from; Serve cancels it, with
+	// the reason, when the grace period runs out.
+	runs     context.Context
+	killRuns context.CancelCauseFunc
+
 	// Requests that may use a jail. A WaitGroup alone cannot tell
 	// shutdown about a handler that net/http started just as the server
 	// closed (a connection whose request had just been read): its Add
@@ -195,6 +200,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*pool{},
 		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
 		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), audit: &auditLog{w: cfg.Audit}}
+	s.runs, s.killRuns = context.WithCancelCause(context.Background())
 	for _, p := range cfg.Profiles {
 		if p.Policy == nil {
 			return nil, fmt.Errorf("serve: profile %s: no policy", p.Name)
@@ -262,8 +268,7 @@ func peerOf(c net.Conn) (peer, error) {
 // accepting, lets running jails finish for the grace period, kills the
 // rest, and returns once every jail, cgroup and run directory is gone.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	runCtx, killRuns := context.WithCancel(context.Background())
-	defer killRuns()
+	defer s.killRuns(errors.New("the server stopped"))
 	poolCtx, stopPools := context.WithCancel(context.Background())
 	for _, p := range s.pools {
 		go p.refill(poolCtx, s.cfg.Notices)
@@ -281,8 +286,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// idle keep-alive connections would count against its
 		// --max-conns-per-caller for ever.
 		IdleTimeout: s.cfg.IdleTimeout,
-		BaseContext: func(net.Listener) context.Context { return runCtx },
+		BaseContext: func(net.Listener) context.Context { return s.runs },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			ctx = context.WithValue(ctx, connKey{}, c)
 			p, err := peerOfConn(c)
 			if err != nil {
 				return ctx // no peer: refused in the handlers
@@ -303,8 +309,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	grace, cancel := context.WithTimeout(context.Background(), s.cfg.Grace)
 	if hs.Shutdown(grace) != nil {
 		s.logf("grace period over: killing the jails still running")
-		killRuns()
-		hs.Close()
+		s.killRuns(fmt.Errorf("--grace %v ran out while the server shut down", s.cfg.Grace))
+		// A killed run still answers (verdict cancelled), and a queued one
+		// gets 503: their handlers reap and remove the jail, then write
+		// within --write-timeout. Only what is still open after that is
+		// closed unanswered.
+		answered, stopWaiting := context.WithTimeout(context.Background(), s.cfg.WriteTimeout+sweepTimeout)
+		if hs.Shutdown(answered) != nil {
+			hs.Close()
+		}
+		stopWaiting()
 	}
 	cancel()
 	// hs.Close does not wait for handlers, and neither call waits for a
