@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -19,20 +20,29 @@ type Listener struct {
 	net.Listener
 	path      string // removed by Close when we made it
 	activated bool   // handed over by systemd (LISTEN_FDS), which owns the file
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Activated reports whether systemd handed the socket over.
 func (l *Listener) Activated() bool { return l.activated }
 
-// Close stops listening and removes the socket file the server made.
+// Close stops listening and removes the socket file the server made,
+// once: the HTTP server's shutdown closes the listener, and so does the
+// command when Serve returns, after the grace period and the sweep. By
+// then a new server may have made its own socket at the path, which a
+// second removal would take from it.
 func (l *Listener) Close() error {
-	err := l.Listener.Close()
-	if l.path != "" && !l.activated {
-		if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
-			err = rerr
+	l.closeOnce.Do(func() {
+		l.closeErr = l.Listener.Close()
+		if l.path != "" && !l.activated {
+			if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && l.closeErr == nil {
+				l.closeErr = rerr
+			}
 		}
-	}
-	return err
+	})
+	return l.closeErr
 }
 
 // Listen returns the socket systemd passed (LISTEN_FDS; it must be one

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -66,5 +68,43 @@ func TestServeGraceOverAnswersCancelled(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Errorf("request %d: no answer 10s after the server stopped", i)
 		}
+	}
+}
+
+// The socket was removed twice: when the server stopped listening (at
+// SIGTERM) and again when it exited, after the grace period. A new server
+// started on the same path meanwhile (a restart while the old one drains)
+// had its fresh socket removed under it and could never be reached.
+func TestServeShutdownRemovesSuccessorsSocket(t *testing.T) {
+	bin := needServer(t)
+	a := startServer(t, "--pool", "0", "--grace", "10s")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b, _ := json.Marshal(RunRequest{Code: code("import time; time.sleep(3)")})
+		if resp, err := a.hc.Post("http://stockade/v1/run", "application/json", bytes.NewReader(b)); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, "the run started", func() bool {
+		var h Health
+		a.get("/v1/health", &h)
+		return h.Running == 1
+	})
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, "the old server stopped listening", func() bool {
+		_, err := os.Lstat(a.sock)
+		return os.IsNotExist(err)
+	})
+	b := startServerAt(t, bin, a.sock, "--pool", "0")
+	select {
+	case <-a.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old server did not exit")
+	}
+	<-done
+	b.hc.CloseIdleConnections() // a new connection, by the path
+	if code := b.get("/v1/health", nil); code != 200 {
+		t.Errorf("the new server, once the old one exited: GET /v1/health %d, want 200 (its socket removed?)", code)
 	}
 }
