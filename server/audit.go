@@ -1,42 +1,187 @@
 package server
 
 import (
+	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/stockade/stockade/jail"
 )
 
-// auditLog writes one JSON line per run, so that an operator can answer
-// "what ran here last night": who asked, a hash of what ran, under which
-// limits, and how it ended.
-type auditLog struct {
-	mu sync.Mutex
-	w  io.Writer
+// AuditLog is where the server writes one JSON line per run, so that an
+// operator can answer "what ran here last night": who asked, a hash of
+// what ran, under which limits, and how it ended. A line that cannot be
+// written (a full disk, /dev/full, a closed stderr) is counted, said in the
+// server's log and in /v1/health, and with --audit-required no run starts
+// without its line.
+type AuditLog struct {
+	mu   sync.Mutex
+	path string   // the file, reopened on SIGHUP; "" for a writer given
+	f    *os.File // the open file, when path is set
+	w    io.Writer
+	// torn: the last write was cut short mid-line (a filesystem filling
+	// up), so the next line begins with a newline: one torn line, never
+	// two lines run together.
+	torn bool
+
+	lost      int64     // lines not written, since the start
+	lastErr   error     // of the last write that failed
+	lastErrAt time.Time // when
+	failing   bool      // the last write failed
 }
 
-// AuditEntry is one line of the audit log.
+// OpenAuditLog opens path for appending (created 0600): a file that
+// Reopen can open again once logrotate has moved it.
+func OpenAuditLog(path string) (*AuditLog, error) {
+	f, err := openAuditFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return &AuditLog{path: path, f: f, w: f}, nil
+}
+
+// NewAuditWriter writes the audit lines to w (stderr), which Reopen leaves.
+func NewAuditWriter(w io.Writer) *AuditLog { return &AuditLog{w: w} }
+
+func openAuditFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return f, nil
+}
+
+// Reopen opens the audit log's path again, as logrotate expects of a
+// SIGHUP after it moved the file: the lines to come go to a new file at
+// the path. If the path cannot be opened, the old file stays in use.
+func (a *AuditLog) Reopen() (string, error) {
+	if a == nil || a.path == "" {
+		return "", nil
+	}
+	f, err := openAuditFile(a.path)
+	if err != nil {
+		return a.path, err
+	}
+	a.mu.Lock()
+	old := a.f
+	a.torn = a.torn && sameFile(old, f)
+	a.f, a.w = f, f
+	a.mu.Unlock()
+	// No write is under way: writes hold mu.
+	old.Close()
+	return a.path, nil
+}
+
+func sameFile(a, b *os.File) bool {
+	ai, err1 := a.Stat()
+	bi, err2 := b.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(ai, bi)
+}
+
+// Close closes the file the log opened.
+func (a *AuditLog) Close() error {
+	if a == nil || a.f == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.f.Close()
+}
+
+// where names the log for messages.
+func (a *AuditLog) where() string {
+	if a.path != "" {
+		return a.path
+	}
+	return "stderr"
+}
+
+// write appends one line (ending in a newline). It says whether this
+// write failed where the last had not (or the reverse), so that the
+// server logs a change, not every line of a long outage.
+func (a *AuditLog) write(line []byte) (changed bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	buf := line
+	if a.torn {
+		buf = append([]byte{'\n'}, line...)
+	}
+	n, err := a.w.Write(buf)
+	if err == nil && n < len(buf) {
+		err = io.ErrShortWrite
+	}
+	if n > 0 {
+		// The file ends mid-line when part of the line itself went in.
+		a.torn = err != nil && n > len(buf)-len(line)
+	}
+	changed = (err != nil) != a.failing
+	a.failing = err != nil
+	if err != nil {
+		a.lost++
+		a.lastErr, a.lastErrAt = err, time.Now()
+	}
+	return changed, err
+}
+
+// AuditHealth is what /v1/health says of the audit log.
+type AuditHealth struct {
+	Log      string `json:"log"`      // its path, "stderr", or "" for none
+	Required bool   `json:"required"` // --audit-required: no run without its line
+	Failing  bool   `json:"failing"`  // the last line could not be written
+	// LostLines counts lines not written since the server started (with
+	// --audit-required, the runs refused for it among them).
+	LostLines     int64      `json:"lost_lines"`
+	LastError     string     `json:"last_error,omitempty"`
+	LastErrorTime *time.Time `json:"last_error_time,omitempty"`
+}
+
+func (a *AuditLog) health(required bool) AuditHealth {
+	if a == nil {
+		return AuditHealth{Required: required}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := AuditHealth{Log: a.where(), Required: required, Failing: a.failing, LostLines: a.lost}
+	if a.lastErr != nil {
+		at := a.lastErrAt.UTC()
+		h.LastError, h.LastErrorTime = a.lastErr.Error(), &at
+	}
+	return h
+}
+
+// AuditEntry is one line of the audit log. Every run has an "end" line,
+// written after it; with --audit-required it also has a "start" line,
+// written before its code reaches the jail (a run whose start line cannot
+// be written does not start), without the outcome.
 type AuditEntry struct {
-	Time       time.Time `json:"time"`
-	UID        uint32    `json:"uid"`
-	PID        int32     `json:"pid"`
-	Profile    string    `json:"profile"`
-	CodeSHA256 string    `json:"code_sha256,omitempty"`
+	Event   string    `json:"event"`  // "start" or "end"
+	RunID   string    `json:"run_id"` // the same in a run's two lines
+	Time    time.Time `json:"time"`
+	UID     uint32    `json:"uid"`
+	PID     int32     `json:"pid"`
+	Profile string    `json:"profile"`
 	// argv is logged by its hash and size only: the caller chooses it,
 	// up to --max-body, and one log line must not carry megabytes.
-	ArgvSHA256 string                `json:"argv_sha256,omitempty"`
-	ArgvCount  int                   `json:"argv_count,omitempty"`
-	ArgvBytes  int                   `json:"argv_bytes,omitempty"`
-	CodeBytes  int                   `json:"code_bytes,omitempty"`
-	Files      int                   `json:"files_in"`
-	Limits     AuditLimits           `json:"limits"`
-	Verdict    jail.Verdict          `json:"verdict"`
-	ExitCode   int                   `json:"exit_code"`
-	WallMs     float64               `json:"wall_ms"`
-	Pool       PoolUse               `json:"pool"`
-	Blocked    []jail.BlockedSyscall `json:"blocked_syscalls"`
-	Error      *string               `json:"error"`
+	CodeSHA256 string      `json:"code_sha256,omitempty"`
+	ArgvSHA256 string      `json:"argv_sha256,omitempty"`
+	ArgvCount  int         `json:"argv_count,omitempty"`
+	ArgvBytes  int         `json:"argv_bytes,omitempty"`
+	CodeBytes  int         `json:"code_bytes,omitempty"`
+	Files      int         `json:"files_in"`
+	Limits     AuditLimits `json:"limits"`
+	Pool       PoolUse     `json:"pool"`
+	*AuditOutcome
+}
+
+// AuditOutcome is how a run ended: the "end" line's alone.
+type AuditOutcome struct {
+	Verdict  jail.Verdict          `json:"verdict"`
+	ExitCode int                   `json:"exit_code"`
+	WallMs   float64               `json:"wall_ms"`
+	Blocked  []jail.BlockedSyscall `json:"blocked_syscalls"`
+	Error    *string               `json:"error"`
 }
 
 // AuditLimits are the effective limits of a run.
@@ -54,14 +199,4 @@ func limitsOf(s jail.Spec) AuditLimits {
 	return AuditLimits{TimeoutMs: s.Timeout.Milliseconds(), CPUTimeMs: s.Cgroup.CPUTime.Milliseconds(),
 		MemoryBytes: s.Cgroup.MemoryMax, CPUs: s.Cgroup.CPUs, Pids: s.Cgroup.PidsMax,
 		OutputLimit: s.OutputLimit, Seccomp: s.Seccomp}
-}
-
-func (a *auditLog) write(e AuditEntry) {
-	if a.w == nil {
-		return
-	}
-	b := marshal(e)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, _ = a.w.Write(b)
 }

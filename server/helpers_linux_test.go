@@ -74,9 +74,17 @@ func startServerAt(t *testing.T, bin, sock string, args ...string) *testServer {
 // of files becomes fd 3+i, without close-on-exec (nil: none there).
 func startServerWith(t *testing.T, bin, sock string, files []*os.File, args ...string) *testServer {
 	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--socket", sock}, args...)...)
+	cmd.ExtraFiles = files
+	return startServerCmd(t, sock, cmd)
+}
+
+// startServerCmd starts cmd, which execs `stockade serve --socket sock`
+// in its own process (a wrapper may come first, and exec it).
+func startServerCmd(t *testing.T, sock string, cmd *exec.Cmd) *testServer {
+	t.Helper()
 	s := &testServer{t: t, sock: sock, log: &bytes.Buffer{}, exited: make(chan struct{}), before: entrySet()}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--socket", sock}, args...)...)
-	s.cmd.ExtraFiles = files
+	s.cmd = cmd
 	s.cmd.Stderr = &lockedWriter{w: s.log}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -188,6 +186,15 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	}
 	defer release()
 	use.WaitedMs = float64(time.Since(admitted).Microseconds()) / 1e3
+	id := s.runID()
+	if res == nil {
+		if e := s.auditStart(id, caller, req, spec, use); e != nil {
+			release()
+			retryAfter(w, time.Second)
+			s.writeError(w, e)
+			return
+		}
+	}
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -217,7 +224,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 		}
 	}
 	release()
-	s.auditRun(caller, req, spec, res, use)
+	s.auditEnd(id, caller, req, spec, use, res)
 	if stream {
 		resp.Type = "result"
 		out.end = time.Time{}
@@ -289,27 +296,6 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 	}
 	res, _ := jl.p.Start(ctx, opts)
 	return res
-}
-
-func (s *Server) auditRun(caller peer, req *RunRequest, spec jail.Spec, res *jail.Result, use PoolUse) {
-	e := AuditEntry{Time: time.Now().UTC(), UID: caller.uid, PID: caller.pid, Profile: req.Profile,
-		Files: len(req.Files), Limits: limitsOf(spec), Verdict: res.Verdict,
-		ExitCode: res.ExitCode, WallMs: res.WallMs, Pool: use, Blocked: res.BlockedSyscalls, Error: res.Error}
-	if req.Code != nil {
-		sum := sha256.Sum256([]byte(*req.Code))
-		e.CodeSHA256, e.CodeBytes = hex.EncodeToString(sum[:]), len(*req.Code)
-	}
-	if len(req.Argv) > 0 {
-		// The hash is of the arguments NUL-terminated, as execve sees them.
-		h := sha256.New()
-		for _, a := range req.Argv {
-			h.Write([]byte(a))
-			h.Write([]byte{0})
-			e.ArgvBytes += len(a) + 1
-		}
-		e.ArgvSHA256, e.ArgvCount = hex.EncodeToString(h.Sum(nil)), len(req.Argv)
-	}
-	s.audit.write(e)
 }
 
 // ndjson writes a streamed response, one JSON object a line, flushed as

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockade/stockade/jail"
@@ -55,11 +56,15 @@ type Config struct {
 	BudgetMemory, BudgetPids int64
 	FilesMax                 int64 // bytes of files and images a response returns
 	Grace                    time.Duration
-	Audit                    io.Writer // one JSON line per run (nil: none)
-	Log                      io.Writer // the operator's log (stderr)
-	Notices                  *os.File  // jail set-up remarks
-	Facts                    []string  // what the host supports (the doctor's facts)
-	Version                  string
+	Audit                    *AuditLog // one JSON line per run (nil: none)
+	// AuditRequired: no run without its audit line. Each run's start line
+	// is written before its code reaches the jail, and a run whose line
+	// cannot be written is refused (503).
+	AuditRequired bool
+	Log           io.Writer // the operator's log (stderr)
+	Notices       *os.File  // jail set-up remarks
+	Facts         []string  // what the host supports (the doctor's facts)
+	Version       string
 }
 
 // withDefaults fills the zero fields of c.
@@ -115,7 +120,8 @@ type Server struct {
 	gate     *gate
 	budget   *budget
 	bodies   *bodyBudget
-	audit    *auditLog
+	started  time.Time
+	runSeq   atomic.Int64 // numbers the runs in the audit log
 	logMu    sync.Mutex
 
 	// runs is the context every run descends from; Serve cancels it, with
@@ -194,12 +200,15 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Profiles) == 0 {
 		return nil, errors.New("serve: no profile to offer")
 	}
+	if cfg.AuditRequired && cfg.Audit == nil {
+		return nil, errors.New("serve: --audit-required needs an --audit-log to write to")
+	}
 	if cfg.MaxBody > cfg.BodyBudget {
 		return nil, fmt.Errorf("serve: --max-body %d is more than --body-budget %d: no body that large could ever be read (raise --body-budget)", cfg.MaxBody, cfg.BodyBudget)
 	}
 	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*pool{},
 		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
-		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), audit: &auditLog{w: cfg.Audit}}
+		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now()}
 	s.runs, s.killRuns = context.WithCancelCause(context.Background())
 	for _, p := range cfg.Profiles {
 		if p.Policy == nil {
@@ -375,6 +384,7 @@ type Health struct {
 	Running  int                  `json:"running"`
 	Queued   int                  `json:"queued"`
 	Budget   map[string]int64     `json:"budget"`
+	Audit    AuditHealth          `json:"audit"`
 	Host     []string             `json:"host"`
 }
 
@@ -394,6 +404,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		h.Pool[p.Name] = s.pools[p.Name].snapshot()
 	}
 	h.Running, h.Queued = s.gate.counts()
+	if h.Audit = s.cfg.Audit.health(s.cfg.AuditRequired); h.Audit.Failing {
+		h.Status = "degraded" // audit says why
+	}
 	mem, pids := s.budget.used()
 	h.Budget = map[string]int64{"memory_used": mem, "memory_max": s.cfg.BudgetMemory, "pids_used": pids, "pids_max": s.cfg.BudgetPids,
 		"body_bytes_used": s.bodies.inUse(), "body_bytes_max": s.cfg.BodyBudget}

@@ -47,16 +47,27 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "budget-memory", Usage: "memory all live jails (waiting and running) may hold together (0: no budget)"},
 			&cli.Int64Flag{Name: "budget-pids", Usage: "pids all live jails may hold together (0: no budget)"},
 			&cli.StringFlag{Name: "grace", Value: "10s", Usage: "on SIGTERM, how long running jails may finish before they are killed"},
-			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended), "-" for stderr, "" for none`},
+			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended; reopened on SIGHUP, for logrotate), "-" for stderr, "" for none`},
+			&cli.BoolFlag{Name: "audit-required", Usage: "no run without its audit line: a start line is written before the code reaches the jail, and a run whose line cannot be written is refused (503)"},
 			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: stockade's own cgroup)"},
 		},
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
-			cfg, closeAudit, err := serveConfig(c, stderr)
+			// The signals are ours before the socket exists: a SIGTERM or
+			// SIGHUP in between would otherwise end the process at once
+			// (Go's default), leaving the socket behind. A client that went
+			// away mid-response must not kill the server either.
+			signal.Ignore(syscall.SIGPIPE)
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			cfg, err := serveConfig(c, stderr)
 			if err != nil {
 				return fail(err)
 			}
-			defer closeAudit()
+			defer cfg.Audit.Close()
 			srv, err := server.New(cfg)
 			if err != nil {
 				return fail(err)
@@ -66,10 +77,20 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				return fail(err)
 			}
 			defer ln.Close()
-			// A client that went away mid-response must not kill the server.
-			signal.Ignore(syscall.SIGPIPE)
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
+			// SIGHUP reopens the audit log, as logrotate's postrotate
+			// expects; it stops nothing.
+			served := make(chan struct{})
+			defer close(served)
+			go func() {
+				for {
+					select {
+					case <-hup:
+						srv.ReopenAuditLog()
+					case <-served:
+						return
+					}
+				}
+			}()
 			fmt.Fprintf(stderr, "stockade serve: listening on %s (pool %d per profile, %d at once)\n", ln.Addr(), cfg.Pool, cfg.Concurrency)
 			if err := srv.Serve(ctx, ln); err != nil {
 				return fail(err)
@@ -79,31 +100,30 @@ func serveCommand(stderr io.Writer) *cli.Command {
 	}
 }
 
-func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error) {
+func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 	cfg := server.Config{Pool: c.Int("pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
 		PerCaller: c.Int("per-caller"), MaxConns: c.Int("max-conns"), MaxConnsPerCaller: c.Int("max-conns-per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
 		Notices: os.Stderr, Version: version, Host: hostOf(c)}
 	cfg.Facts = hostFacts(cfg.Host)
-	noop := func() {}
 	var err error
 	if cfg.QueueWait, err = profiles.ParseDuration(c.String("queue-wait")); err != nil {
-		return cfg, noop, fmt.Errorf("--queue-wait: %w", err)
+		return cfg, fmt.Errorf("--queue-wait: %w", err)
 	}
 	if cfg.Grace, err = profiles.ParseDuration(c.String("grace")); err != nil {
-		return cfg, noop, fmt.Errorf("--grace: %w", err)
+		return cfg, fmt.Errorf("--grace: %w", err)
 	}
 	if cfg.BodyTimeout, err = profiles.ParseDuration(c.String("body-timeout")); err != nil {
-		return cfg, noop, fmt.Errorf("--body-timeout: %w", err)
+		return cfg, fmt.Errorf("--body-timeout: %w", err)
 	}
 	if cfg.WriteTimeout, err = profiles.ParseDuration(c.String("write-timeout")); err != nil {
-		return cfg, noop, fmt.Errorf("--write-timeout: %w", err)
+		return cfg, fmt.Errorf("--write-timeout: %w", err)
 	}
 	if cfg.IdleTimeout, err = profiles.ParseDuration(c.String("idle-timeout")); err != nil {
-		return cfg, noop, fmt.Errorf("--idle-timeout: %w", err)
+		return cfg, fmt.Errorf("--idle-timeout: %w", err)
 	}
 	for _, f := range []string{"max-conns", "max-conns-per-caller"} {
 		if c.IsSet(f) && c.Int(f) <= 0 {
-			return cfg, noop, fmt.Errorf("--%s %d: must be at least 1", f, c.Int(f))
+			return cfg, fmt.Errorf("--%s %d: must be at least 1", f, c.Int(f))
 		}
 	}
 	for _, f := range []struct {
@@ -112,14 +132,14 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 	}{{"max-body", &cfg.MaxBody}, {"body-budget", &cfg.BodyBudget}, {"files-max", &cfg.FilesMax}, {"budget-memory", &cfg.BudgetMemory}} {
 		if v := c.String(f.name); v != "" {
 			if *f.dst, err = profiles.ParseSize(v); err != nil {
-				return cfg, noop, fmt.Errorf("--%s: %w", f.name, err)
+				return cfg, fmt.Errorf("--%s: %w", f.name, err)
 			}
 		}
 	}
 	for _, u := range c.StringSlice("allow-uid") {
 		n, err := strconv.ParseUint(u, 10, 32)
 		if err != nil {
-			return cfg, noop, fmt.Errorf("--allow-uid %q: want a numeric uid", u)
+			return cfg, fmt.Errorf("--allow-uid %q: want a numeric uid", u)
 		}
 		cfg.AllowUIDs = append(cfg.AllowUIDs, uint32(n))
 	}
@@ -130,23 +150,21 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, func(), error
 	for _, n := range names {
 		p, err := loadProfile(n)
 		if err != nil {
-			return cfg, noop, err
+			return cfg, err
 		}
 		cfg.Profiles = append(cfg.Profiles, server.Profile{Name: n, Policy: p})
 	}
+	cfg.AuditRequired = c.Bool("audit-required")
 	switch a := c.String("audit-log"); a {
 	case "":
 	case "-":
-		cfg.Audit = stderr
+		cfg.Audit = server.NewAuditWriter(stderr)
 	default:
-		f, err := os.OpenFile(a, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return cfg, noop, fmt.Errorf("--audit-log: %w", err)
+		if cfg.Audit, err = server.OpenAuditLog(a); err != nil {
+			return cfg, fmt.Errorf("--audit-log: %w", err)
 		}
-		cfg.Audit = f
-		return cfg, func() { f.Close() }, nil
 	}
-	return cfg, noop, nil
+	return cfg, nil
 }
 
 // remoteFlags are the flags of run that `run --server` carries to the
