@@ -97,11 +97,12 @@ func TestAttackBodyFloodMultipliesServerMemory(t *testing.T) {
 		t.Errorf("no run served during the flood: %v", statuses)
 	}
 	// The bodies held at once are bounded by --body-budget 128M, each held
-	// once (the request's strings share the body's memory); the garbage
-	// collector lets the heap grow to twice what it found live; and 64 MiB
-	// is the server's own. Before: 1.7 GiB here (408s cut it short), 3.2-4.5
-	// GiB as first measured.
-	const limitMiB = 2*128 + 64
+	// once (its strings share its memory: TestDecodeRequestSharesTheBody);
+	// the garbage collector lets the heap grow to about twice what it found
+	// live (GOGC=100), and the server has its own: 3 x the budget in all
+	// (measured 218-285 MiB). Before: 1.7 GiB here (408s cut it short),
+	// 3.2-4.5 GiB as first measured.
+	const limitMiB = 3 * 128
 	if peak>>10 > limitMiB {
 		t.Errorf("the server's peak RSS reached %d MiB for %d bodies of 16 MiB; the bound is %d MiB", peak>>10, callers, limitMiB)
 	}

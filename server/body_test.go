@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -58,5 +61,41 @@ func TestDecodeRequestErrors(t *testing.T) {
 	if req, err := decodeRequest([]byte(`{"Code": "1", "LIMITS": {"cpus": 0.5, "pids": 3}}`)); err != nil || *req.Code != "1" ||
 		req.Limits["cpus"] != json.Number("0.5") || req.Limits["pids"] != json.Number("3") {
 		t.Errorf("case-insensitive fields, limits: %+v %v", req, err)
+	}
+}
+
+// allocated is what f allocates, in bytes.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A request's code, stdin and files are megabytes each at most; decoding
+// them into strings of their own (and the files' base64 once more to
+// check them) made every body cost the server twice its size or more.
+// Decoded and validated, they share the body's memory, escapes and all.
+func TestDecodeRequestSharesTheBody(t *testing.T) {
+	file := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0, 1, 2, 0xff}, 3<<20/4))
+	body := []byte(`{"code": "` + strings.Repeat(`print(\"x\")\n`, 128<<10) + `", "stdin": "` + strings.Repeat("a", 2<<20) +
+		`", "files": {"f": "` + file + `"}}`)
+	var req *RunRequest
+	var err error
+	n := allocated(func() {
+		if req, err = decodeRequest(body); err == nil {
+			err = req.validate(1024)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *req.Code != strings.Repeat("print(\"x\")\n", 128<<10) || len(req.Stdin) != 2<<20 || req.inputs["f"].size != 3<<20 {
+		t.Fatalf("decoded wrong: code %d bytes, stdin %d, file %d", len(*req.Code), len(req.Stdin), req.inputs["f"].size)
+	}
+	t.Logf("a body of %d bytes: %d bytes allocated to decode and check it", len(body), n)
+	if n > 256<<10 {
+		t.Errorf("decoding and checking a body of %d bytes allocated %d bytes: its strings do not share its memory", len(body), n)
 	}
 }
