@@ -81,6 +81,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzProfile$$' -fuzztime=$(FUZZTIME) ./profiles/
 	$(GO) test -run='^$$' -fuzz='^FuzzNormalizeName$$' -fuzztime=$(FUZZTIME) ./netproxy/
 	$(GO) test -run='^$$' -fuzz='^FuzzFlags$$' -fuzztime=$(FUZZTIME) ./cmd/stockade/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRequestMatchesUnmarshal$$' -fuzztime=$(FUZZTIME) ./server/
+	$(GO) test -run='^$$' -fuzz='^FuzzFSNameIsJSON$$' -fuzztime=$(FUZZTIME) ./server/
 
 # cgroup v2 for real: Debian's kernel in qemu, the test binaries inside.
 vmtest: deps-vmtest build
