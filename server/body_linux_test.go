@@ -100,7 +100,7 @@ func TestAttackBodyFloodMultipliesServerMemory(t *testing.T) {
 	// once (its strings share its memory: TestDecodeRequestSharesTheBody);
 	// the garbage collector lets the heap grow to about twice what it found
 	// live (GOGC=100), and the server has its own: 3 x the budget in all
-	// (measured 218-285 MiB). Before: 1.7 GiB here (408s cut it short),
+	// (measured 218-286 MiB). Before: 1.7 GiB here (408s cut it short),
 	// 3.2-4.5 GiB as first measured.
 	const limitMiB = 3 * 128
 	if peak>>10 > limitMiB {
