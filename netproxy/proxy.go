@@ -92,11 +92,29 @@ func New(cfg Config) *Proxy {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.resolve = cfg.Resolve
 	if p.resolve == nil {
-		p.resolve = func(ctx context.Context, name string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", name)
-		}
+		p.resolve = lookupAbsolute
 	}
 	return p
+}
+
+// lookupAbsolute resolves exactly name on the host, never a search-list
+// expansion of it. Without the trailing dot the host's `search` and
+// `ndots` apply (Kubernetes puts ndots:5 and three search domains in every
+// pod): allowed.test was asked as allowed.test.corp.test first, and the
+// proxy dialled whatever that zone's owner chose. Go's own resolver, not
+// libc's: it reads the same resolv.conf and hosts file, and matches an
+// absolute name against the hosts file, which glibc does not ("getent
+// ahosts localhost." finds nothing).
+func lookupAbsolute(ctx context.Context, name string) ([]netip.Addr, error) {
+	r := &net.Resolver{PreferGo: true}
+	addrs, err := r.LookupNetIP(ctx, "ip", name+".")
+	for i, a := range addrs {
+		// An IPv4 address from the hosts file comes back IPv4-mapped
+		// (::ffff:a.b.c.d), which the classes refuse; the IPv4 address is
+		// what a dial reaches, so it is what gets checked.
+		addrs[i] = a.Unmap()
+	}
+	return addrs, err
 }
 
 // Serve accepts on ln until Close. It returns at once if the proxy is
