@@ -363,7 +363,7 @@ func (p *Proxy) handle(c net.Conn) {
 	up, addr, err := p.dial(p.ctx, t.addrs, port)
 	if err != nil {
 		d.Error = err.Error()
-		p.refuse(c, d, 502)
+		p.answer(c, d, 502, p.dialFailure(t.addrs, port, err))
 		return
 	}
 	defer up.Close()
@@ -455,14 +455,43 @@ func safeName(s string) string {
 // ("Tunnel connection failed: 403 stockade: loopback address") and
 // records d.
 func (p *Proxy) refuse(c net.Conn, d Decision, status int) {
-	if d.Reason == "" && d.Error != "" {
-		d.Allowed = true
-	}
-	p.cfg.Log.Add(d)
 	why := d.Reason
 	if why == "" {
 		why = d.Error
 	}
+	p.answer(c, d, status, why)
+}
+
+// dialFailure is what the jail is told of a failed dial: the checked
+// addresses and the kernel's reason. d.Error, in the run's report, has the
+// whole error, which through stockade's upstream proxy names that proxy's
+// address and user and quotes its answer: the jail must see none of them.
+func (p *Proxy) dialFailure(addrs []netip.Addr, port uint16, err error) string {
+	var to []string
+	for _, a := range addrs {
+		to = append(to, netip.AddrPortFrom(a, port).String())
+	}
+	why := "cannot connect to " + strings.Join(to, ", ")
+	if p.cfg.Upstream != nil {
+		return why + " through stockade's upstream proxy"
+	}
+	var errno syscall.Errno
+	var ne net.Error
+	switch {
+	case errors.As(err, &errno):
+		why += ": " + errno.Error()
+	case errors.As(err, &ne) && ne.Timeout():
+		why += ": timed out"
+	}
+	return why
+}
+
+// answer records d and answers the jail with status and why.
+func (p *Proxy) answer(c net.Conn, d Decision, status int, why string) {
+	if d.Reason == "" && d.Error != "" {
+		d.Allowed = true
+	}
+	p.cfg.Log.Add(d)
 	why = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return ' '
