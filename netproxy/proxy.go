@@ -571,6 +571,10 @@ func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, De
 		return target{}, d
 	}
 	d.Rule = r.Original
+	if why := p.chargeLookup(name); why != "" {
+		d.Reason = why
+		return target{}, d
+	}
 	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	addrs, err := p.resolve(rctx, name)
@@ -654,6 +658,23 @@ func originRequest(r *request, path, host string) string {
 	}
 	b.WriteString("Connection: close\r\n\r\n")
 	return b.String()
+}
+
+// chargeLookup counts the name about to be looked up against the upload
+// limit, or says why it may not be: under a wildcard rule the jail chooses
+// the name, and the host's resolver carries it out to whoever serves the
+// zone, so a lookup is an upload (DNS exfiltration). Once a limit is
+// reached nothing is looked up.
+func (p *Proxy) chargeLookup(name string) string {
+	if why := p.spent(); why != "" {
+		return why
+	}
+	n := int64(len(name))
+	if p.up.Add(n) > p.cfg.MaxUpload {
+		p.up.Add(-n)
+		return fmt.Sprintf("upload limit of %d bytes per run reached (the names looked up count)", p.cfg.MaxUpload)
+	}
+	return ""
 }
 
 // spent says why no new tunnel may open once a byte limit is reached.
