@@ -252,14 +252,17 @@ func readHead(br *bufio.Reader) (*request, error) {
 		if total > maxHead {
 			return "", errors.New("request head too large")
 		}
-		return strings.TrimRight(string(b), "\r\n"), nil
+		// Exactly one CRLF (or a bare LF, RFC 9112 2.2) ends a line; any
+		// other CR stays in it, for headSyntax to refuse.
+		l := strings.TrimSuffix(string(b), "\n")
+		return strings.TrimSuffix(l, "\r"), nil
 	}
 	first, err := line()
 	if err != nil {
 		return nil, err
 	}
 	parts := strings.Split(first, " ")
-	if len(parts) != 3 || !strings.HasPrefix(parts[2], "HTTP/1.") {
+	if len(parts) != 3 || parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0" {
 		return nil, fmt.Errorf("not an HTTP/1 request line: %q", first)
 	}
 	r := &request{method: parts[0], target: parts[1], version: parts[2]}
@@ -303,6 +306,10 @@ func (p *Proxy) handle(c net.Conn) {
 	case len(req.target) > 7 && strings.EqualFold(req.target[:7], "http://"):
 		if req.method != "GET" && req.method != "HEAD" {
 			p.refuse(c, Decision{Host: safeName(req.target), Via: safeName(req.method), Reason: "plain HTTP carries only GET and HEAD"}, 405)
+			return
+		}
+		if why := headSyntax(req); why != "" {
+			p.refuse(c, Decision{Host: safeName(req.target), Via: via, Reason: why}, 400)
 			return
 		}
 		// Exactly one request crosses: a body would be read by nobody but
@@ -405,6 +412,47 @@ func (p *Proxy) handle(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	p.tunnel(c, br, up, first, &d)
 	p.cfg.Log.Add(d)
+}
+
+// headSyntax says why a plain-HTTP head may not be forwarded. Its lines
+// reach the origin as the jail wrote them, so any line the proxy and the
+// origin (or a front before it) could split differently is refused, as RFC
+// 9112 lets a server do: a bare CR ("X: a\rHost: internal"), an obs-fold
+// continuation line, a line that is not "name: value", a control byte in a
+// value, anything but a visible byte in the target.
+func headSyntax(r *request) string {
+	for i := 0; i < len(r.target); i++ {
+		if r.target[i] <= ' ' || r.target[i] == 0x7f {
+			return "bad request: a control byte or space in the request target"
+		}
+	}
+	for _, h := range r.headers {
+		if h[0] == ' ' || h[0] == '\t' {
+			return "bad request: obs-fold (a header line continued on the next)"
+		}
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || name == "" || strings.IndexFunc(name, notTokenChar) >= 0 {
+			return "bad request: a header line that is not NAME: VALUE"
+		}
+		for i := 0; i < len(value); i++ {
+			if b := value[i]; b < ' ' && b != '\t' || b == 0x7f {
+				if b == '\r' {
+					return "bad request: a bare CR in a header"
+				}
+				return "bad request: a control byte in a header"
+			}
+		}
+	}
+	return ""
+}
+
+// notTokenChar is a rune a header name (an RFC 9110 token) may not hold.
+func notTokenChar(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 }
 
 // bodyHeader says why a GET or HEAD that announces a body is refused.
