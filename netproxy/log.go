@@ -16,7 +16,7 @@ type Decision struct {
 	Host      string `json:"host"`
 	Port      uint16 `json:"port"`
 	Address   string `json:"address,omitempty"` // the address dialled (or refused)
-	Via       string `json:"via"`               // CONNECT, GET, HEAD; connect, sendto, sendmmsg, dns (direct)
+	Via       string `json:"via"`               // CONNECT, GET, HEAD; connect, sendto, sendmsg, sendmmsg, dns (direct)
 	Allowed   bool   `json:"allowed"`
 	Reason    string `json:"reason,omitempty"`  // why refused, or why a tunnel was cut
 	Rule      string `json:"rule,omitempty"`    // the allowlist entry that allowed it
@@ -184,7 +184,7 @@ func neverClass(d Decision) string {
 }
 
 func isDirect(via string) bool {
-	return via == "connect" || via == "sendto" || via == "sendmmsg" || via == "dns"
+	return via == "connect" || via == "sendto" || via == "sendmsg" || via == "sendmmsg" || via == "dns"
 }
 
 func hostPort(host string, port uint16) string {

@@ -395,3 +395,40 @@ for t in sys.argv[1:]:
 		}
 	}
 }
+
+// TestAttackSendmsgObserved: sendmsg went to the kernel unobserved (init
+// needed it so), so a datagram sent with it to an outside address was in no
+// report, where the same datagram by sendto was. It is observed as connect
+// and sendto are: the outside destination is refused and listed, while
+// datagrams to loopback and descriptors passed over a unix socket (as
+// multiprocessing does) still work.
+func TestAttackSendmsgObserved(t *testing.T) {
+	testenv.NeedJail(t)
+	code, out, stderr := invoke(t, "", "run", "--json", "--", "python3", "-c", `
+import socket
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendmsg([b"x"], [], 0, ("203.0.113.9", 53))
+    print("out: sent")
+except OSError as e:
+    print("out:", e.errno)
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r.bind(("127.0.0.1", 0))
+u.sendmsg([b"y"], [], 0, r.getsockname())
+print("loopback:", r.recv(1))
+a, b = socket.socketpair()
+socket.send_fds(a, [b"z"], [r.fileno()])
+msg, fds, _, _ = socket.recv_fds(b, 1, 1)
+print("fds:", msg, len(fds))
+`)
+	var r netResult
+	if err := jsonUnmarshal(out, &r); err != nil {
+		t.Fatalf("exit %d: %v %s", code, err, stderr)
+	}
+	if r.Stdout != "out: 101\nloopback: b'y'\nfds: b'z' 1\n" {
+		t.Fatalf("stdout %q, stderr %s", r.Stdout, r.Stderr)
+	}
+	if len(r.Network) != 1 || r.Network[0].Via != "sendmsg" || r.Network[0].Host != "203.0.113.9" || r.Network[0].Port != 53 || r.Network[0].Allowed {
+		t.Fatalf("network %+v", r.Network)
+	}
+}
