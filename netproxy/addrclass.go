@@ -20,7 +20,8 @@ type addrClass struct {
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 // metadataClass is a cloud provider's instance metadata or credential
-// service: whoever reaches it from a VM gets the instance's credentials.
+// service: whoever reaches it from a VM gets the instance's identity, user
+// data or credentials.
 func metadataClass(prefix, provider string) addrClass {
 	return addrClass{mustPrefix(prefix), "cloud metadata address (" + provider + ")", false}
 }
