@@ -50,9 +50,28 @@ func be16(n int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(n)) }
 // sniUpstream stands for every server the proxy dials and records the bytes
 // each connection brought: a tunnel refused at its ClientHello brings none.
 type sniUpstream struct {
-	ln  net.Listener
-	mu  sync.Mutex
-	got []int
+	ln       net.Listener
+	mu       sync.Mutex
+	accepted int
+	got      []int
+}
+
+// settled returns the bytes of every connection accepted, once each has
+// ended (the proxy closed them all at its Close).
+func (up *sniUpstream) settled(t *testing.T) []int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		up.mu.Lock()
+		done := len(up.got) == up.accepted
+		got := append([]int(nil), up.got...)
+		up.mu.Unlock()
+		if done {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upstream connections still open after the proxy closed: %v", got)
+		}
+	}
 }
 
 func newSNIProxy(t *testing.T) (*Proxy, string, *sniUpstream) {
@@ -69,6 +88,9 @@ func newSNIProxy(t *testing.T) (*Proxy, string, *sniUpstream) {
 			if err != nil {
 				return
 			}
+			up.mu.Lock()
+			up.accepted++
+			up.mu.Unlock()
 			go func() {
 				defer c.Close()
 				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -129,8 +151,9 @@ func sendHello(t *testing.T, proxy, target string, hello []byte) (string, bool) 
 	if _, err := c.Write(hello); err != nil {
 		t.Fatal(err)
 	}
-	// A refused tunnel is closed at once; an open one waits for the server.
-	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	// A refused tunnel is closed at once; an open one waits for the server,
+	// which answers nothing for 5 s.
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	_, err = br.ReadByte()
 	var ne net.Error
 	return line, errors.As(err, &ne) && ne.Timeout()
@@ -182,17 +205,16 @@ func TestAttackProxySNIWithoutAName(t *testing.T) {
 		}
 	}
 	p.Close()
-	up.mu.Lock()
-	defer up.mu.Unlock()
+	got := up.settled(t)
 	// The two open tunnels forwarded their hello; the refused ones nothing.
 	var forwarded int
-	for _, n := range up.got {
+	for _, n := range got {
 		if n > 0 {
 			forwarded++
 		}
 	}
 	if forwarded != 2 {
-		t.Errorf("%d tunnels forwarded bytes upstream (%v), want only the 2 open ones", forwarded, up.got)
+		t.Errorf("%d tunnels forwarded bytes upstream (%v), want only the 2 open ones", forwarded, got)
 	}
 	for _, d := range p.cfg.Log.Decisions() {
 		if d.Allowed && d.BytesUp > 0 && d.Host != "example.com" && d.Host != "203.0.113.7" {
