@@ -19,12 +19,72 @@ type addrClass struct {
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
-// classes are checked in order, so the most specific reason comes first
-// (the metadata addresses before their link-local or ULA range).
+// metadataClass is a cloud provider's instance metadata or credential
+// service: whoever reaches it from a VM gets the instance's identity, user
+// data or credentials.
+func metadataClass(prefix, provider string) addrClass {
+	return addrClass{mustPrefix(prefix), "cloud metadata address (" + provider + ")", false}
+}
+
+// classes are checked in order, so the most specific reason comes first:
+// the cloud metadata addresses before their link-local, CGNAT, IETF or ULA
+// range. Those outside link-local are why this list exists: --allow-private
+// 100.64.0.0/10 (CGNAT) would otherwise open Alibaba's, fc00::/7 GCP's, AWS's
+// and Oracle's IPv6 ones, 192.0.0.0/24 Oracle Classic's. Each row cites the
+// provider's own documentation (cloud-init's datasource where the provider
+// publishes the address only in its agent). Services reached through a public
+// name (Equinix Metal's metadata.platformequinix.com) are not addresses to
+// list; the allowlist of names is the control there.
 var classes = []addrClass{
-	{mustPrefix("169.254.169.254/32"), "link-local address (cloud metadata)", false},
-	{mustPrefix("168.63.129.16/32"), "cloud metadata address (Azure wire server)", false},
-	{mustPrefix("fd00:ec2::254/128"), "cloud metadata address (AWS IPv6)", false},
+	// AWS IMDS: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-retrieval.html
+	// GCP: https://cloud.google.com/compute/docs/metadata/querying-metadata
+	// Azure IMDS: https://learn.microsoft.com/azure/virtual-machines/instance-metadata-service
+	// Oracle OCI: https://docs.oracle.com/en-us/iaas/Content/Compute/Tasks/gettingmetadata.htm
+	// OpenStack: https://docs.openstack.org/nova/latest/admin/metadata-service.html
+	// DigitalOcean: https://docs.digitalocean.com/reference/api/metadata/
+	// Akamai/Linode: https://techdocs.akamai.com/cloud-computing/docs/metadata-service-api
+	// IBM Cloud VPC: https://cloud.ibm.com/apidocs/vpc-identity ("http://169.254.169.254")
+	// Huawei Cloud: https://support.huaweicloud.com/intl/en-us/usermanual-ecs/ecs_03_0166.html
+	// Naver Cloud: https://api.ncloud-docs.com/docs/en/compute-vmetadata
+	// Hetzner, Vultr, Exoscale, UpCloud, NWCS, CloudCIX: cloud-init's
+	// cloudinit/sources/DataSource{Hetzner,Vultr,Exoscale,UpCloud,NWCS,CloudCIX}.py.
+	metadataClass("169.254.169.254/32", "AWS, GCP, Azure, Oracle, OpenStack, DigitalOcean, Linode, IBM, Huawei and others"),
+	// Amazon ECS task metadata and IAM role credentials:
+	// https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-metadata-endpoint-v2.html
+	metadataClass("169.254.170.2/32", "AWS ECS task credentials"),
+	// Amazon EKS Pod Identity Agent, IPv4 and IPv6:
+	// https://docs.aws.amazon.com/eks/latest/userguide/pod-id-agent-setup.html
+	metadataClass("169.254.170.23/32", "AWS EKS Pod Identity"),
+	metadataClass("fd00:ec2::23/128", "AWS EKS Pod Identity"),
+	// Tencent Cloud's metadata.tencentyun.com:
+	// https://www.tencentcloud.com/document/product/213/4934
+	metadataClass("169.254.0.23/32", "Tencent Cloud"),
+	// Scaleway, IPv4 and IPv6: cloud-init doc/rtd/reference/datasources/scaleway.rst
+	metadataClass("169.254.42.42/32", "Scaleway"),
+	metadataClass("fd00:42::42/128", "Scaleway IPv6"),
+	// Azure WireServer (agent, DHCP, DNS; public address space):
+	// https://learn.microsoft.com/azure/virtual-network/what-is-ip-address-168-63-129-16
+	metadataClass("168.63.129.16/32", "Azure WireServer"),
+	// Alibaba Cloud ECS and ECI (in CGNAT space):
+	// https://www.alibabacloud.com/help/doc-detail/141788.htm, cloud-init aliyun.rst
+	metadataClass("100.100.100.200/32", "Alibaba Cloud"),
+	// Oracle Cloud Classic and Cloud at Customer (in 192.0.0.0/24):
+	// https://docs.oracle.com/en/cloud/cloud-at-customer/occ-get-started/retrieve-predefined-instance-metadata.html
+	metadataClass("192.0.0.192/32", "Oracle Cloud Classic"),
+	// AWS IMDS over IPv6 (Nitro): the same page as its IPv4 address.
+	metadataClass("fd00:ec2::254/128", "AWS IPv6"),
+	// GCP's metadata server over IPv6 (IPv6-only VMs):
+	// https://cloud.google.com/compute/docs/metadata/querying-metadata
+	metadataClass("fd20:ce::254/128", "GCP IPv6"),
+	// Oracle OCI IMDS over IPv6: cloud-init cloudinit/sources/DataSourceOracle.py
+	// (IPV6_METADATA_ROOT), with https://docs.oracle.com/en-us/iaas/Content/Compute/Tasks/gettingmetadata.htm
+	metadataClass("fd00:c1::a9fe:a9fe/128", "Oracle OCI IPv6"),
+	// Akamai/Linode over IPv6: the Linode page above.
+	metadataClass("fd00:a9fe:a9fe::1/128", "Akamai/Linode IPv6"),
+	// OpenStack (since Victoria), Hetzner and Linode over IPv6 link-local:
+	// the OpenStack and Linode pages above, cloud-init DataSourceHetzner.py.
+	metadataClass("fe80::a9fe:a9fe/128", "OpenStack, Hetzner, Linode IPv6"),
+	// The rest of AWS's IPv6 service range (its DNS resolver and NTP too).
 	{mustPrefix("fd00:ec2::/32"), "cloud metadata range (AWS fd00:ec2::/32)", false},
 	{mustPrefix("0.0.0.0/8"), "this-network address (0.0.0.0/8)", false},
 	{mustPrefix("127.0.0.0/8"), "loopback address", false},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -233,5 +234,210 @@ func TestAttackHeadErrorsCarryNoClientPort(t *testing.T) {
 	c := headError(&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{Port: 54774}, Err: syscall.ECONNRESET})
 	if strings.Contains(c, "54774") {
 		t.Errorf("head error names the client port: %q", c)
+	}
+}
+
+// TestAttackProxy502HidesUpstreamProxy: when stockade's own upstream proxy
+// failed, the 502 the jail got named it ("upstream proxy
+// http://corp:xxxxx@10.1.2.3:3128 refused CONNECT ..."): its address and
+// user name, which the jail must never see. The run's report keeps them.
+func TestAttackProxy502HidesUpstreamProxy(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	refusing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer refusing.Close()
+	go func() {
+		for {
+			c, err := refusing.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, 4096)
+				_, _ = c.Read(buf)
+				io.WriteString(c, "HTTP/1.1 407 Proxy Authentication Required (corp-proxy.internal)\r\nContent-Length: 0\r\n\r\n")
+			}()
+		}
+	}()
+	for _, hostport := range []string{closedAddr, refusing.Addr().String()} {
+		u, _ := url.Parse("http://corpuser:s3cret@" + hostport)
+		f := newFixture(t, Config{Upstream: u}, "example.com")
+		line, c := connect(t, f.addr, "example.com:443")
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		rest, _ := io.ReadAll(c)
+		c.Close()
+		got := line + "\n" + string(rest)
+		if !strings.HasPrefix(line, "HTTP/1.1 502 ") {
+			t.Errorf("through %s: %q, want a 502", hostport, line)
+		}
+		_, port, _ := net.SplitHostPort(hostport)
+		for _, secret := range []string{"corpuser", "s3cret", "xxxxx", hostport, port, "corp-proxy", "407"} {
+			if strings.Contains(got, secret) {
+				t.Errorf("the jail was shown %q of the upstream proxy:\n%s", secret, got)
+			}
+		}
+		ds := f.decisions()
+		if len(ds) != 1 || !strings.Contains(ds[0].Error, hostport) {
+			t.Errorf("the report lost the upstream failure: %+v", ds)
+		}
+	}
+}
+
+// TestAttackLogFloodHidesAllowedTunnel: once 256 refused kinds filled the
+// report, an allowed tunnel that carried data had no entry at all, its
+// bytes only counted in "N more attempts". Allowed traffic is never
+// dropped from the report.
+func TestAttackLogFloodHidesAllowedTunnel(t *testing.T) {
+	f := newFixture(t, Config{}, "example.com")
+	for i := 0; i < maxDecisions+5; i++ {
+		_, c := connect(t, f.addr, fmt.Sprintf("junk%d.invalid:443", i))
+		c.Close()
+	}
+	resp, err := f.client().Get("https://example.com/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var down int64
+	for _, d := range f.decisions() {
+		if d.Allowed && d.Host == "example.com" {
+			down += d.BytesDown
+		}
+	}
+	if down < n {
+		t.Errorf("the report shows %d bytes of an allowed tunnel that carried %d", down, n)
+	}
+}
+
+// TestLogKeepsEveryAllowedByte: past its own bucket, allowed traffic is
+// summed per rule instead of dropped, so the report accounts for every
+// byte that crossed.
+func TestLogKeepsEveryAllowedByte(t *testing.T) {
+	l := NewLog(nil, false)
+	var want int64
+	for i := 0; i < 3*maxDecisions; i++ {
+		l.Add(Decision{Host: fmt.Sprintf("h%d.example.com", i), Port: 443, Via: "CONNECT", Allowed: true,
+			Rule: "*.example.com", BytesUp: 10, BytesDown: int64(i)})
+		l.Add(Decision{Host: fmt.Sprintf("junk%d.invalid", i), Port: 443, Via: "CONNECT", Reason: "not in the allowlist"})
+		want += int64(i)
+	}
+	var got int64
+	var count int
+	entries := l.Decisions()
+	for _, d := range entries {
+		if d.Allowed {
+			got += d.BytesDown
+			count += d.Count
+		}
+	}
+	if got != want || count != 3*maxDecisions {
+		t.Errorf("allowed entries hold %d bytes in %d attempts, want %d in %d", got, count, want, 3*maxDecisions)
+	}
+	if len(entries) > 3*maxDecisions+2 {
+		t.Errorf("%d entries: the report is not bounded", len(entries))
+	}
+}
+
+// TestAttackProxyUploadCapStopsLookups: after the upload limit was reached,
+// new CONNECTs under a wildcard rule still made the proxy resolve names the
+// jail chose, so the names carried data past the cap (DNS exfiltration).
+// The caps are checked before resolving, and the bytes of the names looked
+// up count against the upload limit.
+func TestAttackProxyUploadCapStopsLookups(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	resolve := func(_ context.Context, name string) ([]netip.Addr, error) {
+		mu.Lock()
+		asked = append(asked, name)
+		mu.Unlock()
+		return []netip.Addr{netip.MustParseAddr("203.0.113.10")}, nil
+	}
+	// Names alone: 200 bytes hold four 42-byte names.
+	f := newFixture(t, Config{MaxUpload: 200, Resolve: resolve}, "*.example.com")
+	var statuses []string
+	for i := 0; i < 10; i++ {
+		line, c := connect(t, f.addr, fmt.Sprintf("%030d.example.com:443", i))
+		c.Close()
+		statuses = append(statuses, strings.Fields(line)[1])
+	}
+	mu.Lock()
+	var named int
+	for _, n := range asked {
+		named += len(n)
+	}
+	if named > 200 || len(asked) != 4 {
+		t.Errorf("looked up %d names (%d bytes) under a 200-byte upload limit: %v", len(asked), named, asked)
+	}
+	asked = nil
+	mu.Unlock()
+	if strings.Join(statuses, " ") != "200 200 200 200 403 403 403 403 403 403" {
+		t.Errorf("statuses %v", statuses)
+	}
+
+	// Data first: once a tunnel spent the limit, no name is looked up.
+	f = newFixture(t, Config{MaxUpload: 256 << 10, Resolve: resolve}, "*.example.com")
+	_, _ = f.client().Post("https://up.example.com/upload", "application/octet-stream", bytes.NewReader(make([]byte, 1<<20)))
+	mu.Lock()
+	asked = nil
+	mu.Unlock()
+	line, c := connect(t, f.addr, "exfiltrate-this-secret.example.com:443")
+	c.Close()
+	if !strings.Contains(line, " 403 ") || !strings.Contains(line, "upload limit") {
+		t.Errorf("after the upload limit: %q", line)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 0 {
+		t.Errorf("looked up %v after the upload limit was reached", asked)
+	}
+}
+
+// TestAttackPlainHTTPBareCRAndObsFold: a plain-HTTP request head with a
+// bare CR or an obs-fold line was forwarded verbatim, so the origin (or a
+// front before it) could read a header the proxy never saw ("X: a\rHost:
+// internal"). RFC 9112 lets a server refuse both; the proxy does, before
+// dialling.
+func TestAttackPlainHTTPBareCRAndObsFold(t *testing.T) {
+	f := newFixture(t, Config{}, "plain.example:80")
+	for _, head := range []string{
+		"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nX-A: a\rHost: internal.example\r\n\r\n",
+		"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nX-A: a\r\r\n\r\n",
+		"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nX-A: a\r\n Host: internal.example\r\n\r\n",
+		"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nX-A: a\r\n\tHost: internal.example\r\n\r\n",
+		"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nno colon here\r\n\r\n",
+		"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nX-A : a\r\n\r\n",
+		"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nX-A: a\x00b\r\n\r\n",
+		"GET http://plain.example/x\rHost:internal.example HTTP/1.1\r\nHost: plain.example\r\n\r\n",
+		"GET http://plain.example/ HTTP/1.1\r\r\nHost: plain.example\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		c.Close()
+		if !strings.HasPrefix(string(b), "HTTP/1.1 400 ") {
+			t.Errorf("%q: %q, want 400", head, b)
+		}
+	}
+	f.decisions()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.dialed) != 0 {
+		t.Errorf("dialled %v for malformed heads", f.dialed)
 	}
 }

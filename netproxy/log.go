@@ -16,7 +16,7 @@ type Decision struct {
 	Host      string `json:"host"`
 	Port      uint16 `json:"port"`
 	Address   string `json:"address,omitempty"` // the address dialled (or refused)
-	Via       string `json:"via"`               // CONNECT, GET, HEAD; connect, sendto, sendmmsg, dns (direct)
+	Via       string `json:"via"`               // CONNECT, GET, HEAD; connect, sendto, sendmsg, sendmmsg, dns (direct)
 	Allowed   bool   `json:"allowed"`
 	Reason    string `json:"reason,omitempty"`  // why refused, or why a tunnel was cut
 	Rule      string `json:"rule,omitempty"`    // the allowlist entry that allowed it
@@ -33,8 +33,9 @@ type Decision struct {
 }
 
 // maxDecisions bounds the distinct entries one run keeps, once for
-// attempts at never-reachable addresses and once for the rest: junk cannot
-// push a metadata or loopback probe out of the report.
+// attempts at never-reachable addresses, once for allowed traffic and once
+// for the other refusals: junk cannot push a metadata or loopback probe, nor
+// the traffic that crossed, out of the report.
 const maxDecisions = 256
 
 // Log collects a run's decisions; it is safe for concurrent use. Notices,
@@ -44,8 +45,9 @@ type Log struct {
 	entries  []*Decision
 	byKey    map[string]*Decision
 	dropped  int
-	ordinary int // entries in the ordinary bucket
+	ordinary int // entries in the bucket of other refusals
 	never    int // entries in the never-reachable bucket
+	allowed  int // entries in the allowed bucket
 	notices  io.Writer
 	noNet    bool // the jail has no proxy: a direct attempt gets the one "no network" notice
 	noticed  bool
@@ -66,21 +68,29 @@ func (l *Log) entry(d Decision) (*Decision, bool) {
 	if e, ok := l.byKey[k]; ok {
 		return e, false
 	}
-	if cls := neverClass(d); cls != "" {
+	switch cls := neverClass(d); {
+	case cls != "":
 		if l.never >= maxDecisions {
 			// Past its own bucket, one entry per class and way: finitely
 			// many, so still itemised and noticed.
 			f := Decision{Via: d.Via, Reason: cls + " (further attempts of this class not itemised by address)", never: cls}
-			k = "\x01" + f.Via + "\x00" + f.Reason
-			if e, ok := l.byKey[k]; ok {
-				return e, false
-			}
-			l.byKey[k] = &f
-			l.entries = append(l.entries, &f)
-			return &f, true
+			return l.summary("\x01"+f.Via+"\x00"+f.Reason, f)
 		}
 		l.never++
-	} else {
+	case d.Allowed:
+		if l.allowed >= maxDecisions {
+			// Past its own bucket, one entry per rule, way and outcome
+			// (the rules are the run's own, the cuts and failures few):
+			// every connection and byte that crossed stays counted.
+			f := Decision{Via: d.Via, Allowed: true, Rule: d.Rule, Cut: d.Cut}
+			f.Host = "(further hosts under this rule not itemised)"
+			if d.Error != "" {
+				f.Error = "upstream connection failed"
+			}
+			return l.summary("\x02"+f.Via+"\x00"+f.Rule+"\x00"+f.Cut+"\x00"+f.Error, f)
+		}
+		l.allowed++
+	default:
 		if l.ordinary >= maxDecisions {
 			return nil, false
 		}
@@ -91,6 +101,17 @@ func (l *Log) entry(d Decision) (*Decision, bool) {
 	l.byKey[k] = &e
 	l.entries = append(l.entries, &e)
 	return &e, true
+}
+
+// summary returns the entry under k that stands for the attempts past a
+// full bucket, creating it from f.
+func (l *Log) summary(k string, f Decision) (*Decision, bool) {
+	if e, ok := l.byKey[k]; ok {
+		return e, false
+	}
+	l.byKey[k] = &f
+	l.entries = append(l.entries, &f)
+	return &f, true
 }
 
 // Add records one attempt and its bytes.
@@ -163,7 +184,7 @@ func neverClass(d Decision) string {
 }
 
 func isDirect(via string) bool {
-	return via == "connect" || via == "sendto" || via == "sendmmsg" || via == "dns"
+	return via == "connect" || via == "sendto" || via == "sendmsg" || via == "sendmmsg" || via == "dns"
 }
 
 func hostPort(host string, port uint16) string {

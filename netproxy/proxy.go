@@ -92,11 +92,29 @@ func New(cfg Config) *Proxy {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.resolve = cfg.Resolve
 	if p.resolve == nil {
-		p.resolve = func(ctx context.Context, name string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", name)
-		}
+		p.resolve = lookupAbsolute
 	}
 	return p
+}
+
+// lookupAbsolute resolves exactly name on the host, never a search-list
+// expansion of it. Without the trailing dot the host's `search` and
+// `ndots` apply (Kubernetes puts ndots:5 and three search domains in every
+// pod): allowed.test was asked as allowed.test.corp.test first, and the
+// proxy dialled whatever that zone's owner chose. Go's own resolver, not
+// libc's: it reads the same resolv.conf and hosts file, and matches an
+// absolute name against the hosts file, which glibc does not ("getent
+// ahosts localhost." finds nothing).
+func lookupAbsolute(ctx context.Context, name string) ([]netip.Addr, error) {
+	r := &net.Resolver{PreferGo: true}
+	addrs, err := r.LookupNetIP(ctx, "ip", name+".")
+	for i, a := range addrs {
+		// An IPv4 address from the hosts file comes back IPv4-mapped
+		// (::ffff:a.b.c.d), which the classes refuse; the IPv4 address is
+		// what a dial reaches, so it is what gets checked.
+		addrs[i] = a.Unmap()
+	}
+	return addrs, err
 }
 
 // Serve accepts on ln until Close. It returns at once if the proxy is
@@ -234,14 +252,17 @@ func readHead(br *bufio.Reader) (*request, error) {
 		if total > maxHead {
 			return "", errors.New("request head too large")
 		}
-		return strings.TrimRight(string(b), "\r\n"), nil
+		// Exactly one CRLF (or a bare LF, RFC 9112 2.2) ends a line; any
+		// other CR stays in it, for headSyntax to refuse.
+		l := strings.TrimSuffix(string(b), "\n")
+		return strings.TrimSuffix(l, "\r"), nil
 	}
 	first, err := line()
 	if err != nil {
 		return nil, err
 	}
 	parts := strings.Split(first, " ")
-	if len(parts) != 3 || !strings.HasPrefix(parts[2], "HTTP/1.") {
+	if len(parts) != 3 || parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0" {
 		return nil, fmt.Errorf("not an HTTP/1 request line: %q", first)
 	}
 	r := &request{method: parts[0], target: parts[1], version: parts[2]}
@@ -285,6 +306,10 @@ func (p *Proxy) handle(c net.Conn) {
 	case len(req.target) > 7 && strings.EqualFold(req.target[:7], "http://"):
 		if req.method != "GET" && req.method != "HEAD" {
 			p.refuse(c, Decision{Host: safeName(req.target), Via: safeName(req.method), Reason: "plain HTTP carries only GET and HEAD"}, 405)
+			return
+		}
+		if why := headSyntax(req); why != "" {
+			p.refuse(c, Decision{Host: safeName(req.target), Via: via, Reason: why}, 400)
 			return
 		}
 		// Exactly one request crosses: a body would be read by nobody but
@@ -345,7 +370,7 @@ func (p *Proxy) handle(c net.Conn) {
 	up, addr, err := p.dial(p.ctx, t.addrs, port)
 	if err != nil {
 		d.Error = err.Error()
-		p.refuse(c, d, 502)
+		p.answer(c, d, 502, p.dialFailure(t.addrs, port, err))
 		return
 	}
 	defer up.Close()
@@ -387,6 +412,47 @@ func (p *Proxy) handle(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	p.tunnel(c, br, up, first, &d)
 	p.cfg.Log.Add(d)
+}
+
+// headSyntax says why a plain-HTTP head may not be forwarded. Its lines
+// reach the origin as the jail wrote them, so any line the proxy and the
+// origin (or a front before it) could split differently is refused, as RFC
+// 9112 lets a server do: a bare CR ("X: a\rHost: internal"), an obs-fold
+// continuation line, a line that is not "name: value", a control byte in a
+// value, anything but a visible byte in the target.
+func headSyntax(r *request) string {
+	for i := 0; i < len(r.target); i++ {
+		if r.target[i] <= ' ' || r.target[i] == 0x7f {
+			return "bad request: a control byte or space in the request target"
+		}
+	}
+	for _, h := range r.headers {
+		if h[0] == ' ' || h[0] == '\t' {
+			return "bad request: obs-fold (a header line continued on the next)"
+		}
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || name == "" || strings.IndexFunc(name, notTokenChar) >= 0 {
+			return "bad request: a header line that is not NAME: VALUE"
+		}
+		for i := 0; i < len(value); i++ {
+			if b := value[i]; b < ' ' && b != '\t' || b == 0x7f {
+				if b == '\r' {
+					return "bad request: a bare CR in a header"
+				}
+				return "bad request: a control byte in a header"
+			}
+		}
+	}
+	return ""
+}
+
+// notTokenChar is a rune a header name (an RFC 9110 token) may not hold.
+func notTokenChar(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 }
 
 // bodyHeader says why a GET or HEAD that announces a body is refused.
@@ -437,14 +503,43 @@ func safeName(s string) string {
 // ("Tunnel connection failed: 403 stockade: loopback address") and
 // records d.
 func (p *Proxy) refuse(c net.Conn, d Decision, status int) {
-	if d.Reason == "" && d.Error != "" {
-		d.Allowed = true
-	}
-	p.cfg.Log.Add(d)
 	why := d.Reason
 	if why == "" {
 		why = d.Error
 	}
+	p.answer(c, d, status, why)
+}
+
+// dialFailure is what the jail is told of a failed dial: the checked
+// addresses and the kernel's reason. d.Error, in the run's report, has the
+// whole error, which through stockade's upstream proxy names that proxy's
+// address and user and quotes its answer: the jail must see none of them.
+func (p *Proxy) dialFailure(addrs []netip.Addr, port uint16, err error) string {
+	var to []string
+	for _, a := range addrs {
+		to = append(to, netip.AddrPortFrom(a, port).String())
+	}
+	why := "cannot connect to " + strings.Join(to, ", ")
+	if p.cfg.Upstream != nil {
+		return why + " through stockade's upstream proxy"
+	}
+	var errno syscall.Errno
+	var ne net.Error
+	switch {
+	case errors.As(err, &errno):
+		why += ": " + errno.Error()
+	case errors.As(err, &ne) && ne.Timeout():
+		why += ": timed out"
+	}
+	return why
+}
+
+// answer records d and answers the jail with status and why.
+func (p *Proxy) answer(c net.Conn, d Decision, status int, why string) {
+	if d.Reason == "" && d.Error != "" {
+		d.Allowed = true
+	}
+	p.cfg.Log.Add(d)
 	why = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return ' '
@@ -524,6 +619,10 @@ func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, De
 		return target{}, d
 	}
 	d.Rule = r.Original
+	if why := p.chargeLookup(name); why != "" {
+		d.Reason = why
+		return target{}, d
+	}
 	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	addrs, err := p.resolve(rctx, name)
@@ -607,6 +706,23 @@ func originRequest(r *request, path, host string) string {
 	}
 	b.WriteString("Connection: close\r\n\r\n")
 	return b.String()
+}
+
+// chargeLookup counts the name about to be looked up against the upload
+// limit, or says why it may not be: under a wildcard rule the jail chooses
+// the name, and the host's resolver carries it out to whoever serves the
+// zone, so a lookup is an upload (DNS exfiltration). Once a limit is
+// reached nothing is looked up.
+func (p *Proxy) chargeLookup(name string) string {
+	if why := p.spent(); why != "" {
+		return why
+	}
+	n := int64(len(name))
+	if p.up.Add(n) > p.cfg.MaxUpload {
+		p.up.Add(-n)
+		return fmt.Sprintf("upload limit of %d bytes per run reached (the names looked up count)", p.cfg.MaxUpload)
+	}
+	return ""
 }
 
 // spent says why no new tunnel may open once a byte limit is reached.

@@ -73,15 +73,17 @@ func newFixture(t *testing.T, cfg Config, rules ...string) *fixture {
 	cfg.Addrs.AllowPrivate = append(cfg.Addrs.AllowPrivate, netip.MustParsePrefix("203.0.113.0/24"))
 	f.log = NewLog(&f.notice, false)
 	cfg.Log = f.log
-	cfg.Resolve = func(_ context.Context, name string) ([]netip.Addr, error) {
-		var out []netip.Addr
-		for _, s := range testNames[name] {
-			out = append(out, netip.MustParseAddr(s))
+	if cfg.Resolve == nil {
+		cfg.Resolve = func(_ context.Context, name string) ([]netip.Addr, error) {
+			var out []netip.Addr
+			for _, s := range testNames[name] {
+				out = append(out, netip.MustParseAddr(s))
+			}
+			if out == nil {
+				return nil, fmt.Errorf("no such host %s", name)
+			}
+			return out, nil
 		}
-		if out == nil {
-			return nil, fmt.Errorf("no such host %s", name)
-		}
-		return out, nil
 	}
 	cfg.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
 		f.mu.Lock()

@@ -85,7 +85,11 @@ func loadAndHandOff(name string) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Sendmsg(3, []byte("listener"), unix.UnixRights(fd), nil, 0); err != nil {
+	// From another thread, as init does: this one now carries the filter,
+	// which sends every sendmsg to the supervisor this message creates.
+	sent := make(chan error, 1)
+	go func() { sent <- unix.Sendmsg(3, []byte("listener"), unix.UnixRights(fd), nil, 0) }()
+	if err := <-sent; err != nil {
 		return fmt.Errorf("send listener: %w", err)
 	}
 	// The payload must never hold the listener: it could answer its own

@@ -86,11 +86,6 @@ func pythonPolicy() *Policy {
 			// holds only loopback, so these reach nothing outside the jail.
 			"bind", "listen", "accept", "accept4", "getsockname", "getpeername",
 			"recvfrom", "recvmsg", "recvmmsg", "shutdown", "setsockopt", "getsockopt",
-			// Not observed: init itself hands the listener to the supervisor
-			// with sendmsg after the filter is loaded, and a notification
-			// nobody can answer yet would hang it. A datagram it sends to an
-			// address outside the jail still finds no route.
-			"sendmsg",
 
 			// SysV and POSIX IPC: private to the jail's IPC namespace.
 			"shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
@@ -155,6 +150,13 @@ func observedNetwork() []Observed {
 		{Syscall: "connect", Why: why},
 		{Syscall: "sendto", Why: why + "; sendto without one (send(2)) is not observed", IfSet: 5},
 		{Syscall: "sendmmsg", Why: why},
+		// Every sendmsg, since its destination is in memory the filter
+		// cannot read: a round trip to the supervisor each (multiprocessing
+		// passes descriptors with it, TCP and UDP sends use sendto). Init
+		// hands the supervisor its listener with sendmsg from a thread
+		// the filter is not on, so that no notification waits for a
+		// supervisor that has no listener yet.
+		{Syscall: "sendmsg", Why: why},
 	}
 }
 

@@ -108,6 +108,7 @@ func proxyAttacks() []Attack {
 			}},
 		{Door: "network", Name: "proxy: a direct connection that skips it", Expect: "connect fails, result lists it", program: "net_tcp.py",
 			allow: allow, judge: andHost(heldLine, refusalsReported), args: fixed("169.254.169.254", "80")},
+		sniAttack(),
 	}
 }
 

@@ -30,6 +30,8 @@ type fixtures struct {
 	gateway  string    // the host's default gateway, "" if none
 	hosts    string    // dir/hosts: the proxy attacks' names, pointing at fixtures
 	baitLog  string    // dir/bait.log, empty, 0600: the descriptors door's file
+	upstream *connectProxy
+	sniAddr  string // selftest-sni.invalid: no address of this host's, never dialled itself
 	cwd      string
 	before   hostState
 
@@ -102,13 +104,27 @@ func newFixtures() (fx *fixtures, err error) {
 	fx.hosts = filepath.Join(fx.dir, "hosts")
 	hosts := "127.0.0.1 selftest-loop.invalid\n::ffff:127.0.0.1 selftest-mapped.invalid\n" +
 		"169.254.169.254 selftest-meta.invalid\n10.0.0.1 selftest-private.invalid\n"
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+	addrs, _ := net.InterfaceAddrs()
+	own := map[string]bool{}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			own[ipn.IP.String()] = true
+			if !ipn.IP.IsLoopback() && ipn.IP.To4() != nil && !strings.Contains(hosts, "selftest-self") {
 				hosts += ipn.IP.String() + " selftest-self.invalid\n"
-				break
 			}
 		}
+	}
+	// A documentation address the proxy may dial (it goes to the upstream
+	// proxy instead), which must not be one of this host's own.
+	for _, a := range []string{"198.51.100.77", "198.51.100.78", "203.0.113.77"} {
+		if !own[a] {
+			fx.sniAddr = a
+			break
+		}
+	}
+	hosts += fx.sniAddr + " " + sniName + "\n"
+	if fx.upstream, err = newConnectProxy(); err != nil {
+		return fx, err
 	}
 	if err = os.WriteFile(fx.hosts, []byte(hosts), 0o644); err != nil {
 		return fx, err
@@ -133,6 +149,9 @@ func (fx *fixtures) close() {
 		if l != nil {
 			l.Close()
 		}
+	}
+	if fx.upstream != nil {
+		fx.upstream.Close()
 	}
 	if fx.hadOldEnv {
 		os.Setenv(canaryEnv, fx.oldEnv)

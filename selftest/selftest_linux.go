@@ -40,6 +40,10 @@ type Attack struct {
 	// allow, if set, gives the attack's jail this allowlist, its names
 	// resolved from the suite's own hosts file to its fixtures.
 	allow func(fx *fixtures) []string
+	// upstream, if set, gives an allow attack's jail the private ranges its
+	// fixtures need and its proxy stockade's own upstream proxy (the SNI
+	// attack's stand-in server).
+	upstream func(fx *fixtures) (allowPrivate []string, proxy string)
 }
 
 // Options narrow a suite run.
@@ -120,6 +124,9 @@ func (a Attack) policy(base *profiles.Profile, fx *fixtures) (*profiles.Profile,
 	if a.allow != nil {
 		p.Network.Allow = a.allow(fx)
 	}
+	if a.upstream != nil {
+		p.Network.AllowPrivate, _ = a.upstream(fx)
+	}
 	return p, p.Validate()
 }
 
@@ -132,6 +139,9 @@ func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a At
 	}
 	if a.allow != nil {
 		host.HostsFile = fx.hosts
+	}
+	if a.upstream != nil {
+		_, host.UpstreamProxy = a.upstream(fx)
 	}
 	spec := p.Spec(nil, host)
 	if a.skip != nil {

@@ -292,3 +292,29 @@ func TestDescriptorsDoorFailsWhenOpen(t *testing.T) {
 	}
 	t.Log(happened)
 }
+
+// The SNI row holds under the default spec and fails once a ClientHello
+// without a name crosses the proxy. That is opened here without touching
+// the check: to an IP literal that an IP rule lists, a hello that names no
+// server is allowed by design, so the same program, pointed there, shows
+// the upstream what a broken check would let through.
+func TestSNIRowFailsWhenAHelloCrosses(t *testing.T) {
+	testenv.NeedJail(t)
+	for _, open := range []bool{false, true} {
+		fx, err := newFixtures()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := sniAttack()
+		if open {
+			a.allow = func(fx *fixtures) []string { return []string{fx.sniAddr} }
+			a.args = func(fx *fixtures, _ jail.Spec) []string { return []string{fx.sniAddr + ":443"} }
+		}
+		row := runAttack(context.Background(), defaultProfile(nil), jail.Host{}, a, fx)
+		fx.close()
+		if want := map[bool]Status{false: Pass, true: Fail}[open]; row.Status != want {
+			t.Errorf("hello crossing %v: %s, want %s: %s\n%s", open, row.Status, want, row.Happened, row.Output)
+		}
+		t.Logf("%s: %s", row.Status, row.Happened)
+	}
+}

@@ -380,7 +380,22 @@ func send(m Msg) {
 
 func sendRaw(b, oob []byte) {
 	// Nothing to do if the parent is gone: pdeathsig is about to kill us.
-	_ = unix.Sendmsg(ctlFD, b, oob, nil, 0)
+	_ = sendmsg(b, oob)
+}
+
+// sendmsg sends one message on the control socket from a thread other than
+// this one. Once "load seccomp" ran, this locked thread carries the jail's
+// filter, which shows every sendmsg to the supervisor: the listener's own
+// hand-over would wait for a supervisor that cannot exist before it, and
+// every later report would wait on a supervisor that may be slow (it pays
+// with the jail's CPU) or gone. A goroutine never runs on a locked thread,
+// and the runtime's other threads carry no filter: it is loaded without
+// TSYNC, and the threads made after it come from the template thread
+// started before it (see seccomp.Program.Load).
+func sendmsg(b, oob []byte) error {
+	errc := make(chan error, 1)
+	go func() { errc <- unix.Sendmsg(ctlFD, b, oob, nil, 0) }()
+	return <-errc
 }
 
 func fail(step string, err error, code int) {

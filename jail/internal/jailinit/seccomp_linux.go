@@ -24,7 +24,7 @@ func loadSeccomp(name string, program []byte) error {
 		return err
 	}
 	b := []byte(`{"t":"` + string(MsgSeccomp) + `"}`)
-	err = unix.Sendmsg(ctlFD, b, unix.UnixRights(fd), nil, 0)
+	err = sendmsg(b, unix.UnixRights(fd))
 	unix.Close(fd)
 	if err != nil {
 		return fmt.Errorf("hand the listener to the supervisor: %w", err)
