@@ -404,6 +404,20 @@ func f(flags int, oob []byte) {
 	sys.Dup(4) //stockade:no-cloexec handed to a child on purpose
 	sys.Dup(5) //stockade:no-cloexec
 	sys.Close(3)
+	sys.FcntlInt(3, sys.F_SETFD, 0)                     // BAD clears the flag
+	sys.FcntlInt(3, sys.F_SETFD, sys.FD_CLOEXEC)
+	sys.Fspick(3, "x", 0)                               // BAD fspick
+	sys.Fspick(3, "x", sys.FSPICK_CLOEXEC)
+	sys.RecvmsgBuffers(3, nil, oob, 0)                  // BAD recvmsg into buffers
+	sys.RecvmsgBuffers(3, nil, oob, sys.MSG_CMSG_CLOEXEC)
+	sys.PerfEventOpen(nil, 0, -1, -1, 0)                // BAD perf event
+	sys.PerfEventOpen(nil, 0, -1, -1, sys.PERF_FLAG_FD_CLOEXEC)
+	sys.MemfdSecret(0)                                  // BAD secret memfd
+	sys.MemfdSecret(sys.O_CLOEXEC)
+	sys.Open("/", flags&^sys.O_CLOEXEC, 0)              // BAD the flag taken away
+	open := sys.Open                                    // BAD a call the check cannot see
+	open("/", sys.O_RDONLY, 0)
+	syscall.Open("/", syscall.O_RDONLY, 0)              // BAD the syscall package's
 }
 `
 	fset := token.NewFileSet()
