@@ -2,6 +2,8 @@ package cgroup
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/runlock"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,22 +61,39 @@ func reachableDir(t *testing.T) string {
 // next process in the parent. The lock must be one only stockade's user
 // can take.
 func TestAttackCgroupParentLockHeldByAnotherUser(t *testing.T) {
-	parent := reachableDir(t)
-	holdFlock(t, parent, "LOCK_EX")
-	got := make(chan error, 1)
-	go func() {
-		fd, err := lockShared(parent)
-		if err == nil {
-			defer unix.Close(fd)
+	for _, c := range []struct {
+		held string // what the other user holds on the parent
+		how  int    // what stockade then takes
+	}{
+		{"LOCK_EX", unix.LOCK_SH},                // NewManager
+		{"LOCK_SH", unix.LOCK_EX | unix.LOCK_NB}, // Restore
+	} {
+		parent := reachableDir(t)
+		holdFlock(t, parent, c.held)
+		t.Cleanup(func() { os.Remove(lockFileOf(t, parent)) })
+		got := make(chan error, 1)
+		go func() {
+			fd, err := lockParent(parent, c.how)
+			if err == nil {
+				defer unix.Close(fd)
+			}
+			got <- err
+		}()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Errorf("with %s held by nobody: %v", c.held, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("with %s held by nobody (uid 65534): the lock on the parent still waited after 10 s", c.held)
 		}
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("lockShared: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("NewManager's lock on the parent still waited after 10 s for a lock nobody (uid 65534) holds")
 	}
+}
+
+// lockFileOf is the lock file lockParent keeps for parent, removed by the
+// test that made it (the product never removes one).
+func lockFileOf(t *testing.T, parent string) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte(filepath.Clean(parent)))
+	return filepath.Join(runlock.CgroupLockDir(), hex.EncodeToString(sum[:16]))
 }
