@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/runlock"
 	"golang.org/x/sys/unix"
 )
@@ -19,9 +20,7 @@ import (
 // until the test ends; it returns once the lock is held.
 func holdFlock(t *testing.T, dir, how string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("holds the lock as another user: needs root")
-	}
+	testenv.NeedRoot(t, "holds the lock as another user")
 	holder := exec.Command("/usr/bin/python3", "-c", `import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDONLY)
 fcntl.flock(fd, getattr(fcntl, sys.argv[2]))
