@@ -24,12 +24,10 @@ import (
 // The files are never removed, as runlock's id files are not: an unlink
 // would let a second stockade lock a fresh file under the same name.
 func lockParent(parent string, how int) (int, error) {
-	dir := runlock.CgroupLockDir()
-	if err := runlock.EnsureOwnedDir(dir, 0o700, 0); err != nil {
+	if err := runlock.EnsureOwnedDir(runlock.CgroupLockDir(), 0o700, 0); err != nil {
 		return -1, fmt.Errorf("lock of %s: %w", parent, err)
 	}
-	sum := sha256.Sum256([]byte(filepath.Clean(parent)))
-	path := filepath.Join(dir, hex.EncodeToString(sum[:16]))
+	path := parentLockPath(parent)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return -1, fmt.Errorf("lock of %s: open %s: %w", parent, path, err)
@@ -50,4 +48,10 @@ func lockParent(parent string, how int) (int, error) {
 		return -1, fmt.Errorf("lock of %s: flock %s: %w", parent, path, err)
 	}
 	return fd, nil
+}
+
+// parentLockPath is the lock file of the cgroup directory parent.
+func parentLockPath(parent string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(parent)))
+	return filepath.Join(runlock.CgroupLockDir(), hex.EncodeToString(sum[:16]))
 }

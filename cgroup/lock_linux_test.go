@@ -2,8 +2,6 @@ package cgroup
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/testenv"
-	"github.com/stockade/stockade/runlock"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,7 +66,7 @@ func TestAttackCgroupParentLockHeldByAnotherUser(t *testing.T) {
 	} {
 		parent := reachableDir(t)
 		holdFlock(t, parent, c.held)
-		t.Cleanup(func() { os.Remove(lockFileOf(t, parent)) })
+		t.Cleanup(func() { os.Remove(parentLockPath(parent)) })
 		got := make(chan error, 1)
 		go func() {
 			fd, err := lockParent(parent, c.how)
@@ -87,12 +84,4 @@ func TestAttackCgroupParentLockHeldByAnotherUser(t *testing.T) {
 			t.Errorf("with %s held by nobody (uid 65534): the lock on the parent still waited after 10 s", c.held)
 		}
 	}
-}
-
-// lockFileOf is the lock file lockParent keeps for parent, removed by the
-// test that made it (the product never removes one).
-func lockFileOf(t *testing.T, parent string) string {
-	t.Helper()
-	sum := sha256.Sum256([]byte(filepath.Clean(parent)))
-	return filepath.Join(runlock.CgroupLockDir(), hex.EncodeToString(sum[:16]))
 }
