@@ -46,14 +46,18 @@ func HostRoot() bool {
 	if out, ok := m.Outside(0); !ok || out != 0 {
 		return false
 	}
-	var st unix.Stat_t
-	return unix.Stat(hostRootsFile, &st) != nil || st.Uid == 0
+	return !hostRootUnmapped()
 }
 
-// hostRootsFile is owned by host root whatever namespace looks at it
-// (proc_sys_make_inode gives every sysctl file but the network's
-// GLOBAL_ROOT_UID), in every /proc, a container's own included.
-const hostRootsFile = "/proc/sys/kernel/overflowuid"
+// hostRootUnmapped reports, once (as ownUIDMap), whether a file that is
+// host root's whatever namespace looks at it shows as another uid here:
+// proc_sys_make_inode gives every sysctl file but the network's
+// GLOBAL_ROOT_UID, in every /proc, a container's own included. Unreadable,
+// it says nothing.
+var hostRootUnmapped = sync.OnceValue(func() bool {
+	var st unix.Stat_t
+	return unix.Stat("/proc/sys/kernel/overflowuid", &st) == nil && st.Uid != 0
+})
 
 // HostUID is the effective uid as the user namespace above knows it (the
 // uid itself in the initial namespace): the one owner that a per-user
