@@ -39,7 +39,7 @@ type Manager struct {
 	hostSwap bool             // the host has active swap (matters only when swap is not accounted)
 	notes    []string         // what NewManager did or found, for Describe
 	logf     func(format string, a ...any)
-	parentFD int // v2: the parent directory, flocked LOCK_SH until Close; -1 if none
+	parentFD int // v2: the parent's lock file (lockParent), flocked LOCK_SH until Close; -1 if none
 }
 
 // NewManager detects the cgroup mode, resolves the parent, makes it usable
@@ -230,7 +230,7 @@ func (m *Manager) resolveV2(l layout, parent, subdir string) {
 		// Before reading or changing anything in the parent: a stockade
 		// undoing its leaf there (Close) holds LOCK_EX, and we must see
 		// the parent after it is done, not halfway.
-		m.parentFD, h.err = lockShared(h.parent)
+		m.parentFD, h.err = lockParent(h.parent, unix.LOCK_SH)
 	}
 	if h.err != nil {
 		h.err = fmt.Errorf("cgroup v2: %w", h.err)

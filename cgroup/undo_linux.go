@@ -15,26 +15,6 @@ import (
 // leafName is the leaf stockade moves itself into on v2 (resolveV2).
 const leafName = "supervisor"
 
-// lockShared opens dir and takes a shared flock on it, waiting out a
-// stockade that holds it exclusively while it undoes its leaf.
-func lockShared(dir string) (int, error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open %s: %w", dir, err)
-	}
-	for {
-		err = unix.Flock(fd, unix.LOCK_SH)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("flock %s: %w", dir, err)
-	}
-	return fd, nil
-}
-
 // Close releases the Manager's shared lock on its v2 parent. It undoes
 // nothing: a process that keeps running jails (a library user, a test
 // binary that also starts stockade children) stays in its leaf, where the
@@ -79,14 +59,14 @@ func restoreOn(mnt mountEntry) (string, error) {
 		return "", err
 	}
 	parent := filepath.Dir(self)
-	fd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", fmt.Errorf("cgroup v2: open %s: %w", parent, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	fd, err := lockParent(parent, unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
 		return "", nil // another stockade uses the parent: its controllers stay
 	}
+	if err != nil {
+		return "", fmt.Errorf("cgroup v2: %w", err)
+	}
+	defer unix.Close(fd)
 	what, err := undoLeaf(mnt, parent)
 	if err != nil {
 		return "", fmt.Errorf("cgroup v2: undo %s: %w", self, err)

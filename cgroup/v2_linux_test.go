@@ -95,6 +95,9 @@ func freshCgroup(t *testing.T, dir string, children ...string) int {
 		if err := unix.Rmdir(dir); err != nil && err != unix.ENOENT {
 			t.Errorf("cleanup %s: %v", dir, err)
 		}
+		// A stockade started in dir locked it as its parent; the
+		// product keeps lock files, a test's own parents' go with them.
+		os.Remove(parentLockPath(dir))
 	})
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -256,18 +256,41 @@ func Store(base, key string, files map[string][]byte) error {
 	return nil
 }
 
-// Lock takes the base directory's lock, so that concurrent first runs
-// build once: the others wait and then find the cache. The returned
-// function releases it.
+// lockName is the base's lock file. Not the base itself: that is 0755,
+// for every jail user to read the cache bound from it, and anyone who can
+// open a file can flock it; a lock another user held kept every run that
+// had to build waiting, without end and before its jail started.
+const lockName = ".lock"
+
+// Lock takes the base's lock, so that concurrent first runs build once:
+// the others wait and then find the cache. Only this user can open the
+// lock file (0600 in a directory only this user writes), so only its own
+// builds, each bounded by the builder's timeout, are ever waited for. The
+// returned function releases it.
 func Lock(base string) (func(), error) {
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return nil, fmt.Errorf("font cache %s: %w", base, err)
 	}
-	fd, err := unix.Open(base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("font cache %s: %w", base, err)
+	if err := checkOwned(base, true); err != nil {
+		return nil, err
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+	path := filepath.Join(base, lockName)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("font cache lock %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("font cache lock %s: not a file of uid %d that only it can open", path, os.Geteuid())
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lock font cache %s: %w", base, err)
 	}

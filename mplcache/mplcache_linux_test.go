@@ -124,3 +124,28 @@ func TestParseRefusesWhatIsNotAFontList(t *testing.T) {
 		}
 	}
 }
+
+// The lock is a file only this user can open: one that others could open
+// (a mode that lets them, a symlink planted in its place) is refused
+// rather than waited on, and the base stays lockable by the owner alone.
+func TestLockIsAFileOnlyTheOwnerCanOpen(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "matplotlib")
+	unlock, err := Lock(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	fi, err := os.Lstat(filepath.Join(base, lockName))
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("lock file: %v %v, want a regular file 0600", fi, err)
+	}
+	os.Chmod(filepath.Join(base, lockName), 0o644)
+	if _, err := Lock(base); err == nil {
+		t.Error("a lock file others can open was used")
+	}
+	os.Remove(filepath.Join(base, lockName))
+	os.Symlink("/etc/passwd", filepath.Join(base, lockName))
+	if _, err := Lock(base); err == nil {
+		t.Error("a symlink in the lock file's place was followed")
+	}
+}

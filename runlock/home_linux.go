@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/stockade/stockade/hostenv"
+	"golang.org/x/sys/unix"
 )
 
 // ownUIDMap is this process's uid_map, read once: a user namespace's map
@@ -27,6 +28,13 @@ var ownUIDMap = sync.OnceValues(func() (hostenv.IDMap, error) {
 // must be neither used nor removed. Such a root keeps its state where the
 // user it is on the host keeps theirs (UserDir). A map that cannot be read
 // counts as the initial namespace's, where root's /run is root's.
+//
+// The map says only what uid 0 is one namespace up. Nested in a namespace
+// that maps only its root (`unshare -Ur` inside a rootless container or a
+// CI job's own namespace) it reads "0 0 1", and that 0 is a normal user on
+// the host; so a file the kernel always gives to host root must show as
+// ours too: the kernel's sysctl files are host root's in every namespace,
+// and show as the overflow uid where host root is not mapped.
 func HostRoot() bool {
 	if os.Geteuid() != 0 {
 		return false
@@ -35,9 +43,21 @@ func HostRoot() bool {
 	if err != nil {
 		return true
 	}
-	out, ok := m.Outside(0)
-	return ok && out == 0
+	if out, ok := m.Outside(0); !ok || out != 0 {
+		return false
+	}
+	return !hostRootUnmapped()
 }
+
+// hostRootUnmapped reports, once (as ownUIDMap), whether a file that is
+// host root's whatever namespace looks at it shows as another uid here:
+// proc_sys_make_inode gives every sysctl file but the network's
+// GLOBAL_ROOT_UID, in every /proc, a container's own included. Unreadable,
+// it says nothing.
+var hostRootUnmapped = sync.OnceValue(func() bool {
+	var st unix.Stat_t
+	return unix.Stat("/proc/sys/kernel/overflowuid", &st) == nil && st.Uid != 0
+})
 
 // HostUID is the effective uid as the user namespace above knows it (the
 // uid itself in the initial namespace): the one owner that a per-user

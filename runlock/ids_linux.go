@@ -28,6 +28,18 @@ func IDsDir() string {
 	return filepath.Join(UserDir(), "ids")
 }
 
+// CgroupLockDir holds the locks stockades take on a cgroup v2 parent they
+// share (see package cgroup): like IDsDir, fixed for HostRoot whatever
+// $STOCKADE_LOCK_DIR says, since every stockade using a parent must take
+// the same lock, and UserDir's for anyone else, whose parents are
+// delegated to them alone.
+func CgroupLockDir() string {
+	if HostRoot() {
+		return "/run/stockade/cgroups"
+	}
+	return filepath.Join(UserDir(), "cgroups")
+}
+
 // ID is a host-wide number held for a run's life: a file in IDDir per
 // number, flock(2)ed. The files are never removed (an unlink would let a
 // second stockade lock a fresh file under the same name while the first

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stockade/stockade/jail"
 )
@@ -38,7 +40,14 @@ func missingScriptHint(spec jail.Spec, res *jail.Result, cwd string) string {
 	if m == nil {
 		return ""
 	}
+	// The message is the payload's to write: a path that leaves the
+	// directory ("/work/x/../../etc/passwd" names a file that exists from
+	// anywhere) or carries control characters (escape sequences, printed
+	// here raw even with --json) is not one python3 was given.
 	rel := strings.TrimPrefix(m[1], "/work/")
+	if !filepath.IsLocal(rel) || !printable(rel) {
+		return ""
+	}
 	fi, err := os.Stat(filepath.Join(cwd, rel))
 	if err != nil || !fi.Mode().IsRegular() {
 		return ""
@@ -46,6 +55,11 @@ func missingScriptHint(spec jail.Spec, res *jail.Result, cwd string) string {
 	return fmt.Sprintf("%s is in your current directory, not in the jail (its /work starts empty): run it with `stockade python %s`, "+
 		"or bind the directory with --ro %s:/src (and run /src/%s), or --workdir %s (writable; the jail's changes are copied back)",
 		rel, shellQuote(rel), shellQuote(cwd), rel, shellQuote(cwd))
+}
+
+// printable reports whether s is UTF-8 without control characters.
+func printable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0
 }
 
 // shellQuote quotes s for a POSIX shell where it needs it: in single

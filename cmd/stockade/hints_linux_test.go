@@ -57,3 +57,27 @@ func TestPipInstallOfflineGetsTheNetworkHint(t *testing.T) {
 		t.Errorf("pip install offline: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
+
+// TestAttackHintCarriesEscapesPastJSON: the missing-script hint quotes a
+// path from the payload's stderr, which the payload writes as it likes.
+// With --json the payload's output reaches the caller only inside the
+// JSON string, escaped; a forged "can't open file" naming a path with
+// escape sequences and enough ".." to land on a host file that exists
+// (/etc/passwd from any directory) made stockade print those bytes raw
+// on the caller's terminal: a window title, a cleared screen, or on many
+// terminals the clipboard (OSC 52).
+func TestAttackHintCarriesEscapesPastJSON(t *testing.T) {
+	testenv.NeedJail(t)
+	t.Chdir(t.TempDir())
+	const forge = `import sys
+sys.stderr.write("python3: can't open file '/work/\x1b]0;HINT-MARKER\x07\x1b]52;c;SElOVA==\x07\x1b[2J" + "/.." * 40 + "/etc/passwd': [Errno 2] No such file or directory\n")
+sys.exit(2)`
+	code, out, errs := invoke(t, "", "run", "--json", "--", "python3", "-c", forge)
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 2 {
+		t.Fatalf("exit %d, stdout %q (%v), stderr %q", code, out, err, errs)
+	}
+	if strings.ContainsAny(errs, "\x1b\x07") || strings.Contains(errs, "HINT-MARKER") {
+		t.Errorf("the payload's bytes reached stockade's stderr raw: %q", errs)
+	}
+}

@@ -38,6 +38,9 @@ func TestMissingScriptHintOnlyWhenSure(t *testing.T) {
 		{"with --workdir", jail.Spec{Workdir: "/srv/w"}, res(2, msg("/work/task.py")), cwd, ""},
 		{"exit 1", jail.Spec{}, res(1, msg("/work/task.py")), cwd, ""},
 		{"no cwd", jail.Spec{}, res(2, msg("/work/task.py")), "", ""},
+		{"leaves the directory", jail.Spec{}, res(2, msg("/work/sub"+strings.Repeat("/..", 40)+"/etc/passwd")), cwd, ""},
+		{"escape sequences", jail.Spec{}, res(2, msg("/work/\x1b[2J/../task.py")), cwd, ""},
+		{"not UTF-8", jail.Spec{}, res(2, msg("/work/\x9b2J/../task.py")), cwd, ""},
 	} {
 		got := strings.Join(hints(c.spec, c.res, c.cwd), "\n")
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {

@@ -206,3 +206,53 @@ func TestUserNamespaceMappingOnlyItsRootSharingHostRun(t *testing.T) {
 		t.Errorf("%s: owner %d (%v), want the user's host uid %d", base, st.Uid, err, uid)
 	}
 }
+
+// TestAttackNestedUserNamespaceRootTakenForHostRoot: a user namespace made
+// by the root of another (a CI job's or a rootless container's, mapping
+// host uid 4242 as its root and subordinate ids) that maps the outer ids
+// one to one shows uid_map "0 0 1" (and "1 1 65536"): its root is the outer namespace's
+// root, a normal user on the host. Read one level up only, that map made
+// stockade take itself for host root, use host root's /run/stockade, which
+// both namespaces share with the host, and stop every run on it (issue
+// 21's failure, one namespace down).
+func TestAttackNestedUserNamespaceRootTakenForHostRoot(t *testing.T) {
+	bin := builtBinary(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	// Host root's, as any root run makes it: the directory in the way.
+	if err := os.MkdirAll("/run/stockade", 0o711); err != nil {
+		t.Fatal(err)
+	}
+	tmp := sharedTemp(t)
+	// The outer root makes the inner namespace and writes its maps, as a
+	// container runtime inside the job would.
+	const script = `unshare -U sh -c 'while [ -z "$(cat /proc/self/uid_map)" ]; do sleep 0.01; done; exec "$0" "$@"' "$0" "$@" &
+pid=$!
+until [ "$(readlink /proc/$pid/ns/user)" != "$(readlink /proc/self/ns/user)" ]; do sleep 0.01; done
+printf '0 0 1\n1 1 65536\n' >/proc/$pid/uid_map && printf '0 0 1\n1 1 65536\n' >/proc/$pid/gid_map || kill $pid
+wait $pid`
+	cmd := exec.Command("/bin/sh", "-c", script, bin, "run", "--no-cgroup", "--", "python3", "-c",
+		"print('JAIL' + 'RAN', open('/proc/self/uid_map').read().split()[1:])")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8", "TMPDIR=" + tmp}
+	cmd.Dir = "/"
+	outer := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 4242, Size: 1}, {ContainerID: 1, HostID: nsBase + 1, Size: 65536}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: outer, GidMappings: outer,
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+	}
+	code, out, errs := runExit(t, cmd)
+	if code != 0 || !strings.HasPrefix(out, "JAILRAN ") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if strings.Contains(errs, "/run/stockade") {
+		t.Errorf("stderr %q", errs)
+	}
+	for _, e := range entries(t, tmp) {
+		if strings.Contains(e, "/runs/") || strings.Contains(e, "/dirs/") {
+			t.Errorf("left in the temp directory: %s", e)
+		}
+	}
+}

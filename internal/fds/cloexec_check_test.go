@@ -59,7 +59,11 @@ var fdCalls = map[string]fdRule{
 	"Signalfd":       flagAt(2, "SFD_CLOEXEC"),
 	"TimerfdCreate":  flagAt(1, "TFD_CLOEXEC"),
 	"FanotifyInit":   flagAt(0, "FAN_CLOEXEC"),
+	"Fspick":         flagAt(2, "FSPICK_CLOEXEC"),
+	"PerfEventOpen":  flagAt(4, "PERF_FLAG_FD_CLOEXEC"),
+	"MemfdSecret":    flagAt(0, "O_CLOEXEC"),
 	"Recvmsg":        {flagArg: 3, flags: []string{"MSG_CMSG_CLOEXEC"}, ifArg: 2},
+	"RecvmsgBuffers": {flagArg: 3, flags: []string{"MSG_CMSG_CLOEXEC"}, ifArg: 2},
 	"Dup":            never("fds.Dup (F_DUPFD_CLOEXEC)"),
 	"Dup2":           never("Dup3 with O_CLOEXEC"),
 	"Pipe":           never("Pipe2 with O_CLOEXEC"),
@@ -147,12 +151,19 @@ func (p *pkgFiles) check() []finding {
 			continue
 		}
 		marks := exemptLines(p.fset, f)
+		// The call each selector is the function of; one that is not
+		// called is used as a value.
+		calls := map[*ast.SelectorExpr]*ast.CallExpr{}
 		ast.Inspect(f, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
+			if call, ok := n.(*ast.CallExpr); ok {
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+					calls[sel] = call
+				}
 			}
-			sel, ok := call.Fun.(*ast.SelectorExpr)
+			return true
+		})
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
 			if !ok {
 				return true
 			}
@@ -160,11 +171,18 @@ func (p *pkgFiles) check() []finding {
 			if !ok || !sysPkgs[pkg.Name] {
 				return true
 			}
-			why := p.judge(sel.Sel.Name, call)
+			var why string
+			if call := calls[sel]; call != nil {
+				why = p.judge(sel.Sel.Name, call)
+			} else if makesDescriptor(sel.Sel.Name) {
+				// open := unix.Open; open(p, 0, 0): the calls through the
+				// value are out of the check's sight.
+				why = "is used as a value, and the flags of its calls are out of this check's sight: call it directly"
+			}
 			if why == "" {
 				return true
 			}
-			pos := p.fset.Position(call.Pos())
+			pos := p.fset.Position(sel.Pos())
 			if reason, ok := marks[pos.Line]; ok {
 				if reason != "" {
 					return true
@@ -181,6 +199,17 @@ func (p *pkgFiles) check() []finding {
 		})
 	}
 	return out
+}
+
+// makesDescriptor reports whether the system package's function name
+// makes a descriptor (or may, as fcntl and raw calls do).
+func makesDescriptor(name string) bool {
+	switch name {
+	case "FcntlInt", "Syscall", "Syscall6", "RawSyscall", "RawSyscall6", "SyscallNoError", "RawSyscallNoError":
+		return true
+	}
+	_, ok := fdCalls[name]
+	return ok
 }
 
 // exemptLines maps the line of each exempting mark to its reason.
@@ -203,6 +232,10 @@ func (p *pkgFiles) judge(name string, call *ast.CallExpr) string {
 	case "FcntlInt":
 		if len(call.Args) > 1 && p.mentions(call.Args[1], func(s string) bool { return s == "F_DUPFD" }, 0) {
 			return "duplicates with F_DUPFD: use F_DUPFD_CLOEXEC (fds.Dup)"
+		}
+		if len(call.Args) > 2 && p.mentions(call.Args[1], func(s string) bool { return s == "F_SETFD" }, 0) &&
+			!p.mentions(call.Args[2], func(s string) bool { return s == "FD_CLOEXEC" }, 0) {
+			return "sets the descriptor flags without FD_CLOEXEC, which clears close-on-exec"
 		}
 		return ""
 	case "Syscall", "Syscall6", "RawSyscall", "RawSyscall6", "SyscallNoError", "RawSyscallNoError":
@@ -245,6 +278,12 @@ func (p *pkgFiles) mentions(expr ast.Expr, want func(string) bool, depth int) bo
 			return false
 		}
 		switch n := n.(type) {
+		case *ast.BinaryExpr:
+			// flags &^ O_CLOEXEC names the flag to take it away.
+			if n.Op == token.AND_NOT {
+				found = p.mentions(n.X, want, depth+1)
+				return false
+			}
 		case *ast.SelectorExpr:
 			if want(n.Sel.Name) {
 				found = true
@@ -404,6 +443,20 @@ func f(flags int, oob []byte) {
 	sys.Dup(4) //stockade:no-cloexec handed to a child on purpose
 	sys.Dup(5) //stockade:no-cloexec
 	sys.Close(3)
+	sys.FcntlInt(3, sys.F_SETFD, 0)                     // BAD clears the flag
+	sys.FcntlInt(3, sys.F_SETFD, sys.FD_CLOEXEC)
+	sys.Fspick(3, "x", 0)                               // BAD fspick
+	sys.Fspick(3, "x", sys.FSPICK_CLOEXEC)
+	sys.RecvmsgBuffers(3, nil, oob, 0)                  // BAD recvmsg into buffers
+	sys.RecvmsgBuffers(3, nil, oob, sys.MSG_CMSG_CLOEXEC)
+	sys.PerfEventOpen(nil, 0, -1, -1, 0)                // BAD perf event
+	sys.PerfEventOpen(nil, 0, -1, -1, sys.PERF_FLAG_FD_CLOEXEC)
+	sys.MemfdSecret(0)                                  // BAD secret memfd
+	sys.MemfdSecret(sys.O_CLOEXEC)
+	sys.Open("/", flags&^sys.O_CLOEXEC, 0)              // BAD the flag taken away
+	open := sys.Open                                    // BAD a call the check cannot see
+	open("/", sys.O_RDONLY, 0)
+	syscall.Open("/", syscall.O_RDONLY, 0)              // BAD the syscall package's
 }
 `
 	fset := token.NewFileSet()
