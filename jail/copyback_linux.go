@@ -145,7 +145,11 @@ func (c *copier) run(upperRoot int) (err error) {
 			}
 		}
 	}()
-	changes, err := c.plan(src, c.root, "", 0)
+	var st unix.Statx_t
+	if err := unix.Statx(c.root, "", unix.AT_EMPTY_PATH, unix.STATX_CTIME, &st); err != nil {
+		return unchanged(fmt.Errorf("statx: %w", err))
+	}
+	changes, err := c.plan(src, c.root, "", 0, hostDir{sure: true, changed: !before(st.Ctime, c.seen.since)})
 	if err != nil {
 		return unchanged(err)
 	}
