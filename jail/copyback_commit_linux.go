@@ -29,9 +29,9 @@ func (c *copier) apply(host int, ch *change, rel string) error {
 	}
 	switch ch.kind {
 	case changeMerge:
-		sub, err := openBeneath(host, ch.name)
+		sub, err := c.openPlanned(host, ch, rel)
 		if err != nil {
-			return fmt.Errorf("open %s: %s (changed while copying back)", shortPath(rel), whyNotOpened(host, ch.name, err))
+			return err
 		}
 		defer unix.Close(sub)
 		ch.applied = true
@@ -68,6 +68,16 @@ func (c *copier) apply(host int, ch *change, rel string) error {
 		if err := unix.Renameat2(c.stage, ch.staged, host, ch.name, unix.RENAME_EXCHANGE); err != nil {
 			return fmt.Errorf("replace %s: %w", shortPath(rel), err)
 		}
+		// Whoever can write this directory may have put another entry at
+		// the name since the look: what came out must be the one looked at.
+		var out unix.Stat_t
+		if err := unix.Fstatat(c.stage, ch.staged, &out, unix.AT_SYMLINK_NOFOLLOW); err != nil || out.Ino != ch.replaces {
+			if err := unix.Renameat2(c.stage, ch.staged, host, ch.name, unix.RENAME_EXCHANGE); err != nil {
+				return fmt.Errorf("replace %s: the host replaced it meanwhile, and exchanging it back failed: %w", shortPath(rel), err)
+			}
+			c.conflicts.add(rel, "the jail changed it, the host changed it while copying back: kept")
+			return nil
+		}
 	} else {
 		var err error
 		if ch.linkFrom != "" {
@@ -89,15 +99,31 @@ func (c *copier) apply(host int, ch *change, rel string) error {
 	if !ch.dir {
 		return nil
 	}
-	sub, err := openBeneath(host, ch.name)
+	sub, err := c.openPlanned(host, ch, rel)
 	if err != nil {
-		return fmt.Errorf("open %s: %s (changed while copying back)", shortPath(rel), whyNotOpened(host, ch.name, err))
+		return err
 	}
 	defer unix.Close(sub)
 	if err := c.commit(sub, ch.kids, rel); err != nil {
 		return err
 	}
 	return c.setMode(sub, ch, rel)
+}
+
+// openPlanned opens the directory ch names in host, and only the one the
+// plan saw (a merge) or staged (a put): whoever can write host can swap
+// its names (a rename in one directory needs no right on what moves), and
+// the plan's changes, deletions included, are for that directory alone.
+func (c *copier) openPlanned(host int, ch *change, rel string) (int, error) {
+	sub, err := openBeneath(host, ch.name)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %s (changed while copying back)", shortPath(rel), whyNotOpened(host, ch.name, err))
+	}
+	if same, err := isIno(sub, ch.ino); err != nil || !same {
+		unix.Close(sub)
+		return -1, fmt.Errorf("open %s: another directory now (replaced while copying back)", shortPath(rel))
+	}
+	return sub, nil
 }
 
 // setMode gives a directory its mode once its entries are in.
@@ -181,6 +207,15 @@ func (c *copier) removeEntry(host int, name string, mirror int, rel string, dept
 		if err := unix.Renameat2(host, name, mirror, name, unix.RENAME_NOREPLACE); err != nil {
 			return false, fmt.Errorf("remove %s: %w", shortPath(rel), err)
 		}
+		// The name may have been given to another entry since the look.
+		var moved unix.Stat_t
+		if err := unix.Fstatat(mirror, name, &moved, unix.AT_SYMLINK_NOFOLLOW); err != nil || moved.Ino != h.ino {
+			if err := unix.Renameat2(mirror, name, host, name, unix.RENAME_NOREPLACE); err != nil {
+				return false, fmt.Errorf("remove %s: the host replaced it meanwhile, and putting it back failed: %w", shortPath(rel), err)
+			}
+			c.conflicts.add(rel, "the jail deleted it, the host replaced it while copying back: kept")
+			return false, nil
+		}
 		c.report.Deleted++
 		return true, nil
 	}
@@ -194,6 +229,10 @@ func (c *copier) removeEntry(host int, name string, mirror int, rel string, dept
 		return false, nil
 	}
 	defer unix.Close(sub)
+	if same, err := isIno(sub, h.ino); err != nil || !same {
+		c.conflicts.add(rel, "the jail deleted it, the host replaced it while copying back: kept")
+		return false, nil
+	}
 	if err := unix.Mkdirat(mirror, name, 0o700); err != nil {
 		return false, fmt.Errorf("make a directory in the staging area: %w", err)
 	}
@@ -256,9 +295,9 @@ func (c *copier) undo(host int, changes []*change, rel string) error {
 func (c *copier) undoOne(host int, ch *change, rel string) error {
 	var errs []error
 	if ch.applied && (ch.kind == changeMerge || ch.dir) {
-		sub, err := openBeneath(host, ch.name)
+		sub, err := c.openPlanned(host, ch, rel)
 		if err != nil {
-			return fmt.Errorf("open %s: %w", shortPath(rel), err)
+			return err
 		}
 		if ch.modeSet {
 			if err := unix.Fchmod(sub, ch.oldMode); err != nil {

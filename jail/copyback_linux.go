@@ -77,6 +77,7 @@ type copier struct {
 	uid, gid  int      // owner of what is copied back: DIR's (-1: leave, stockade is not root)
 	stage     int      // the staging directory's fd
 	stageName string
+	stageIno  uint64            // its inode: its name in DIR is anyone's who can write DIR
 	names     uint64            // staged names made so far
 	links     map[uint64]string // upper inode -> its staged name, for hard links
 	buf       []byte            // one buffer for every file: a fresh one each made 64,000 empty files cost 38 s of CPU
@@ -133,8 +134,9 @@ func (c *copier) run(upperRoot int) (err error) {
 		}
 		// What the commit replaced or removed is in the staging directory
 		// now; after a failure, what was never applied.
+		rerr := c.removeStage()
 		unix.Close(c.stage)
-		if rerr := removeAll(c.root, c.stageName, 0); rerr != nil {
+		if rerr != nil {
 			left := fmt.Errorf("remove the staging directory %s/%s: %w; remove it", c.top, c.stageName, rerr)
 			if err == nil {
 				err = fmt.Errorf("copied back, but %w", left)
@@ -143,7 +145,11 @@ func (c *copier) run(upperRoot int) (err error) {
 			}
 		}
 	}()
-	changes, err := c.plan(src, c.root, "", 0)
+	var st unix.Statx_t
+	if err := unix.Statx(c.root, "", unix.AT_EMPTY_PATH, unix.STATX_CTIME, &st); err != nil {
+		return unchanged(fmt.Errorf("statx: %w", err))
+	}
+	changes, err := c.plan(src, c.root, "", 0, hostDir{sure: true, changed: !before(st.Ctime, c.seen.since)})
 	if err != nil {
 		return unchanged(err)
 	}
@@ -191,6 +197,31 @@ func (c *copier) openDir() (int, error) {
 	return fd, nil
 }
 
+// removeStage empties the staging directory through its fd, then removes
+// it by name only if the name is still its own: anyone who can write DIR
+// can rename it and give its name to a tree of someone else's, which root
+// would then remove whole.
+func (c *copier) removeStage() error {
+	names, err := readNames(c.stage)
+	for _, n := range names {
+		if err == nil {
+			err = removeAll(c.stage, n, 1)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(c.root, c.stageName, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("it was moved while copying back: %w", err)
+	}
+	if st.Ino != c.stageIno {
+		return errors.New("it was moved while copying back (its name is another directory's now); it is empty")
+	}
+	// rmdir: it fails on what was added since.
+	return unix.Unlinkat(c.root, c.stageName, unix.AT_REMOVEDIR)
+}
+
 // makeStage makes the staging directory when it is first needed (a run
 // that changed nothing leaves DIR untouched, its mtime included), named
 // so that nobody guesses it, readable by us alone.
@@ -208,7 +239,23 @@ func (c *copier) makeStage() error {
 		unix.Unlinkat(c.root, c.stageName, unix.AT_REMOVEDIR)
 		return fmt.Errorf("open the staging directory: %w", err)
 	}
-	c.stage = fd
+	// Between mkdir and open, whoever can write DIR can rename it and give
+	// its name to another directory: what was opened must be the one made,
+	// ours, private and empty.
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	var names []string
+	if err == nil {
+		names, err = readNames(fd)
+	}
+	if err == nil && (int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != 0o700 || len(names) != 0) {
+		err = errors.New("its name leads to another directory (renamed in DIR meanwhile)")
+	}
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("open the staging directory %s: %w", c.stageName, err)
+	}
+	c.stage, c.stageIno = fd, st.Ino
 	return nil
 }
 

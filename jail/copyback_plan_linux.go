@@ -19,11 +19,14 @@ type change struct {
 	// directory there, as far as it is unchanged.
 	replaces    uint64
 	removeFirst bool
-	dir         bool   // a put of a directory: kids go into it
-	mode        uint32 // a directory's mode once its kids are in; keepMode leaves it
-	keep        map[string]bool
-	kids        []*change
-	bytes       int64 // data staged for it
+	// ino is a directory's inode: the host's for a merge, the staged one's
+	// for a put; commit and undo go into no other directory by its name.
+	ino   uint64
+	dir   bool   // a put of a directory: kids go into it
+	mode  uint32 // a directory's mode once its kids are in; keepMode leaves it
+	keep  map[string]bool
+	kids  []*change
+	bytes int64 // data staged for it
 
 	// What commit did, for undo.
 	applied bool   // the merge entered, or the put renamed into place
@@ -44,10 +47,28 @@ const (
 // keepMode is a directory whose mode copy-back leaves as it is.
 const keepMode = ^uint32(0)
 
+// hostDir is what the plan knows of a directory of DIR it walks.
+type hostDir struct {
+	// sure: it is the directory the jail saw at its path, so an entry of
+	// it whose ctime predates the run was at its name when the run began.
+	// DIR is (its inode is checked). A subdirectory is when its parent
+	// is and either did not change during the run: a directory renamed
+	// into place has a new ctime, and so has the parent it went into, but
+	// the entries inside it keep theirs, and the jail never saw them
+	// there.
+	sure    bool
+	changed bool // made or changed during the run
+}
+
+// below is what the plan knows of the subdirectory h of in.
+func (in hostDir) below(h hostEntry) hostDir {
+	return hostDir{sure: in.sure && (!h.changed || !in.changed), changed: h.changed}
+}
+
 // plan walks the upper directory up beside DIR's directory host (-1: the
 // jail made it, DIR has none) in name order, stages what the changes write
 // and returns them. rel is the directory's path below DIR.
-func (c *copier) plan(up, host int, rel string, depth int) ([]*change, error) {
+func (c *copier) plan(up, host int, rel string, depth int, in hostDir) ([]*change, error) {
 	if depth > maxCopyDepth {
 		return nil, &copyStop{fmt.Sprintf("a tree deeper than %d levels", maxCopyDepth)}
 	}
@@ -60,7 +81,7 @@ func (c *copier) plan(up, host int, rel string, depth int) ([]*change, error) {
 		if err := c.look(); err != nil {
 			return nil, err
 		}
-		ch, err := c.planEntry(up, host, name, join(rel, name), depth)
+		ch, err := c.planEntry(up, host, name, join(rel, name), depth, in)
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +91,7 @@ func (c *copier) plan(up, host int, rel string, depth int) ([]*change, error) {
 }
 
 // planEntry decides what becomes of one upper entry.
-func (c *copier) planEntry(up, host int, name, rel string, depth int) ([]*change, error) {
+func (c *copier) planEntry(up, host int, name, rel string, depth int, in hostDir) ([]*change, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(up, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, fmt.Errorf("stat %s in the upper layer: %w", shortPath(rel), err)
@@ -85,15 +106,15 @@ func (c *copier) planEntry(up, host int, name, rel string, depth int) ([]*change
 	kind := st.Mode & unix.S_IFMT
 	if kind == unix.S_IFCHR && st.Rdev == 0 {
 		// A whiteout: the jail deleted it.
-		if !h.exists || c.keptHost(h, rel, "the jail deleted it") {
+		if !h.exists || c.keptHost(h, rel, "the jail deleted it") || c.unsure(in, rel, "the jail deleted it") {
 			return nil, nil
 		}
 		return []*change{{name: name, kind: changeRemove}}, nil
 	}
 	if kind == unix.S_IFDIR && h.exists && h.dir && !h.mount {
-		return c.planMerge(up, host, name, rel, st, h, depth)
+		return c.planMerge(up, host, name, rel, st, h, depth, in)
 	}
-	if h.exists && c.keptHost(h, rel, "the jail changed it") {
+	if h.exists && (c.keptHost(h, rel, "the jail changed it") || c.unsure(in, rel, "the jail changed it")) {
 		return nil, nil
 	}
 	put := &change{name: name, kind: changePut, removeFirst: h.exists && h.dir}
@@ -104,7 +125,7 @@ func (c *copier) planEntry(up, host int, name, rel string, depth int) ([]*change
 	switch kind {
 	case unix.S_IFDIR:
 		// New, or in place of a file of DIR's.
-		if put.staged, err = c.stageDir(); err != nil {
+		if put.staged, put.ino, err = c.stageDir(); err != nil {
 			return nil, stageError(rel, err)
 		}
 		put.dir, put.mode = true, st.Mode&0o777
@@ -112,7 +133,7 @@ func (c *copier) planEntry(up, host int, name, rel string, depth int) ([]*change
 		if err != nil {
 			return nil, fmt.Errorf("open %s in the upper layer: %w", shortPath(rel), err)
 		}
-		put.kids, err = c.plan(sub, -1, rel, depth+1)
+		put.kids, err = c.plan(sub, -1, rel, depth+1, hostDir{})
 		unix.Close(sub)
 		if err != nil {
 			return nil, err
@@ -141,21 +162,26 @@ func (c *copier) planEntry(up, host int, name, rel string, depth int) ([]*change
 }
 
 // planMerge goes into a directory both sides have.
-func (c *copier) planMerge(up, host int, name, rel string, st unix.Stat_t, h hostEntry, depth int) ([]*change, error) {
+func (c *copier) planMerge(up, host int, name, rel string, st unix.Stat_t, h hostEntry, depth int, in hostDir) ([]*change, error) {
 	hostSub, err := openBeneath(host, name)
 	if err != nil {
 		c.conflicts.add(rel, whyNotOpened(host, name, err)+": the jail's changes below it were not copied back")
 		return nil, nil
 	}
 	defer unix.Close(hostSub)
+	if same, err := isIno(hostSub, h.ino); err != nil || !same {
+		c.conflicts.add(rel, "replaced while copying back: the jail's changes below it were not copied back")
+		return nil, nil
+	}
+	sub := in.below(h)
 	upSub, err := openUpper(up, name)
 	if err != nil {
 		return nil, fmt.Errorf("open %s in the upper layer: %w", shortPath(rel), err)
 	}
 	defer unix.Close(upSub)
-	m := &change{name: name, kind: changeMerge, mode: keepMode}
+	m := &change{name: name, kind: changeMerge, mode: keepMode, ino: h.ino}
 	if want := st.Mode & 0o777; want != h.mode&0o777 {
-		if h.changed {
+		if h.changed || !sub.sure {
 			c.conflicts.add(rel, fmt.Sprintf("the jail made its mode %#o, the host changed the directory during the run: mode kept", want))
 		} else {
 			// The host's own special bits stay; none come from the jail.
@@ -165,7 +191,7 @@ func (c *copier) planMerge(up, host int, name, rel string, st unix.Stat_t, h hos
 	if opaque(upSub) {
 		// The jail removed the directory and made it anew: what the
 		// host has in it and the jail's does not, goes.
-		if h.changed {
+		if h.changed || !sub.sure {
 			c.conflicts.add(rel, "the jail replaced the directory, the host changed it during the run: its entries stay beside the jail's")
 		} else {
 			names, err := readNames(upSub)
@@ -176,7 +202,7 @@ func (c *copier) planMerge(up, host int, name, rel string, st unix.Stat_t, h hos
 			m.kids = append(m.kids, &change{kind: changeClear, keep: setOf(names)})
 		}
 	}
-	kids, err := c.plan(upSub, hostSub, rel, depth+1)
+	kids, err := c.plan(upSub, hostSub, rel, depth+1, sub)
 	if err != nil {
 		return nil, err
 	}
@@ -201,25 +227,48 @@ func (c *copier) keptHost(h hostEntry, rel, what string) bool {
 	return true
 }
 
+// unsure reports (as a conflict) an entry of a directory that may not be
+// the one the jail saw at its path: see hostDir.
+func (c *copier) unsure(in hostDir, rel, what string) bool {
+	if in.sure {
+		return false
+	}
+	c.conflicts.add(rel, what+", but a directory above it was moved or replaced during the run (the jail never saw what is there now): kept")
+	return true
+}
+
+// isIno reports whether the file fd is the inode ino.
+func isIno(fd int, ino uint64) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, err
+	}
+	return st.Ino == ino, nil
+}
+
 // stageDir makes an empty directory in the staging area (its mode is set
 // once its entries are in: a read-only one would refuse them).
-func (c *copier) stageDir() (string, error) {
+func (c *copier) stageDir() (string, uint64, error) {
 	if err := c.charge(0, 1); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	n, err := c.newName()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if err := unix.Mkdirat(c.stage, n, 0o700); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if c.uid >= 0 {
 		if err := unix.Fchownat(c.stage, n, c.uid, c.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return "", err
+			return "", 0, err
 		}
 	}
-	return n, nil
+	var st unix.Stat_t
+	if err := unix.Fstatat(c.stage, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return "", 0, err
+	}
+	return n, st.Ino, nil
 }
 
 // stageFile stages a copy of the upper file name for put: holes stay
