@@ -52,7 +52,8 @@ func initPath() (string, *os.File, error) {
 // locks it there until main), which init needs: the time namespace's
 // offsets belong to the thread group leader. The check costs nothing
 // otherwise: init is started with argv[0] jailinit.Arg0 alone, which no
-// command line from a user has, and only then is fd 3 looked at.
+// command line from a user has, as pid 1 of its new pid namespace, which
+// no caller of execve can arrange, and only then is fd 3 looked at.
 func init() {
 	if jailinit.IsInit() {
 		jailinit.Main()

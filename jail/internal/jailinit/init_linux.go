@@ -25,9 +25,17 @@ const Arg0 = "jailinit"
 const ctlFD = 3
 
 // IsInit reports whether this process is a jail's init: started with
-// argv[0] Arg0 and a SOCK_SEQPACKET socket at fd 3.
+// argv[0] Arg0 and a SOCK_SEQPACKET socket at fd 3, as pid 1. Argv and
+// descriptors are whatever the caller of execve chose, so they alone would
+// let anyone who can start a program importing package jail (a setuid or
+// file-capability helper built on it) make it skip its main and run init's
+// mounts and pivot_root with its privileges, from a config the caller
+// writes. Pid 1 is what only Run arranges: init is the first process of
+// the pid namespace it clones, and making one takes CAP_SYS_ADMIN in a
+// user namespace, where a set-id or file-capability exec grants nothing
+// (the file's owner and root id are not mapped there).
 func IsInit() bool {
-	if len(os.Args) != 1 || os.Args[0] != Arg0 {
+	if len(os.Args) != 1 || os.Args[0] != Arg0 || os.Getpid() != 1 {
 		return false
 	}
 	t, err := unix.GetsockoptInt(ctlFD, unix.SOL_SOCKET, unix.SO_TYPE)
