@@ -131,7 +131,7 @@ type BlockedSyscall struct {
 // Limits are the effective limits of a run, taken from the Spec that Run
 // enforced, so that a report never recomputes them. A null (nil) limit was
 // not applied: no CPU-time or file-size limit was asked for, or there is no
-// cgroup (--no-cgroup) to hold memory, CPU and pids.
+// cgroup (--no-cgroup) to hold memory, CPU, CPU time and pids.
 type Limits struct {
 	TimeoutMs     int64    `json:"timeout_ms"`
 	CPUTimeMs     *int64   `json:"cpu_time_ms"`
@@ -158,7 +158,9 @@ func limitsOf(s Spec) Limits {
 		w := s.WorkSize
 		l.WorkBytes = &w
 	}
-	if s.Cgroup.CPUTime > 0 {
+	// Without a cgroup nothing counts the tree's CPU time (newResult says
+	// what holds instead, in Degraded).
+	if s.Cgroup.CPUTime > 0 && !s.Host.NoCgroup {
 		ms := s.Cgroup.CPUTime.Milliseconds()
 		l.CPUTimeMs = &ms
 	}

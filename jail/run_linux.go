@@ -55,6 +55,12 @@ func newResult(spec Spec) *Result {
 	}
 	if spec.Host.NoCgroup {
 		res.Degraded = append(res.Degraded, "cgroup: none (no memory, CPU or pids limit; rlimits only)")
+		if c := spec.Cgroup.CPUTime; c > 0 {
+			// The tree's CPU time is counted only by the cgroup; what is
+			// left holds each process alone, and later than asked.
+			s := cpuBackstop(c)
+			res.Degraded = append(res.Degraded, fmt.Sprintf("cpu_time: %v not enforced for the whole tree (no cgroup); each process alone is held to RLIMIT_CPU, SIGXCPU after %d s and SIGKILL after %d s", c, s, s+1))
+		}
 	}
 	return res
 }
@@ -306,11 +312,16 @@ func rlimitsFor(spec Spec) []jailinit.Rlimit {
 		// limit without a cgroup): a little more than the limit, so that
 		// the poll normally ends the run first. The soft limit sends
 		// SIGXCPU, the hard one a second later SIGKILL.
-		s := uint64(c/time.Second) + 2
+		s := cpuBackstop(c)
 		r = append(r, jailinit.Rlimit{Resource: unix.RLIMIT_CPU, Cur: s, Max: s + 1})
 	}
 	return r
 }
+
+// cpuBackstop is the soft RLIMIT_CPU, in seconds, under a CPU-time limit
+// of c: a little more than c, so that the cgroup's poll normally ends the
+// run first (the hard limit is a second later).
+func cpuBackstop(c time.Duration) uint64 { return uint64(c/time.Second) + 2 }
 
 // launch starts init, sends it the plan and waits until the payload has
 // started (or setup failed). Every file it opens is closed by Close.
