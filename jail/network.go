@@ -57,11 +57,16 @@ func upstreamURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
+// redact is s as an error may show it: the URL without its password, or
+// none of it unless it parses with a host. url.Parse takes a proxy written
+// without its scheme, "user:password@host:3128", as the scheme "user" and
+// an opaque rest, which Redacted would print whole.
 func redact(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+	u, err := url.Parse(s)
+	if err != nil || u.Opaque != "" || u.Host == "" {
+		return "(not shown: not a URL with a host)"
 	}
-	return "(unparseable URL)"
+	return u.Redacted()
 }
 
 // proxyEnv is the jail's side of the proxy: every spelling Python's

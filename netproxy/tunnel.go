@@ -41,6 +41,10 @@ func (p *Proxy) dialOne(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 	if u == nil {
 		return dial(ctx, "tcp", ap.String())
 	}
+	// Errors say which upstream by its address alone: they reach the
+	// jail (a 502's reason) and the result, and the credentials stockade
+	// logs in with are none of the jail's business, its user name included.
+	name := u.Host
 	// Through stockade's own proxy: CONNECT to the checked address, so the
 	// upstream proxy cannot resolve the name to something else.
 	hostport := u.Host
@@ -49,7 +53,7 @@ func (p *Proxy) dialOne(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 	}
 	c, err := dial(ctx, "tcp", hostport)
 	if err != nil {
-		return nil, fmt.Errorf("upstream proxy %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("upstream proxy %s: %w", name, err)
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
@@ -60,22 +64,22 @@ func (p *Proxy) dialOne(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 	}
 	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("upstream proxy %s: %w", name, err)
 	}
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("upstream proxy %s: %w", name, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s refused CONNECT %s: %s", u.Redacted(), ap, resp.Status)
+		return nil, fmt.Errorf("upstream proxy %s refused CONNECT %s: %s", name, ap, resp.Status)
 	}
 	if br.Buffered() > 0 {
 		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s sent data before the tunnel opened", u.Redacted())
+		return nil, fmt.Errorf("upstream proxy %s sent data before the tunnel opened", name)
 	}
 	return c, nil
 }
