@@ -144,3 +144,20 @@ func TestAttackRequestLimitEdges(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRequestGivesOneLimitTwice: "output" and its older name
+// "output_limit" set the same limit. Given both, the one that sorted last
+// silently won: {"output": "1K", "output_limit": "512K"} ran with 512K
+// while the request (and whoever reads it in a log) said 1K. Like a key
+// given twice in a profile file, it must be refused.
+func TestAttackRequestGivesOneLimitTwice(t *testing.T) {
+	s, name := edgeServer(t, "")
+	req, err := decodeRequest([]byte(`{"code": "1", "limits": {"output": "1K", "output_limit": "512K"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := s.requestSpec(name, req.Limits)
+	if ae, ok := err.(*apiError); !ok || ae.Status != 400 || !strings.Contains(ae.Msg, "limits.output_limit") {
+		t.Errorf("output and output_limit both given: spec with output %d, error %v; want a 400 naming limits.output_limit", spec.OutputLimit, err)
+	}
+}
