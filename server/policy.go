@@ -38,6 +38,7 @@ var limitAliases = map[string]profiles.Field{"output_limit": profiles.FieldOutpu
 func (l Limits) layer() (*profiles.Profile, error) {
 	layer := &profiles.Profile{Name: "request"}
 	var errs []string
+	keyOf := map[profiles.Field]string{}
 	for _, key := range slices.Sorted(maps.Keys(l)) {
 		f, ok := limitAliases[key]
 		if !ok {
@@ -45,6 +46,12 @@ func (l Limits) layer() (*profiles.Profile, error) {
 				return nil, badRequest("limits.%s: unknown limit (a request may set %s)", key, limitNames())
 			}
 		}
+		// A name and its alias are one limit: given both, one would
+		// silently win, as a key given twice in a file may not.
+		if other, dup := keyOf[f]; dup {
+			return nil, badRequest("limits.%s: the same limit as limits.%s; give one", key, other)
+		}
+		keyOf[f] = key
 		v, err := tomlValue(l[key])
 		if err == nil {
 			err = layer.SetValue(f, v, requestOrigin)

@@ -110,7 +110,7 @@ func TestAttackRequestLimitsLoosenTheJail(t *testing.T) {
 		{`{"code": "1", "limits": {"file_size": "0"}}`, 422, "limits.file_size: 0 (no limit) is above the ceiling of 64M"},
 		{`{"code": "1", "limits": {"swap": "1G"}}`, 422, "limits.swap: 1G is above the ceiling of 0"},
 		{`{"code": "1", "limits": {"network.allow": ["example.org"]}}`, 400, "limits.network.allow: unknown limit"},
-		{`{"code": "1", "limits": {"output": "1k", "output_limit": "2M"}}`, 422, "limits.output: 2M is above the ceiling of 1M"},
+		{`{"code": "1", "limits": {"output": "1k", "output_limit": "2M"}}`, 400, "limits.output_limit: the same limit as limits.output; give one"},
 	} {
 		status, _, body := s.post(c.body)
 		if status != c.status || !strings.Contains(string(body), c.want) {
