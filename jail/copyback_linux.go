@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -312,7 +316,7 @@ const (
 )
 
 func (n *notes) add(rel, why string) {
-	line := shortPath(rel) + ": " + why
+	line := notePath(shortPath(rel)) + ": " + why
 	if len(n.lines) >= maxNotes || n.bytes+len(line) > maxNoteBytes {
 		n.more++
 		return
@@ -327,6 +331,19 @@ func (n *notes) list() []string {
 		out = append(out, fmt.Sprintf("%d more not listed", n.more))
 	}
 	return out
+}
+
+// notePath is a path as a note shows it: the jail names its files with
+// any bytes but '/' and NUL, and a note ends up on the caller's terminal
+// (stockade run prints it to stderr), where a newline in a name fakes a
+// line of stockade's and an escape sequence drives the terminal. A path
+// that is not printable UTF-8, or holds a quote or a backslash (which
+// would make it look quoted), is written Go-quoted: "\x1b[2J\n...".
+func notePath(p string) string {
+	if utf8.ValidString(p) && strings.IndexFunc(p, func(r rune) bool { return !unicode.IsPrint(r) || r == '"' || r == '\\' }) < 0 {
+		return p
+	}
+	return strconv.Quote(p)
 }
 
 // shortPath is rel below DIR, its middle cut when long: paths can be

@@ -30,7 +30,19 @@ type fallbackBase struct {
 func fallbackPrefix() string { return filepath.Base(runlock.TempUserDir()) + "." }
 
 func isFallbackBase(dir string) bool {
-	return filepath.Dir(dir) == filepath.Clean(os.TempDir()) && strings.HasPrefix(filepath.Base(dir), fallbackPrefix())
+	return filepath.Dir(dir) == filepath.Clean(os.TempDir()) && isFallbackName(filepath.Base(dir))
+}
+
+// isFallbackName reports whether name is one os.MkdirTemp makes from
+// fallbackPrefix: the prefix and its random suffix, the decimal digits of
+// a uint32. Nothing looser: the sweep removes what matches, and
+// "stockade-1000.old" is the user's own (an mv of the usual base).
+func isFallbackName(name string) bool {
+	suffix, ok := strings.CutPrefix(name, fallbackPrefix())
+	if !ok || len(suffix) == 0 || len(suffix) > len("4294967295") {
+		return false
+	}
+	return strings.Trim(suffix, "0123456789") == ""
 }
 
 // newFallback makes and locks a fallback base. 0711: init reaches the run
@@ -114,6 +126,9 @@ func sweepFallbacks(clean func(runlock.Stale) error, say func(error)) {
 		return
 	}
 	for _, path := range names {
+		if !isFallbackName(filepath.Base(path)) {
+			continue
+		}
 		if err := sweepFallback(path, clean, say); err != nil {
 			say(fmt.Errorf("private run directory base %s of a stockade that died: %w", path, err))
 		}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 
+	"github.com/stockade/stockade/internal/lockfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -274,27 +275,11 @@ func Lock(base string) (func(), error) {
 	if err := checkOwned(base, true); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(base, lockName)
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	unlock, err := lockfile.Acquire(filepath.Join(base, lockName))
 	if err != nil {
-		return nil, fmt.Errorf("font cache lock %s: %w", path, err)
+		return nil, fmt.Errorf("font cache: %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
-		unix.Close(fd)
-		return nil, fmt.Errorf("font cache lock %s: not a file of uid %d that only it can open", path, os.Geteuid())
-	}
-	for {
-		err = unix.Flock(fd, unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("lock font cache %s: %w", base, err)
-	}
-	return func() { unix.Close(fd) }, nil
+	return unlock, nil
 }
 
 // BuildScript is the Python the builder runs in a jail with MPLCONFIGDIR

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/lockfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -312,7 +313,9 @@ func readStamp(root string) (suite, packages string, err error) {
 // EnsureBuilt builds dir with Build unless it already holds a root Build
 // made with the same suite and packages, and says whether it built. It
 // serializes on a lock file beside dir, so that test binaries running in
-// parallel (`go test ./...`) share one build instead of racing.
+// parallel (`go test ./...`) share one build instead of racing; only this
+// user can open it (lockfile), so no other user can hold it and keep the
+// build waiting.
 func EnsureBuilt(ctx context.Context, dir string, opts BuildOptions) (built bool, err error) {
 	opts, err = opts.withDefaults()
 	if err != nil {
@@ -325,14 +328,11 @@ func EnsureBuilt(ctx context.Context, dir string, opts BuildOptions) (built bool
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return false, err
 	}
-	lock, err := os.OpenFile(dir+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+	unlock, err := lockfile.Acquire(dir + ".lock")
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("root image %s: %w", dir, err)
 	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return false, fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
+	defer unlock()
 	suite, pkgs, err := readStamp(dir)
 	switch {
 	case err == nil && suite == opts.Suite && pkgs == strings.Join(opts.include(), ","):
