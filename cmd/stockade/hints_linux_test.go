@@ -51,7 +51,10 @@ func TestPipInstallOfflineGetsTheNetworkHint(t *testing.T) {
 	if _, err := exec.LookPath("pip"); err != nil {
 		t.Skip("needs pip (python3-pip)")
 	}
-	code, out, errs := invoke(t, "", "run", "--", "pip", "install", "requests")
+	// A name no Debian package installs: with requests (python3-requests,
+	// which CI's deps install) pip found it already satisfied and never
+	// reached the index.
+	code, out, errs := invoke(t, "", "run", "--", "pip", "install", "stockade-offline-probe")
 	if code == 0 || !strings.Contains(errs, "stockade: network: this jail has no network") || !strings.Contains(errs, "see --allow-net") ||
 		strings.Contains(out+errs, "externally-managed-environment") {
 		t.Errorf("pip install offline: exit %d, stdout %q, stderr %q", code, out, errs)
