@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"bytes"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,12 +15,6 @@ import (
 	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
-
-// driverSource is the session driver (driver.py), sent to the bootstrap
-// in a session's job.
-//
-//go:embed driver.py
-var driverSource string
 
 // driverRequest is one exec, sent with the cell's stdin, stdout and
 // stderr pipes as SCM_RIGHTS.

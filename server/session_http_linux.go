@@ -334,7 +334,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		slot: make(chan struct{}, 1), frames: make(chan driverFrame, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
 	hello := newID()
-	hdr, err := encodeJob(job{Session: &sessionJob{Driver: driverSource, Hello: hello, Env: req.Env}})
+	hdr, err := encodeJob(job{Session: &sessionJob{Hello: hello, Env: req.Env}})
 	if err != nil {
 		stopJail()
 		conn.Close()
