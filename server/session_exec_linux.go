@@ -214,7 +214,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	}
 	drain := s.jl.p.DrainOutput(outR, errR, s.outputLimit, sout, serr)
 	token := newID()
-	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: s.outputLimit, ImagesMax: srv.cfg.FilesMax}
+	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax}
 	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
 	inR.Close()
 	outW.Close()
@@ -373,6 +373,13 @@ wait:
 	}
 	return answer, why
 }
+
+// maxResult caps the repr of a cell's last expression, its exception's
+// value and its traceback, each, in characters: an answer the server holds
+// whole, where output is streamed.
+const maxResult = 256 << 10
+
+func resultMax(outputLimit int64) int64 { return min(outputLimit, maxResult) }
 
 // explainExec says, for a verdict other than ok, what happened.
 func explainExec(res *ExecResult, f execFacts, why string, s *session) string {

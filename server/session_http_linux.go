@@ -316,9 +316,9 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		return &apiError{Status: 500, Msg: fmt.Sprintf("start the session: %s: %v", msg, err)}
 	}
 	// The largest frame the driver may send: the figures (base64) and
-	// the result, error value and traceback (JSON-escaped, 6 bytes a
-	// byte at worst), and room for the rest.
-	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*6*spec.OutputLimit + 1<<20
+	// the result, error value and traceback (characters, JSON-escaped: 12
+	// bytes for a character past U+FFFF at worst), and room for the rest.
+	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + 1<<20
 	conn, err := newDriverConn(jl.driver, maxFrame)
 	if err != nil {
 		if cerr := jl.close(s.budget); cerr != nil {

@@ -255,10 +255,27 @@ func TestSessionInterrupt(t *testing.T) {
 }
 
 // Execs of one session run one at a time; the next waits --queue-wait,
-// then 409.
+// then 409. And what each exec reports of itself alone: its output cut at
+// the limit, the calls it had refused, its network attempts, its audit
+// line.
 func TestSessionBusy(t *testing.T) {
-	s := startServer(t, "--pool", "1", "--queue-wait", "1s")
-	id := s.session(SessionRequest{}).SessionID
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	s := startServer(t, "--pool", "1", "--queue-wait", "1s", "--audit-log", audit)
+	id := s.session(SessionRequest{Limits: &Limits{OutputLimit: "1K"}}).SessionID
+	r := s.cell(id, "print('x' * 5000)\n'after'")
+	if r.Verdict != ExecOutput || r.State != "kept" || len(r.Stdout) != 1024 || !r.StdoutTruncated || r.StdoutBytes != 5001 || !resultIs(r, "'after'") {
+		t.Errorf("output past the limit: %s %v %d %d", r.Verdict, r.StdoutTruncated, len(r.Stdout), r.StdoutBytes)
+	}
+	if r := s.cell(id, "print('y')"); r.Verdict != ExecOK || r.Stdout != "y\n" {
+		t.Errorf("the next exec's output is its own: %+v", r)
+	}
+	r = s.cell(id, "import ctypes, socket\nctypes.CDLL(None).syscall(165, 0, 0, 0, 0, 0)\nc = socket.socket()\nc.settimeout(1)\ntry:\n    c.connect(('192.0.2.1', 80))\nexcept OSError as e:\n    print(type(e).__name__)")
+	if len(r.BlockedSyscalls) != 1 || r.BlockedSyscalls[0].Name != "mount" || len(r.Network) != 1 || r.Network[0].Host != "192.0.2.1" {
+		t.Errorf("the exec's refused calls and network attempts: %+v %+v", r.BlockedSyscalls, r.Network)
+	}
+	if r := s.cell(id, "1"); len(r.BlockedSyscalls) != 0 || len(r.Network) != 0 {
+		t.Errorf("the next exec's are its own: %+v %+v", r.BlockedSyscalls, r.Network)
+	}
 	done := make(chan *ExecResult, 1)
 	go func() { done <- s.cell(id, "import time\ntime.sleep(4)\n'first'") }()
 	eventually(t, "the exec runs", func() bool { _, in := s.info(id); return in.Busy })
@@ -271,6 +288,24 @@ func TestSessionBusy(t *testing.T) {
 	}
 	if r := s.cell(id, "2"); !resultIs(r, "2") {
 		t.Errorf("after: %+v", r)
+	}
+	s.call("DELETE", "/v1/sessions/"+id, nil, nil)
+	b, _ := os.ReadFile(audit)
+	events := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e AuditEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if e.SessionID == id {
+			events[e.Event]++
+			if e.Event == "exec" && (len(e.CodeSHA256) != 64 || e.State == "" || e.ExecutionCount == 0) {
+				t.Errorf("exec line %s", line)
+			}
+		}
+	}
+	if events["session_create"] != 1 || events["exec"] != 6 || events["session_end"] != 1 {
+		t.Errorf("audit events of the session: %v", events)
 	}
 }
 
