@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,7 +20,7 @@ import (
 // of file when the payload is gone, and the payload has nothing else of
 // stockade's.
 func TestAttackPassedDescriptorReachesOnlyThePayload(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func TestAttackPassedDescriptorReachesOnlyThePayload(t *testing.T) {
 }
 
 func TestPassTooManyDescriptorsRefused(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	var pass []*os.File
 	for i := 0; i < maxPass+1; i++ {
 		f, err := os.Open("/dev/null")
@@ -95,7 +96,7 @@ func TestPassTooManyDescriptorsRefused(t *testing.T) {
 // What a live jail shows its caller: usage read while it runs, its payload
 // opened by pid and no other process, its memory peak started over.
 func TestLiveJailUsageAndProcess(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

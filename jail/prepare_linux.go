@@ -21,6 +21,7 @@ type Prepared struct {
 	res  *Result
 
 	own            *ownership
+	id             identity  // the jail user's host ids (WorkOwner)
 	seen           workSeen  // a --workdir as the run found it
 	deadline       time.Time // when the run's time is up: its start plus its timeout
 	dir            *runDir

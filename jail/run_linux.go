@@ -219,6 +219,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 			return setupError("workdir", err)
 		}
 	}
+	p.id = id
 	return p.launch(ctx, id, cfg)
 }
 

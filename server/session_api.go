@@ -17,8 +17,8 @@ import (
 
 // SessionRequest is the body of POST /v1/sessions.
 type SessionRequest struct {
-	Profile string  `json:"profile,omitempty"` // one of the server's profiles; "" the first
-	Limits  *Limits `json:"limits,omitempty"`  // as /v1/run's: each no looser than the profile's
+	Profile string `json:"profile,omitempty"` // one of the server's profiles; "" the first
+	Limits  Limits `json:"limits,omitempty"`  // as /v1/run's: each no looser than the profile's
 	// IdleTimeout and TTL ("10m", "1h") end the session after so long
 	// without a request, and so long after it began; at most, and by
 	// default, --session-idle and --session-ttl.

@@ -196,14 +196,15 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	if name == "" {
 		name = s.cfg.Profiles[0].Name
 	}
-	spec, ok := s.profiles[name]
-	if !ok {
+	if _, ok := s.policies[name]; !ok {
 		return nil, badRequest("profile %q: not offered by this server (it offers: %s)", name, s.profileNames())
 	}
-	if len(req.Files) > 0 && spec.WorkdirMode == jail.WorkdirNone {
+	if len(req.Files) > 0 && s.specs[name].WorkdirMode == jail.WorkdirNone {
 		return nil, badRequest("files: profile %s has no writable /work", name)
 	}
-	if _, err := applyLimits(&spec, req.Limits); err != nil {
+	// The one door a request's limits go through, as /v1/run's do.
+	spec, err := s.requestSpec(name, req.Limits)
+	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) {
 			return nil, ae
@@ -237,7 +238,7 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	// every exec's CPU (and the interpreter's RLIMIT_CPU with it).
 	jailSpec := spec
 	jailSpec.Cgroup.CPUTime = 0
-	jailSpec.OutputLimit = s.profiles[name].OutputLimit
+	jailSpec.OutputLimit = s.specs[name].OutputLimit
 	switch err := s.gate.enter(ctx); {
 	case errors.Is(err, errBusy):
 		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
@@ -274,9 +275,9 @@ func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec
 	pl := s.pools[profile]
 	var jl *ready
 	switch {
-	case pl.spec.Cgroup.CPUTime > 0 && pl.spec.Cgroup == withCPUTime(spec.Cgroup, pl.spec.Cgroup.CPUTime):
+	case pl.spec.Cgroup.CPUTime > 0 && poolServes(pl.spec, withCPUTime(spec, pl.spec.Cgroup.CPUTime)):
 		use.Reason = "the profile's CPU-time limit is each exec's in a session, and its pooled jails carry it for their whole life"
-	case pl.spec.Cgroup != spec.Cgroup:
+	case !poolServes(pl.spec, spec):
 		use.Reason = "limits differ from the profile's"
 	case pl.target == 0:
 		use.Reason = "no pool"
@@ -302,9 +303,9 @@ func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec
 	return jl, use, nil
 }
 
-func withCPUTime(c jail.CgroupSpec, d time.Duration) jail.CgroupSpec {
-	c.CPUTime = d
-	return c
+func withCPUTime(spec jail.Spec, d time.Duration) jail.Spec {
+	spec.Cgroup.CPUTime = d
+	return spec
 }
 
 // startSession turns a prepared jail into a session: the driver sent as

@@ -100,6 +100,8 @@ func (s *testServer) info(id string) (int, SessionInfo) {
 
 func resultIs(r *ExecResult, want string) bool { return r.Result != nil && *r.Result == want }
 
+func ptr[T any](v T) *T { return &v }
+
 func TestSessionKeepsStateAcrossExecs(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	c := s.session(SessionRequest{})
@@ -189,7 +191,7 @@ func TestSessionTimeoutKeepsState(t *testing.T) {
 		t.Errorf("state after the timeout: %+v", r)
 	}
 	// A CPU-time limit is each exec's, as the timeout is.
-	id = s.session(SessionRequest{Limits: &Limits{CPUTime: "500ms"}}).SessionID
+	id = s.session(SessionRequest{Limits: Limits{"cpu_time": "500ms"}}).SessionID
 	s.cell(id, "y = 5")
 	r = s.exec(id, ExecRequest{Code: ptr("while True: pass")})
 	if r.Verdict != ExecTimeout || r.State != "kept" || !strings.Contains(r.Why, "CPU time") || r.CPUMs < 400 {
@@ -261,7 +263,7 @@ func TestSessionInterrupt(t *testing.T) {
 func TestSessionBusy(t *testing.T) {
 	audit := filepath.Join(t.TempDir(), "audit.log")
 	s := startServer(t, "--pool", "1", "--queue-wait", "1s", "--audit-log", audit)
-	id := s.session(SessionRequest{Limits: &Limits{OutputLimit: "1K"}}).SessionID
+	id := s.session(SessionRequest{Limits: Limits{"output": "1K"}}).SessionID
 	r := s.cell(id, "print('x' * 5000)\n'after'")
 	if r.Verdict != ExecOutput || r.State != "kept" || len(r.Stdout) != 1024 || !r.StdoutTruncated || r.StdoutBytes != 5001 || !resultIs(r, "'after'") {
 		t.Errorf("output past the limit: %s %v %d %d", r.Verdict, r.StdoutTruncated, len(r.Stdout), r.StdoutBytes)
@@ -313,7 +315,7 @@ func TestSessionBusy(t *testing.T) {
 // readable until DELETE.
 func TestSessionOOMEndsWithMemoryWorkReadable(t *testing.T) {
 	s := startServer(t, "--pool", "0")
-	c := s.session(SessionRequest{Limits: &Limits{Memory: "128M"}, Files: map[string]string{"in/data.txt": base64.StdEncoding.EncodeToString([]byte("input"))}})
+	c := s.session(SessionRequest{Limits: Limits{"memory": "128M"}, Files: map[string]string{"in/data.txt": base64.StdEncoding.EncodeToString([]byte("input"))}})
 	id := c.SessionID
 	if c.Pool.Hit || c.Limits.MemoryBytes != 128<<20 {
 		t.Errorf("limits: %+v", c)
@@ -453,7 +455,7 @@ func TestSessionCeilings(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--group", "nogroup", "--session-idle", "5s", "--session-ttl", "20s",
 		"--sessions", "2", "--sessions-per-caller", "1")
 	for _, req := range []SessionRequest{
-		{IdleTimeout: "10s"}, {TTL: "1m"}, {Limits: &Limits{Memory: "64G"}}, {Limits: &Limits{Timeout: "1h"}}, {Limits: &Limits{Pids: ptr(int64(100000))}},
+		{IdleTimeout: "10s"}, {TTL: "1m"}, {Limits: Limits{"memory": "64G"}}, {Limits: Limits{"timeout": "1h"}}, {Limits: Limits{"pids": 100000}},
 	} {
 		if code, body := s.call("POST", "/v1/sessions", req, nil); code != 422 || !bytes.Contains(body, []byte("ceiling")) {
 			t.Errorf("%+v: %d %s", req, code, body)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
 )
 
 // The precedence of an exec's verdicts, and when its state may be said
@@ -94,7 +95,11 @@ func TestUsageSince(t *testing.T) {
 // The metrics text parses with the tests' own parser, whatever the server
 // counted.
 func TestMetricsText(t *testing.T) {
-	s, err := New(Config{Profiles: []Profile{{Name: "p", Spec: testSpec()}}})
+	python, err := profiles.Builtin("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Profiles: []Profile{{Name: "p", Policy: python}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,12 +129,4 @@ func TestMetricsText(t *testing.T) {
 			t.Errorf("%s = %v, want %v\n%s", key, m[key], want, b.String())
 		}
 	}
-}
-
-// testSpec is a complete spec New accepts (it starts nothing).
-func testSpec() jail.Spec {
-	return jail.Spec{Args: []string{"python3"}, Timeout: time.Second, OutputLimit: 1 << 20, Rootfs: jail.RootfsHost,
-		TmpfsSize: 1 << 20, WorkSize: 1 << 20, WorkdirMode: jail.WorkdirFresh, Hostname: "j",
-		Rlimits: jail.Rlimits{OpenFiles: 64}, Seccomp: "python",
-		Cgroup: jail.CgroupSpec{MemoryMax: 1 << 28, CPUs: 1, PidsMax: 16}}
 }

@@ -138,7 +138,9 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		// First: a descriptor the caller of stockade left open without
 		// close-on-exec (a shell's exec 7</, systemd's journal stream, a
 		// flock wrapper's lock) was inherited by init across its execve.
-		// Everything above the control socket that lacks the flag is that.
+		// Everything above the control socket that lacks the flag is that;
+		// the descriptors the parent passed on purpose (Config.PassFDs)
+		// were given the flag as the config arrived, and stay.
 		{"close inherited descriptors", func() error { return fds.CloseInherited(ctlFD + 1) }},
 		{"protect init", protectInit},
 		{"make mounts private", func() error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
@@ -161,7 +163,8 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		// From here this thread is the jail user with nothing left, and
 		// only this thread: the payload must be forked from it.
 		{"drop privileges", func() error { return becomeJailUser(c.SetGroups) }},
-		// The payload gets 0-2 and nothing else: every other descriptor
+		// The payload gets 0-2, and the descriptors passed on purpose where
+		// startPayload places them (3, 4, ...), and nothing else: every other descriptor
 		// init holds (the control socket, Go's own, any a step opened) is
 		// closed by the payload's execve. Read back before the filter,
 		// which may refuse close_range or reading /proc; after this only
