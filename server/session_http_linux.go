@@ -335,7 +335,9 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		slot: make(chan struct{}, 1), frames: make(chan driverFrame, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
 	hello := newID()
-	hdr, err := encodeJob(job{Session: &sessionJob{Hello: hello, Env: req.Env}})
+	hdr, err := frame(struct {
+		Session sessionJob `json:"session"`
+	}{sessionJob{Hello: hello, Env: req.Env}})
 	if err != nil {
 		stopJail()
 		conn.Close()
@@ -661,6 +663,13 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 		return
 	}
 	defer s.gate.depart(caller.uid)
+	// The body streams to /work: the server holds a chunk of it, but its
+	// share of --body-budget is taken as any body's is.
+	share, ok := s.takeBodyShare(w, r)
+	if !ok {
+		return
+	}
+	defer s.bodies.give(share)
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	uid, gid := ss.jl.p.WorkOwner()

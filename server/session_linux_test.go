@@ -301,12 +301,12 @@ func TestSessionBusy(t *testing.T) {
 		}
 		if e.SessionID == id {
 			events[e.Event]++
-			if e.Event == "exec" && (len(e.CodeSHA256) != 64 || e.State == "" || e.ExecutionCount == 0) {
+			if e.Event == "exec_end" && (len(e.CodeSHA256) != 64 || e.AuditOutcome == nil || e.State == "" || !strings.HasPrefix(e.RunID, id+"/")) {
 				t.Errorf("exec line %s", line)
 			}
 		}
 	}
-	if events["session_create"] != 1 || events["exec"] != 6 || events["session_end"] != 1 {
+	if events["session_start"] != 1 || events["exec_end"] != 6 || events["session_end"] != 1 {
 		t.Errorf("audit events of the session: %v", events)
 	}
 }
@@ -513,13 +513,15 @@ func TestSessionBudget(t *testing.T) {
 func TestSessionIdleAndTTLExpiry(t *testing.T) {
 	s := startServer(t, "--pool", "0")
 	idle := s.session(SessionRequest{IdleTimeout: "1s"}).SessionID
-	ttl := s.session(SessionRequest{TTL: "2s"}).SessionID
+	made := time.Now()
+	ttl := s.session(SessionRequest{TTL: "3s"}).SessionID
 	s.cell(idle, "x = 1")
-	for i := 0; i < 6; i++ { // requests keep it from going idle
-		time.Sleep(300 * time.Millisecond)
+	// Requests keep a session from going idle, not from its lifetime.
+	for time.Since(made) < 1500*time.Millisecond {
 		s.cell(ttl, "1")
+		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(time.Until(made.Add(3500 * time.Millisecond)))
 	for id, why := range map[string]string{idle: "(idle)", ttl: "(ttl)"} {
 		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil)
 		if code != 410 || !bytes.Contains(body, []byte(why)) {

@@ -123,15 +123,15 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 		dst  *time.Duration
 	}{{"session-idle", &cfg.SessionIdle}, {"session-ttl", &cfg.SessionTTL}} {
 		if *f.dst, err = profiles.ParseDuration(c.String(f.name)); err != nil {
-			return cfg, noop, fmt.Errorf("--%s: %w", f.name, err)
+			return cfg, fmt.Errorf("--%s: %w", f.name, err)
 		}
 		if *f.dst <= 0 {
-			return cfg, noop, fmt.Errorf("--%s %s: must be more than 0", f.name, c.String(f.name))
+			return cfg, fmt.Errorf("--%s %s: must be more than 0", f.name, c.String(f.name))
 		}
 	}
 	for _, f := range []string{"sessions", "sessions-per-caller"} {
 		if c.Int(f) < 0 {
-			return cfg, noop, fmt.Errorf("--%s %d: must not be negative (0: no cap)", f, c.Int(f))
+			return cfg, fmt.Errorf("--%s %d: must not be negative (0: no cap)", f, c.Int(f))
 		}
 	}
 	if cfg.BodyTimeout, err = profiles.ParseDuration(c.String("body-timeout")); err != nil {
