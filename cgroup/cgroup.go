@@ -85,6 +85,8 @@ type Options struct {
 // Stats is what a group used, read after (or during) a run.
 type Stats struct {
 	MemoryPeak     uint64        // highest memory use in bytes
+	MemoryNow      uint64        // memory use when read
+	PidsNow        uint64        // tasks when read
 	CPUUsage       time.Duration // user+system CPU time of every task in the group
 	UserCPU        time.Duration
 	SystemCPU      time.Duration

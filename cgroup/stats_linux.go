@@ -70,6 +70,7 @@ func (g *Group) statsV1(r *statReader) Stats {
 	if g.memDir != "" {
 		// v1 counts TCP buffers apart (see tcpLimit); the run held both.
 		s.MemoryPeak = r.value(g.memDir, "memory.max_usage_in_bytes") + r.value(g.memDir, "memory.kmem.tcp.max_usage_in_bytes")
+		s.MemoryNow = r.value(g.memDir, "memory.usage_in_bytes") + r.value(g.memDir, "memory.kmem.tcp.usage_in_bytes")
 		// oom_kill appeared in memory.oom_control in Linux 4.13.
 		s.OOMKills = r.key(g.memDir, "memory.oom_control", "oom_kill")
 		// The kernel charges memory+swap first: with memsw equal to the
@@ -93,6 +94,7 @@ func (g *Group) statsV1(r *statReader) Stats {
 	}
 	if g.pidsDir != "" {
 		s.PidsPeak = r.value(g.pidsDir, "pids.peak")
+		s.PidsNow = r.value(g.pidsDir, "pids.current")
 		s.PidsLimitHit = r.key(g.pidsDir, "pids.events", "max") > 0
 	}
 	return s
@@ -103,9 +105,10 @@ func (g *Group) statsV2(r *statReader) Stats {
 	if g.memDir != "" {
 		// memory.peak is Linux 5.19+; before it, memory.current is the best
 		// we have, and it understates the peak once the run has exited.
+		s.MemoryNow = r.value(g.memDir, "memory.current")
 		s.MemoryPeak = r.value(g.memDir, "memory.peak")
 		if r.missing {
-			s.MemoryPeak = r.value(g.memDir, "memory.current")
+			s.MemoryPeak = s.MemoryNow
 		}
 		ev := r.file(g.memDir, "memory.events")
 		s.OOMKills, _ = keyedValue(ev, "oom_kill")
@@ -121,6 +124,7 @@ func (g *Group) statsV2(r *statReader) Stats {
 	s.SystemCPU = time.Duration(sys) * time.Microsecond
 	if g.pidsDir != "" {
 		s.PidsPeak = r.value(g.pidsDir, "pids.peak") // Linux 6.1+
+		s.PidsNow = r.value(g.pidsDir, "pids.current")
 		s.PidsLimitHit = r.key(g.pidsDir, "pids.events", "max") > 0
 	}
 	return s
@@ -164,4 +168,34 @@ func (r *statReader) value(dir, name string) uint64 {
 func (r *statReader) key(dir, name, key string) uint64 {
 	v, _ := keyedValue(r.file(dir, name), key)
 	return v
+}
+
+// ErrPeakNotResettable is a memory peak the kernel keeps for the group's
+// whole life: cgroup v2's memory.peak, which only a reader holding it open
+// may reset (Linux 6.12).
+var ErrPeakNotResettable = errors.New("the memory peak cannot be reset here (cgroup v2)")
+
+// ResetMemoryPeak starts the group's memory peak over from its use now,
+// so that the next Stats says what was used at most since (a server
+// session's exec). The peak before is gone: a caller that needs it reads
+// Stats first. On v2 it returns ErrPeakNotResettable and changes nothing.
+func (g *Group) ResetMemoryPeak() error {
+	if g.deleted {
+		return fmt.Errorf("cgroup %s: reset memory peak: the group is deleted", g.name)
+	}
+	if g.mode != V1 {
+		return ErrPeakNotResettable
+	}
+	if g.memDir == "" {
+		return fmt.Errorf("cgroup %s: reset memory peak: no memory hierarchy", g.name)
+	}
+	// Writing 0 sets max_usage to the usage now (mem_cgroup_reset).
+	if err := writeFile(filepath.Join(g.memDir, "memory.max_usage_in_bytes"), "0"); err != nil {
+		return fmt.Errorf("cgroup %s: reset memory peak: %w", g.name, err)
+	}
+	err := writeFile(filepath.Join(g.memDir, "memory.kmem.tcp.max_usage_in_bytes"), "0")
+	if err != nil && !errors.Is(err, errMissing) {
+		return fmt.Errorf("cgroup %s: reset memory peak: %w", g.name, err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockade/stockade/cgroup"
@@ -17,6 +18,11 @@ type runCgroup struct {
 	group *cgroup.Group
 	mode  cgroup.Mode
 	mgr   *cgroup.Manager // closed after the group is deleted (close)
+
+	// mu keeps a live reading (Prepared.Usage, from another goroutine)
+	// from racing the group's deletion, which cgroup.Group forbids.
+	mu   sync.Mutex
+	gone bool
 }
 
 // newRunCgroup creates the run's cgroup. Failing to enforce a requested
@@ -61,7 +67,10 @@ func newRunCgroup(spec Spec, own *ownership, id string, notices io.Writer) (*run
 func (c *runCgroup) close(notices io.Writer) error {
 	// A group left behind keeps the parent's controllers in use, and
 	// Restore then sees a second child and undoes nothing.
+	c.mu.Lock()
+	c.gone = true
 	err := c.group.Delete()
+	c.mu.Unlock()
 	closeManager(c.mgr, func(format string, a ...any) {
 		if notices != nil {
 			fmt.Fprintf(notices, "stockade: cgroup: "+format+"\n", a...)
@@ -100,8 +109,11 @@ func (c *runCgroup) pollCPU(limit time.Duration, stop <-chan struct{}, over func
 
 // finish reads what the cgroup saw into res and removes the cgroup.
 func (c *runCgroup) finish(res *Result, end *ending) error {
+	c.mu.Lock()
+	c.gone = true
 	st, err := c.group.Stats()
 	delErr := c.group.Delete()
+	c.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("cgroup stats: %w", err)
 	}
@@ -114,6 +126,26 @@ func (c *runCgroup) finish(res *Result, end *ending) error {
 		return fmt.Errorf("remove cgroup: %w", delErr)
 	}
 	return nil
+}
+
+// live reads the group while the jail runs.
+func (c *runCgroup) live() (cgroup.Stats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return cgroup.Stats{}, ErrEnded
+	}
+	return c.group.Stats()
+}
+
+// resetPeak starts the memory peak over (see cgroup.Group.ResetMemoryPeak).
+func (c *runCgroup) resetPeak() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return ErrEnded
+	}
+	return c.group.ResetMemoryPeak()
 }
 
 // cgroupFix is the way out when no usable cgroup is found: a normal user

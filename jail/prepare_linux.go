@@ -21,6 +21,7 @@ type Prepared struct {
 	res  *Result
 
 	own            *ownership
+	id             identity  // the jail user's host ids (WorkOwner)
 	seen           workSeen  // a --workdir as the run found it
 	deadline       time.Time // when the run's time is up: its start plus its timeout
 	dir            *runDir
@@ -74,6 +75,11 @@ func (p *Prepared) Workdir() string {
 type StartOptions struct {
 	Stdout, Stderr io.Writer     // nil: those given to Prepare
 	Timeout        time.Duration // 0 or longer than the spec's: the spec's
+	// Lifetime, when not 0, replaces the timeout outright, longer or
+	// shorter: a server session's jail lives through many requests, each
+	// with a timeout its caller applies. A spec with a CPU-time limit is
+	// still held to it over the whole lifetime.
+	Lifetime time.Duration
 }
 
 // Start starts the run's clock and waits for the jail to end, killing it
@@ -96,6 +102,9 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 	spec := p.spec
 	if o.Timeout > 0 && o.Timeout < spec.Timeout {
 		spec.Timeout = o.Timeout
+	}
+	if o.Lifetime > 0 {
+		spec.Timeout = o.Lifetime
 	}
 	// The result says what this run is held to: a shorter timeout chosen
 	// now is the one that kills it.

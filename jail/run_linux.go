@@ -26,7 +26,17 @@ type Streams struct {
 	// Notices receives stockade's own remarks made while setting up (such
 	// as moving itself into a cgroup leaf); nil discards them.
 	Notices io.Writer
+	// Pass are handed to the payload on purpose as descriptors 3, 4, ...
+	// (a server session's channel to its driver); the caller keeps its
+	// own copies and closes them. Nothing else of stockade's reaches the
+	// payload. They are here, not in Spec: a Spec is copied for every
+	// jail of a pool, and each jail needs descriptors of its own.
+	Pass []*os.File
 }
+
+// maxPass bounds Streams.Pass: a channel or two, not a way around
+// RLIMIT_NOFILE.
+const maxPass = 8
 
 // jailPath is the payload's PATH and where Args[0] is looked up.
 var jailPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
@@ -88,6 +98,9 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	spec, st := p.spec, p.st
 	if err := spec.Validate(); err != nil {
 		return setupError("spec", err)
+	}
+	if len(st.Pass) > maxPass || uint64(3+len(st.Pass)) > spec.Rlimits.OpenFiles {
+		return setupError("spec", fmt.Errorf("%d descriptors to pass: at most %d, and within the open files limit %d with stdin, stdout and stderr", len(st.Pass), maxPass, spec.Rlimits.OpenFiles))
 	}
 	bpf, err := compileSeccomp(spec.Seccomp)
 	if err != nil {
@@ -191,6 +204,9 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	if spec.Network.Enabled() {
 		cfg.ProxyPort = ProxyPort
 	}
+	for i := range st.Pass {
+		cfg.PassFDs = append(cfg.PassFDs, jailinit.FirstPassFD+i)
+	}
 	if rootChecked != nil {
 		if err := <-rootChecked; err != nil {
 			return setupError("rootfs", err)
@@ -203,6 +219,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 			return setupError("workdir", err)
 		}
 	}
+	p.id = id
 	return p.launch(ctx, id, cfg)
 }
 
@@ -370,7 +387,7 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 		Env:        []string{"GOMAXPROCS=1"},
 		Stdout:     outW,
 		Stderr:     errW,
-		ExtraFiles: []*os.File{childSock},
+		ExtraFiles: append([]*os.File{childSock}, st.Pass...),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,

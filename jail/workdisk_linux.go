@@ -76,6 +76,20 @@ func (w *workDisk) sampleLocked() {
 	}
 }
 
+// now is how many bytes /work holds at this moment (0 without one).
+func (w *workDisk) now() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.open {
+		return 0
+	}
+	var st unix.Statfs_t
+	if unix.Fstatfs(w.fd, &st) != nil {
+		return 0
+	}
+	return (st.Blocks - st.Bfree) * uint64(st.Bsize)
+}
+
 // last takes a sample after the jail is gone and returns the peaks.
 func (w *workDisk) last() (bytes, inodes uint64) {
 	w.mu.Lock()

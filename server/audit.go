@@ -155,13 +155,19 @@ func (a *AuditLog) health(required bool) AuditHealth {
 // written after it; with --audit-required it also has a "start" line,
 // written before its code reaches the jail (a run whose start line cannot
 // be written does not start), without the outcome.
+//
+// A session writes "session_start" and "session_end" lines, and for each
+// exec an "exec_end" line (and with --audit-required an "exec_start"
+// line before the cell reaches the interpreter): their RunID is the
+// session's id and, for an exec, its execution count ("<id>/3").
 type AuditEntry struct {
-	Event   string    `json:"event"`  // "start" or "end"
-	RunID   string    `json:"run_id"` // the same in a run's two lines
-	Time    time.Time `json:"time"`
-	UID     uint32    `json:"uid"`
-	PID     int32     `json:"pid"`
-	Profile string    `json:"profile"`
+	Event     string    `json:"event"`                // "start" or "end"; a session's, above
+	RunID     string    `json:"run_id"`               // the same in a run's two lines
+	SessionID string    `json:"session_id,omitempty"` // a session's lines
+	Time      time.Time `json:"time"`
+	UID       uint32    `json:"uid"`
+	PID       int32     `json:"pid"`
+	Profile   string    `json:"profile"`
 	// argv is logged by its hash and size only: the caller chooses it,
 	// up to --max-body, and one log line must not carry megabytes.
 	CodeSHA256 string      `json:"code_sha256,omitempty"`
@@ -178,6 +184,7 @@ type AuditEntry struct {
 // AuditOutcome is how a run ended: the "end" line's alone.
 type AuditOutcome struct {
 	Verdict  jail.Verdict          `json:"verdict"`
+	State    string                `json:"state,omitempty"` // an exec's: kept or lost
 	ExitCode int                   `json:"exit_code"`
 	WallMs   float64               `json:"wall_ms"`
 	Blocked  []jail.BlockedSyscall `json:"blocked_syscalls"`

@@ -1,6 +1,7 @@
 package server
 
 import (
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -21,7 +22,11 @@ import (
 // lengths the header gives, so not a byte of it is consumed. It writes the
 // files into /work, then runs the code as __main__ (or execs argv), and at
 // the end saves the matplotlib figures still open as PNGs in figureDir,
-// where the server picks them up. The modules it needs are imported before
+// where the server picks them up. A job that says "session" runs the
+// session driver (driver.py, compiled with its modules imported before the
+// bootstrap blocks) instead; any other job closes descriptor 3 first, the
+// driver's channel, which every jail of the server is given so that any
+// of them can become a session. The modules it needs are imported before
 // it blocks, while the jail waits in the pool. matplotlib's font cache is
 // the jail's own (package mplcache, bound by every jail). It runs as the
 // jail user, inside the jail: nothing it does is trusted.
@@ -43,7 +48,17 @@ def _stockade_header():
             os._exit(0)
         h += c
     return _stockade_read(int(h))
+_stockade_drv = {"__name__": "_stockade_driver", "__builtins__": __builtins__}
+exec(compile(DRIVER, "<stockade driver>", "exec"), _stockade_drv)
+del DRIVER
 _job = json.loads(_stockade_header())
+if "session" in _job:
+    _stockade_drv["main"](_job["session"])
+    os._exit(0)
+try:
+    os.close(3)
+except OSError:
+    pass
 if "argv" in _job:
     _job["argv"] = [_stockade_read(n).decode("utf-8", "surrogateescape") for n in _job["argv"]]
 else:
@@ -117,8 +132,18 @@ const figureDir = ".stockade-figures"
 // no PYTHON* variables, no script directory on sys.path) and unbuffered,
 // so a streamed response carries output as it is written.
 func bootstrapArgs() []string {
-	return []string{"python3", "-I", "-u", "-c", "FIGDIR = " + fmt.Sprintf("%q", "/work/"+figureDir) + "\n" + bootstrap}
+	return []string{"python3", "-I", "-u", "-c", "FIGDIR = " + fmt.Sprintf("%q", "/work/"+figureDir) + "\n" +
+		"DRIVER = " + pyString(driverSource) + "\n" + bootstrap}
 }
+
+// driverSource is the session driver (driver.py).
+//
+//go:embed driver.py
+var driverSource string
+
+// pyString quotes ASCII text as a Python string literal (Go's %q of it is
+// one: \n, \t, \", \\ and \xNN mean the same in both).
+func pyString(s string) string { return fmt.Sprintf("%q", s) }
 
 // jobHeader is the JSON that leads the job: the lengths of what follows.
 type jobHeader struct {
@@ -130,6 +155,12 @@ type jobHeader struct {
 type jobFile struct {
 	Name string `json:"name"`
 	Size int64  `json:"size"` // decoded
+}
+
+// sessionJob turns a pooled jail's bootstrap into a session's driver.
+type sessionJob struct {
+	Hello string            `json:"hello"` // echoed in the first frame
+	Env   map[string]string `json:"env,omitempty"`
 }
 
 // frame is one length-prefixed JSON frame the bootstrap reads.

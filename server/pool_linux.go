@@ -9,14 +9,16 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-// ready is one prepared jail and the write end of its stdin pipe.
+// ready is one prepared jail, the write end of its stdin pipe and the
+// server's end of its driver channel (used if it becomes a session).
 type ready struct {
-	p     *jail.Prepared
-	stdin *os.File
-	spec  jail.Spec
-	made  time.Time
-	mem   int64 // what it holds of the budget
-	pids  int64
+	p      *jail.Prepared
+	stdin  *os.File
+	driver *os.File
+	spec   jail.Spec
+	made   time.Time
+	mem    int64 // what it holds of the budget
+	pids   int64
 }
 
 // close destroys the jail and gives back its share of the budget. The
@@ -24,6 +26,7 @@ type ready struct {
 // recorded in the jail's run lock slot, for jail.Sweep).
 func (r *ready) close(b *budget) error {
 	r.stdin.Close()
+	r.driver.Close()
 	err := r.p.Close()
 	b.give(r.mem, r.pids)
 	return err
@@ -36,13 +39,21 @@ func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File) (*ready,
 	if err != nil {
 		return nil, err
 	}
-	p, err := jail.Prepare(ctx, spec, jail.Streams{Stdin: r, Notices: notices})
-	r.Close() // the jail holds its own copy
+	drv, drvJail, err := driverSocket()
 	if err != nil {
+		r.Close()
 		w.Close()
 		return nil, err
 	}
-	return &ready{p: p, stdin: w, spec: spec, made: time.Now(),
+	p, err := jail.Prepare(ctx, spec, jail.Streams{Stdin: r, Notices: notices, Pass: []*os.File{drvJail}})
+	r.Close() // the jail holds its own copies
+	drvJail.Close()
+	if err != nil {
+		w.Close()
+		drv.Close()
+		return nil, err
+	}
+	return &ready{p: p, stdin: w, driver: drv, spec: spec, made: time.Now(),
 		mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}, nil
 }
 

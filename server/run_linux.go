@@ -205,9 +205,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 		// is killed by then, and its output must drain for it to be reaped.
 		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout, cancel: cancel,
 			end: time.Now().Add(spec.Timeout + time.Second)}
-		w.Header().Set("Content-Type", NDJSON)
-		w.WriteHeader(200)
-		out.write(nil)
+		out.begin()
 	}
 	if res == nil {
 		res = s.start(ctx, jl, req, spec, out)
@@ -225,6 +223,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	}
 	release()
 	s.auditEnd(id, caller, req, spec, use, res)
+	s.metrics.run(string(res.Verdict), time.Since(admitted))
 	if stream {
 		resp.Type = "result"
 		out.end = time.Time{}
@@ -312,6 +311,15 @@ type ndjson struct {
 	end     time.Time     // no write waits past this (zero: none)
 	cancel  func()        // kills the run
 	dead    bool          // a write failed or was late: the rest is dropped
+}
+
+// begin sends the stream's status line and headers.
+func (n *ndjson) begin() {
+	if hw, ok := n.w.(http.ResponseWriter); ok {
+		hw.Header().Set("Content-Type", NDJSON)
+		hw.WriteHeader(200)
+	}
+	n.write(nil)
 }
 
 // write sends line (nil: only the header) and flushes it, within the

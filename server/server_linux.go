@@ -55,8 +55,13 @@ type Config struct {
 	// cgroup's memory and pids limits added up (0: no budget).
 	BudgetMemory, BudgetPids int64
 	FilesMax                 int64 // bytes of files and images a response returns
-	Grace                    time.Duration
-	Audit                    *AuditLog // one JSON line per run (nil: none)
+	// Sessions: the most idle time and lifetime one may ask for (also
+	// their defaults), and how many the server holds at once, in all
+	// (0: no cap) and per caller uid (0: no cap).
+	SessionIdle, SessionTTL     time.Duration
+	Sessions, SessionsPerCaller int
+	Grace                       time.Duration
+	Audit                       *AuditLog // one JSON line per run (nil: none)
 	// AuditRequired: no run without its audit line. Each run's start line
 	// is written before its code reaches the jail, and a run whose line
 	// cannot be written is refused (503).
@@ -105,6 +110,12 @@ func (c Config) withDefaults() Config {
 	if c.Grace <= 0 {
 		c.Grace = 10 * time.Second
 	}
+	if c.SessionIdle <= 0 {
+		c.SessionIdle = 10 * time.Minute
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = time.Hour
+	}
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -123,6 +134,11 @@ type Server struct {
 	started  time.Time
 	runSeq   atomic.Int64 // numbers the runs in the audit log
 	logMu    sync.Mutex
+	sessions *sessionTable
+	metrics  *metrics
+	// releasing counts sessions being released in the background; Serve
+	// waits for them before its sweep.
+	releasing sync.WaitGroup
 
 	// runs is the context every run descends from; Serve cancels it, with
 	// the reason, when the grace period runs out.
@@ -208,7 +224,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*pool{},
 		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
-		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now()}
+		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now(),
+		sessions: newSessionTable(), metrics: newMetrics()}
 	s.runs, s.killRuns = context.WithCancelCause(context.Background())
 	for _, p := range cfg.Profiles {
 		if p.Policy == nil {
@@ -285,9 +302,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/run", s.handleRun)
 	mux.HandleFunc("/v1/health", s.handleHealth)
+	s.routeSessions(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, GET /v1/health)"})
+		s.writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, /v1/sessions, GET /v1/health, /v1/metrics)"})
 	})
+	janitorCtx, stopJanitor := context.WithCancel(context.Background())
+	defer stopJanitor()
+	go s.janitor(janitorCtx)
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -333,6 +354,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// hs.Close does not wait for handlers, and neither call waits for a
 	// handler started as the server closed.
 	s.stopAdmitting()
+	// Sessions outlive their requests: every one is killed and released
+	// now, with its jail, cgroup and /work.
+	stopJanitor()
+	s.sessions.close()
+	for _, ss := range s.sessions.all() {
+		s.closeSession(ss, SessionShutdown, "the server stopped", true)
+	}
+	s.releasing.Wait()
 	stopPools()
 	for _, p := range s.pools {
 		<-p.done

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
@@ -46,6 +47,10 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringSliceFlag{Name: "allow-uid", Usage: "caller uid allowed (repeatable; default: anyone who can open the socket)"},
 			&cli.StringFlag{Name: "budget-memory", Usage: "memory all live jails (waiting and running) may hold together (0: no budget)"},
 			&cli.Int64Flag{Name: "budget-pids", Usage: "pids all live jails may hold together (0: no budget)"},
+			&cli.StringFlag{Name: "session-idle", Value: "10m", Usage: "the longest a session may go without a request before it ends (and its default idle_timeout)"},
+			&cli.StringFlag{Name: "session-ttl", Value: "1h", Usage: "the longest a session may live (and its default ttl)"},
+			&cli.IntFlag{Name: "sessions", Value: 32, Usage: "sessions the server holds at once, live or ended and kept for their /work (0: no cap)"},
+			&cli.IntFlag{Name: "sessions-per-caller", Value: 8, Usage: "sessions one caller uid holds at once (0: no cap)"},
 			&cli.StringFlag{Name: "grace", Value: "10s", Usage: "on SIGTERM, how long running jails may finish before they are killed"},
 			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended; reopened on SIGHUP, for logrotate), "-" for stderr, "" for none`},
 			&cli.BoolFlag{Name: "audit-required", Usage: "no run without its audit line: a start line is written before the code reaches the jail, and a run whose line cannot be written is refused (503)"},
@@ -103,6 +108,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 	cfg := server.Config{Pool: c.Int("pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
 		PerCaller: c.Int("per-caller"), MaxConns: c.Int("max-conns"), MaxConnsPerCaller: c.Int("max-conns-per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
+		Sessions: c.Int("sessions"), SessionsPerCaller: c.Int("sessions-per-caller"),
 		Notices: os.Stderr, Version: version, Host: hostOf(c)}
 	cfg.Facts = hostFacts(cfg.Host)
 	var err error
@@ -111,6 +117,22 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 	}
 	if cfg.Grace, err = profiles.ParseDuration(c.String("grace")); err != nil {
 		return cfg, fmt.Errorf("--grace: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"session-idle", &cfg.SessionIdle}, {"session-ttl", &cfg.SessionTTL}} {
+		if *f.dst, err = profiles.ParseDuration(c.String(f.name)); err != nil {
+			return cfg, fmt.Errorf("--%s: %w", f.name, err)
+		}
+		if *f.dst <= 0 {
+			return cfg, fmt.Errorf("--%s %s: must be more than 0", f.name, c.String(f.name))
+		}
+	}
+	for _, f := range []string{"sessions", "sessions-per-caller"} {
+		if c.Int(f) < 0 {
+			return cfg, fmt.Errorf("--%s %d: must not be negative (0: no cap)", f, c.Int(f))
+		}
 	}
 	if cfg.BodyTimeout, err = profiles.ParseDuration(c.String("body-timeout")); err != nil {
 		return cfg, fmt.Errorf("--body-timeout: %w", err)

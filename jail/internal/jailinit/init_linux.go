@@ -79,6 +79,17 @@ func Main() {
 	if err != nil {
 		fail("read config", err, ExitJailError)
 	}
+	// Close-on-exec before anything else runs: the payload gets them only
+	// where startPayload places them, and a step that closes what init
+	// inherited without the flag keeps them.
+	for _, fd := range cfg.PassFDs {
+		if fd < FirstPassFD {
+			fail("read config", fmt.Errorf("descriptor %d to pass: not one the parent passed (from %d up)", fd, FirstPassFD), ExitJailError)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			fail("read config", fmt.Errorf("descriptor %d to pass: %w", fd, err), ExitJailError)
+		}
+	}
 	pid, err := contain(cfg)
 	if err != nil {
 		var se *SetupError
@@ -127,7 +138,9 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		// First: a descriptor the caller of stockade left open without
 		// close-on-exec (a shell's exec 7</, systemd's journal stream, a
 		// flock wrapper's lock) was inherited by init across its execve.
-		// Everything above the control socket that lacks the flag is that.
+		// Everything above the control socket that lacks the flag is that;
+		// the descriptors the parent passed on purpose (Config.PassFDs)
+		// were given the flag as the config arrived, and stay.
 		{"close inherited descriptors", func() error { return fds.CloseInherited(ctlFD + 1) }},
 		{"protect init", protectInit},
 		{"make mounts private", func() error { return unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "") }},
@@ -150,7 +163,8 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		// From here this thread is the jail user with nothing left, and
 		// only this thread: the payload must be forked from it.
 		{"drop privileges", func() error { return becomeJailUser(c.SetGroups) }},
-		// The payload gets 0-2 and nothing else: every other descriptor
+		// The payload gets 0-2, and the descriptors passed on purpose where
+		// startPayload places them (3, 4, ...), and nothing else: every other descriptor
 		// init holds (the control socket, Go's own, any a step opened) is
 		// closed by the payload's execve. Read back before the filter,
 		// which may refuse close_range or reading /proc; after this only
@@ -163,12 +177,25 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 	}
 }
 
-// startPayload forks and execs the payload from the current thread.
+// startPayload forks and execs the payload from the current thread, with
+// stdin, stdout, stderr and the descriptors passed on purpose as 3, 4, ...
+// Init closes its own copies of those: the payload's end of a channel must
+// be the payload's alone, so that its peer on the host sees the end of
+// file when the payload is gone, not when init is.
 func startPayload(argv0 string, c *Config) (int, error) {
+	files := []uintptr{0, 1, 2}
+	for _, fd := range c.PassFDs {
+		files = append(files, uintptr(fd))
+	}
+	defer func() {
+		for _, fd := range c.PassFDs {
+			unix.Close(fd)
+		}
+	}()
 	pid, err := syscall.ForkExec(argv0, c.Args, &syscall.ProcAttr{
 		Dir:   "/work",
 		Env:   c.Env,
-		Files: []uintptr{0, 1, 2},
+		Files: files,
 		// A new session: the payload has no controlling terminal, so a
 		// TIOCSTI on an inherited tty fd cannot type into the caller's
 		// shell (CVE-2017-5226); seccomp refuses TIOCSTI as well.

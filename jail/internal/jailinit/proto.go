@@ -60,7 +60,17 @@ type Config struct {
 	// CPUs is the payload's affinity mask (empty: leave it as is), so
 	// sched_getaffinity and nproc count the CPUs of its limit.
 	CPUs []int `json:"cpus,omitempty"`
+	// PassFDs are descriptors init received from the parent on purpose,
+	// beside the control socket, for the payload: the payload gets them as
+	// 3, 4, ... in this order, and init keeps none (a server session's
+	// driver talks to the host on one). Every other inherited descriptor
+	// is the caller's accident and never reaches the payload.
+	PassFDs []int `json:"pass_fds,omitempty"`
 }
+
+// FirstPassFD is where the parent puts the first of Config.PassFDs in
+// init: right after the control socket (3).
+const FirstPassFD = 4
 
 // Rlimit is one setrlimit(2) call.
 type Rlimit struct {

@@ -1,0 +1,263 @@
+# The session driver: what a server session's interpreter runs between
+# the caller's cells. It is in the stockade binary and reaches the jail in
+# the bootstrap's command line (server/bootstrap.go), which compiles it
+# and imports what it needs while the jail waits in the pool, and calls
+# main when its job says "session".
+#
+# It talks to the server on descriptor 3 alone, a unix stream socket the
+# jail's init passed on purpose: frames of a decimal length, a newline
+# and that many bytes of JSON. An exec request carries three descriptors
+# (SCM_RIGHTS): the cell's stdin, stdout and stderr pipes, which become
+# 0, 1 and 2 for the cell and are put back to /dev/null and the jail's
+# own streams after it, so what the cell prints can never be read as a
+# frame. Each frame of an exec carries the request's token: {"started"}
+# when the cell is about to run (the server interrupts it only from
+# then), then the answer.
+#
+# It runs as the jail user, inside the jail, in the same interpreter as
+# the cells: nothing it says is trusted beyond what the cell could say
+# about itself. The server measures the rest (time, CPU, memory, blocked
+# calls, network, files) and decides the verdict.
+import ast, base64, builtins, io, json, linecache, os, signal, socket, sys, traceback, types
+
+CHAN = 3
+# The exit status of a driver whose channel failed: the server closes it
+# only after the jail is dead, so this is the cell's doing, and the server
+# tells it from the interpreter's own death.
+LOST = 86
+DRIVER_FILE = "<stockade driver>"  # the name the bootstrap compiles this under
+_state = {"user": False}
+
+
+def _on_sigint(signum, frame):
+    # The server's KeyboardInterrupt is for the cell. Outside it (reading
+    # the next request, answering) it would break the driver: dropped.
+    if _state["user"]:
+        raise KeyboardInterrupt
+
+
+class _Chan:
+    def __init__(self, fd):
+        self.sock = socket.socket(fileno=fd)
+        os.set_inheritable(fd, False)
+        self.buf = bytearray()
+        self.fds = []
+
+    def _fill(self):
+        data, anc, flags, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(16 * 4))
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                n = len(payload) - len(payload) % 4
+                self.fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder) for i in range(0, n, 4))
+        if flags & socket.MSG_CTRUNC:
+            raise EOFError("descriptors lost (MSG_CTRUNC)")
+        if not data:
+            raise EOFError("the server closed the channel")
+        self.buf += data
+
+    def recv(self):
+        while b"\n" not in self.buf:
+            if len(self.buf) > 24:
+                raise EOFError("bad frame header")
+            self._fill()
+        head, _, rest = bytes(self.buf).partition(b"\n")
+        n = int(head)
+        self.buf = bytearray(rest)
+        while len(self.buf) < n:
+            self._fill()
+        body, self.buf = bytes(self.buf[:n]), self.buf[n:]
+        fds, self.fds = self.fds, []
+        return json.loads(body), fds
+
+    def send(self, obj):
+        body = json.dumps(obj).encode()
+        # A late KeyboardInterrupt must not cut a frame in half.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.sock.sendall(b"%d\n" % len(body) + body)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _cut(s, limit):
+    if s is None:
+        return None, False
+    if len(s) > limit:
+        return s[:limit], True
+    return s, False
+
+
+def _cells_only(te, seen):
+    # The cell's frames only: the driver's own (it runs the cell, its
+    # SIGINT handler raises the KeyboardInterrupt) are not the caller's
+    # code. Every exception of the chain.
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if f.filename != DRIVER_FILE])
+    _cells_only(te.__cause__, seen)
+    _cells_only(te.__context__, seen)
+    for sub in getattr(te, "exceptions", None) or ():
+        _cells_only(sub, seen)
+
+
+def _error(e, limit):
+    try:
+        te = traceback.TracebackException(type(e), e, e.__traceback__)
+        _cells_only(te, set())
+        tb = "".join(te.format())
+    except Exception:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        value = str(e)
+    except BaseException:
+        value = "<str() of the exception failed>"
+    v, _ = _cut(value, limit)
+    t, _ = _cut(tb, limit)
+    return {"name": type(e).__name__, "value": v, "traceback": t}
+
+
+def _figures(limit):
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return [], False
+    out, total, cut = [], 0, False
+    try:
+        for num in plt.get_fignums():
+            buf = io.BytesIO()
+            plt.figure(num).savefig(buf, format="png")
+            b = buf.getvalue()
+            if total + len(b) > limit:
+                cut = True
+                continue
+            total += len(b)
+            out.append(base64.b64encode(b).decode())
+    except Exception as e:
+        print("stockade: saving figures: %r" % e, file=sys.stderr)
+    finally:
+        try:
+            plt.close("all")
+        except Exception:
+            pass
+    return out, cut
+
+
+def _run_cell(code, filename, ns):
+    # As a notebook does: the cell runs as statements, and a last
+    # expression is evaluated and its value shown (None is not).
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    tree = ast.parse(code, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, "exec"), ns)
+    if last is None:
+        return None
+    value = eval(compile(last, filename, "eval"), ns)
+    if value is not None:
+        ns["_"] = value
+    return value
+
+
+class _Streams:
+    # The jail's own stdin (the bootstrap's pipe, closed), stdout and
+    # stderr, kept aside: between cells 0 reads /dev/null and 1 and 2 go
+    # where they went before the session began.
+    def __init__(self):
+        self.null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        self.out = os.dup(1)
+        self.err = os.dup(2)
+
+    def cell(self, fds):
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            os.close(fd)
+        enc = sys.__stdin__.encoding if sys.__stdin__ else "utf-8"
+        # A fresh reader: bytes buffered from an earlier cell's stdin are
+        # not this cell's.
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding=enc)
+
+    def restore(self):
+        for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                f.flush()
+            except BaseException:
+                pass
+        # Closing the cell's pipes here is the end of its output for the
+        # server, unless a process the cell started holds them.
+        os.dup2(self.null, 0)
+        os.dup2(self.out, 1)
+        os.dup2(self.err, 2)
+
+
+def _exec(req, fds, streams, ns, answer, chan):
+    limit = req["result_max"]
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        answer["status"] = "driver"
+        answer["error"] = {"name": "DriverError", "value": "want 3 descriptors, got %d" % len(fds), "traceback": ""}
+        return
+    streams.cell(fds)
+    try:
+        _state["user"] = True
+        try:
+            # From this frame on the server may interrupt the cell: one
+            # that came before would have been dropped as late.
+            chan.send({"started": req["token"]})
+            value = _run_cell(req["code"], "<cell %d>" % req["n"], ns)
+            if value is not None:
+                answer["result"], answer["result_truncated"] = _cut(repr(value), limit)
+        except BaseException as e:
+            answer["status"] = "exception"
+            answer["error"] = _error(e, limit)
+        # savefig may run the cell's own code (artists, formatters): still
+        # the cell's time, and interruptible.
+        try:
+            answer["images"], answer["images_truncated"] = _figures(req["images_max"])
+        except BaseException as e:
+            if answer["error"] is None:
+                answer["status"] = "exception"
+                answer["error"] = _error(e, limit)
+    finally:
+        _state["user"] = False
+        streams.restore()
+
+
+def main(job):
+    signal.signal(signal.SIGINT, _on_sigint)
+    os.environ.update(job.get("env") or {})
+    if "MPLBACKEND" not in (job.get("env") or {}):
+        os.environ["MPLBACKEND"] = "Agg"
+    chan = _Chan(CHAN)
+    streams = _Streams()
+    main_mod = types.ModuleType("__main__")
+    main_mod.__builtins__ = builtins
+    # The cells' namespace is __main__ itself, so that pickle finds the
+    # classes a cell defines (multiprocessing, joblib).
+    sys.modules["__main__"] = main_mod
+    ns = main_mod.__dict__
+    chan.send({"hello": job["hello"], "python": sys.version.split()[0]})
+    while True:
+        try:
+            req, fds = chan.recv()
+        except KeyboardInterrupt:
+            continue
+        except Exception:
+            os._exit(LOST)
+        if req.get("op") != "exec":
+            os._exit(LOST)
+        answer = {"token": req["token"], "status": "ok", "result": None, "result_truncated": False,
+                  "error": None, "images": [], "images_truncated": False}
+        try:
+            _exec(req, fds, streams, ns, answer, chan)
+        except KeyboardInterrupt as e:
+            # Only a handler the cell installed raises outside the cell.
+            streams.restore()
+            answer["status"], answer["error"] = "exception", _error(e, req["result_max"])
+        try:
+            chan.send(answer)
+        except Exception:
+            os._exit(LOST)
+

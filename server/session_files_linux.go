@@ -1,0 +1,364 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A session's /work is read and written by the server, as root, while
+// the jail's code changes it as it likes: swaps a directory for a
+// symlink to /etc, plants a FIFO where a file was, races every step.
+// So every path is opened relative to the server's own descriptor of
+// the tmpfs with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
+// RESOLVE_NO_MAGICLINKS), one component's directory at a time where
+// the server creates something, and what was opened is checked with
+// fstat before a byte is read or written. A hard link cannot reach out:
+// the tmpfs is its own filesystem. What changes /work is done as the jail
+// user (asJailUser): with no more power over it than the jail has.
+
+// asJailUser runs fn on a thread of its own whose filesystem ids are the
+// jail user's host ids. The tmpfs belongs to the jail's user namespace,
+// where host root has no mapping: a file root made there would be refused
+// (EOVERFLOW), and root's capabilities would let it write what the jail
+// user cannot. With the ids changed the kernel drops the thread's
+// filesystem capabilities, so it is the jail user in all but name. The
+// thread is never given back: it ends with fn's goroutine, its ids with
+// it, and no other goroutine ever runs on it.
+func asJailUser(uid, gid int, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread exits with this goroutine
+		if err := unix.Setfsgid(gid); err != nil {
+			errc <- fmt.Errorf("setfsgid %d: %w", gid, err)
+			return
+		}
+		if err := unix.Setfsuid(uid); err != nil {
+			errc <- fmt.Errorf("setfsuid %d: %w", uid, err)
+			return
+		}
+		// Read back: setfsuid reports no failure but EPERM.
+		u, _ := unix.SetfsuidRetUid(-1)
+		g, _ := unix.SetfsgidRetGid(-1)
+		if u != uid || g != gid {
+			errc <- fmt.Errorf("filesystem ids are %d:%d, not the jail user's %d:%d", u, g, uid, gid)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// openWorkRoot opens the jail's /work (its host path, valid in this
+// process) as the session's own descriptor.
+func openWorkRoot(host string) (int, error) {
+	if host == "" {
+		return -1, nil
+	}
+	fd, err := unix.Open(host, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /work: %w", err)
+	}
+	return fd, nil
+}
+
+// workError turns an openat2 or write failure on a /work path into the
+// caller's answer.
+func workError(p string, err error) *apiError {
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		return &apiError{Status: 403, Msg: fmt.Sprintf("%s: a symlink on the way (not followed)", p)}
+	case errors.Is(err, unix.ENOENT):
+		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: no such file in /work", p)}
+	case errors.Is(err, unix.ENOTDIR):
+		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: a part of the path is not a directory", p)}
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
+		return &apiError{Status: 507, Msg: fmt.Sprintf("%s: /work is full (its size is the profile's work_size)", p)}
+	case errors.Is(err, unix.ENXIO):
+		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: a FIFO or socket, not a regular file", p)}
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
+	}
+	return &apiError{Status: 500, Msg: fmt.Sprintf("%s: %v", p, err)}
+}
+
+// openWorkDir opens the directory dir below root (".": root itself).
+func openWorkDir(root int, dir string) (int, error) {
+	how := resolveHow
+	how.Flags |= unix.O_DIRECTORY
+	fd, err := unix.Openat2(root, dir, &how)
+	if errors.Is(err, unix.ENOTDIR) && symlinkOnPath(root, dir) {
+		// O_NOFOLLOW|O_DIRECTORY says ENOTDIR of a last component that
+		// is a symlink; the caller should hear why it was refused.
+		err = unix.ELOOP
+	}
+	return fd, err
+}
+
+// symlinkOnPath says whether a component of p below root is a symlink
+// now. It only words an error: the open that failed was the defence.
+func symlinkOnPath(root int, p string) bool {
+	parts := strings.Split(p, "/")
+	for i := range parts {
+		var st unix.Stat_t
+		if unix.Fstatat(root, strings.Join(parts[:i+1], "/"), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			return false
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return true
+		}
+	}
+	return false
+}
+
+// mkdirsBeneath makes the directories of dir below root, one component
+// at a time, each made in the descriptor of the one before, and returns a
+// descriptor of the last. Run it as the jail user.
+func mkdirsBeneath(root int, dir string) (int, error) {
+	fd, err := openWorkDir(root, ".")
+	if err != nil {
+		return -1, err
+	}
+	if dir == "." {
+		return fd, nil
+	}
+	for _, c := range strings.Split(dir, "/") {
+		if err := unix.Mkdirat(fd, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(fd)
+			return -1, err
+		}
+		next, err := openWorkDir(fd, c)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// writeWorkFile writes data from r to p below root as the jail user
+// (uid, gid: its host ids), creating p and its directories or replacing a
+// regular file's contents. Anything but a regular file where p points is
+// refused.
+func writeWorkFile(root int, p string, r io.Reader, uid, gid int) (int64, error) {
+	var n int64
+	err := asJailUser(uid, gid, func() (err error) {
+		n, err = writeWorkFileAs(root, p, r)
+		return err
+	})
+	return n, err
+}
+
+func writeWorkFileAs(root int, p string, r io.Reader) (int64, error) {
+	dirfd, err := mkdirsBeneath(root, path.Dir(p))
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(dirfd)
+	how := unix.OpenHow{
+		// No O_TRUNC: a FIFO or device is refused after fstat, never
+		// truncated; O_NONBLOCK so that a FIFO's open does not wait.
+		Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Mode:    0o644,
+		Resolve: resolveHow.Resolve,
+	}
+	fd, err := unix.Openat2(dirfd, path.Base(p), &how)
+	if err != nil {
+		return 0, err
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, fmt.Errorf("not a regular file: %w", unix.EEXIST)
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return 0, err
+	}
+	return io.Copy(f, r)
+}
+
+// openWorkFile opens p below root for reading: a regular file only.
+func openWorkFile(root int, p string) (*os.File, int64, error) {
+	fd, st, err := openBeneath(root, p)
+	if err != nil {
+		if err.Error() == "a symlink (not followed)" {
+			err = unix.ELOOP
+		}
+		return nil, 0, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return os.NewFile(uintptr(fd), p), st.Size, nil
+	case unix.S_IFDIR:
+		unix.Close(fd)
+		return nil, 0, errIsDir
+	}
+	unix.Close(fd)
+	return nil, 0, errNotRegular
+}
+
+var (
+	errIsDir      = errors.New("a directory: list it with GET .../files?path=DIR")
+	errNotRegular = errors.New("not a regular file (a FIFO, socket or device): not read")
+)
+
+// removeWork removes p below root as the jail user: a file, a symlink
+// (itself, never what it points at) or an empty directory.
+func removeWork(root int, p string, uid, gid int) error {
+	return asJailUser(uid, gid, func() error { return removeWorkAs(root, p) })
+}
+
+func removeWorkAs(root int, p string) error {
+	dirfd, err := openWorkDir(root, path.Dir(p))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
+	err = unix.Unlinkat(dirfd, path.Base(p), 0)
+	if errors.Is(err, unix.EISDIR) {
+		err = unix.Unlinkat(dirfd, path.Base(p), unix.AT_REMOVEDIR)
+	}
+	return err
+}
+
+// listWork lists the directory dir below root, at most max entries.
+func listWork(root int, dir string, max int) (*FileList, error) {
+	fd, err := openWorkDir(root, dir)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	out := &FileList{Path: dir, Entries: []FileEntry{}}
+	for len(out.Entries) < max {
+		names, err := f.Readdirnames(min(256, max-len(out.Entries)))
+		for _, n := range names {
+			out.Entries = append(out.Entries, statEntry(fd, n))
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(out.Entries) >= max {
+		extra, _ := f.Readdirnames(1)
+		out.Truncated = len(extra) > 0
+	}
+	sort.Slice(out.Entries, func(i, j int) bool { return out.Entries[i].Name < out.Entries[j].Name })
+	return out, nil
+}
+
+func statEntry(dirfd int, name string) FileEntry {
+	e := FileEntry{Name: name, Type: "other"}
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return e
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type, e.Size = "file", st.Size
+	case unix.S_IFDIR:
+		e.Type = "dir"
+	case unix.S_IFLNK:
+		e.Type = "symlink"
+	}
+	return e
+}
+
+// stamp is what says a file changed: a write moves its mtime and ctime,
+// a replacement its inode.
+type stamp struct {
+	ino, size    int64
+	mtime, ctime unix.Timespec
+	mode         uint32
+}
+
+// workSnapshot is /work's files at one moment, for files_changed.
+type workSnapshot struct {
+	files     map[string]stamp
+	truncated bool // the walk stopped at its caps
+}
+
+// snapshotWork walks /work below root (directories never through a
+// symlink), at most maxEntries entries and maxWorkDepth deep.
+func snapshotWork(root int, maxEntries int) *workSnapshot {
+	w := &workSnapshot{files: map[string]stamp{}}
+	if root < 0 {
+		return w
+	}
+	seen := 0
+	var walk func(dir string, depth int)
+	walk = func(dir string, depth int) {
+		fd, err := openWorkDir(root, dir)
+		if err != nil {
+			return
+		}
+		f := os.NewFile(uintptr(fd), dir)
+		defer f.Close()
+		for {
+			names, err := f.Readdirnames(256)
+			for _, n := range names {
+				if seen++; seen > maxEntries {
+					w.truncated = true
+					return
+				}
+				p := n
+				if dir != "." {
+					p = dir + "/" + n
+				}
+				if p == figureDir {
+					continue
+				}
+				var st unix.Stat_t
+				if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+					continue
+				}
+				if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+					if depth+1 >= maxWorkDepth {
+						w.truncated = true
+						continue
+					}
+					walk(p, depth+1)
+					continue
+				}
+				w.files[p] = stamp{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim, ctime: st.Ctim, mode: st.Mode}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	walk(".", 0)
+	return w
+}
+
+// changedSince lists what after has that before had not, or had
+// otherwise, sorted, at most max.
+func (after *workSnapshot) changedSince(before *workSnapshot, max int) ([]string, bool) {
+	out := []string{}
+	for p, st := range after.files {
+		if old, ok := before.files[p]; !ok || old != st {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	cut := after.truncated || before.truncated
+	if len(out) > max {
+		out, cut = out[:max], true
+	}
+	return out, cut
+}

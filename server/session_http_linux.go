@@ -1,0 +1,749 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+	"golang.org/x/sys/unix"
+)
+
+// The session routes. Every one answers only the session's owner (the
+// uid SO_PEERCRED gave when it was made): to any other uid a session
+// does not exist (404), so ids cannot be probed for.
+
+// routeSessions registers the session routes on mux.
+func (s *Server) routeSessions(mux *http.ServeMux) {
+	mux.HandleFunc("/v1/sessions", s.handleSessions)
+	mux.HandleFunc("/v1/sessions/{id}", s.handleSession)
+	mux.HandleFunc("/v1/sessions/{id}/exec", s.handleExec)
+	mux.HandleFunc("/v1/sessions/{id}/interrupt", s.handleInterrupt)
+	mux.HandleFunc("/v1/sessions/{id}/files", s.handleFiles)
+	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", s.handleFiles)
+	mux.HandleFunc("/v1/metrics", s.handleMetrics)
+}
+
+func methodNotAllowed(s *Server, w http.ResponseWriter, allow, what string) {
+	w.Header().Set("Allow", allow)
+	s.writeError(w, &apiError{Status: 405, Msg: what})
+}
+
+// enter is the prologue of a route that may use a jail: admitted unless
+// shutdown began, from an allowed caller. done must follow true.
+func (s *Server) enter(w http.ResponseWriter, r *http.Request) (peer, bool) {
+	if !s.admit() {
+		retryAfter(w, time.Second)
+		s.writeError(w, &apiError{Status: 503, Msg: "shutting down: no new requests"})
+		return peer{}, false
+	}
+	caller, e := s.admitPeer(r)
+	if e != nil {
+		s.inflight.Done()
+		s.writeError(w, e)
+		return peer{}, false
+	}
+	return caller, true
+}
+
+// lookup finds the caller's session named in the path, or answers 404
+// (unknown, or another uid's) or 410 (closed, with why).
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request, caller peer) *session {
+	id := r.PathValue("id")
+	ss, tomb := s.sessions.get(id, caller.uid)
+	switch {
+	case ss != nil:
+		return ss
+	case tomb != nil:
+		s.writeError(w, &apiError{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)})
+	default:
+		s.writeError(w, &apiError{Status: 404, Msg: fmt.Sprintf("no session %q (GET /v1/sessions lists yours)", id)})
+	}
+	return nil
+}
+
+// readSessionBody counts the caller against --per-caller and the queue,
+// and the body against --body-budget, before reading it, as /v1/run does,
+// and decodes it into v. done gives both back; it must follow true.
+func (s *Server) readSessionBody(w http.ResponseWriter, r *http.Request, caller peer, v any) (done func(), ok bool) {
+	switch err := s.gate.arrive(caller.uid); {
+	case errors.Is(err, errCallerCap):
+		retryAfter(w, time.Second)
+		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
+		return nil, false
+	case errors.Is(err, errBusy):
+		retryAfter(w, s.cfg.QueueWait/4)
+		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
+		return nil, false
+	}
+	share, ok := s.takeBodyShare(w, r)
+	if !ok {
+		s.gate.depart(caller.uid)
+		return nil, false
+	}
+	done = func() {
+		s.bodies.give(share)
+		s.gate.depart(caller.uid)
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	err := func() error {
+		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
+			return &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+		}
+		body, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+		if err != nil {
+			return err
+		}
+		return decodeJSON(body, v)
+	}()
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		done()
+		s.writeError(w, s.bodyRefusal(err))
+		return nil, false
+	}
+	return done, true
+}
+
+// bodyRefusal is the answer to a body that could not be read.
+func (s *Server) bodyRefusal(err error) *apiError {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return badRequest("%v", err)
+}
+
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(marshal(v))
+}
+
+// handleSessions is POST /v1/sessions (make one) and GET /v1/sessions.
+func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodPost, http.MethodGet, http.MethodHead:
+	default:
+		methodNotAllowed(s, w, "GET, POST", "GET or POST /v1/sessions")
+		return
+	}
+	caller, ok := s.enter(w, r)
+	if !ok {
+		return
+	}
+	defer s.inflight.Done()
+	if r.Method != http.MethodPost {
+		list := []SessionInfo{}
+		for _, ss := range s.sessions.list(caller.uid) {
+			list = append(list, ss.info())
+		}
+		s.writeJSON(w, 200, map[string]any{"sessions": list})
+		return
+	}
+	var req SessionRequest
+	done, ok := s.readSessionBody(w, r, caller, &req)
+	if !ok {
+		return
+	}
+	defer done()
+	created, e := s.createSession(r.Context(), caller, &req)
+	if e != nil {
+		if e.Status == 503 || e.Status == 429 {
+			retryAfter(w, time.Second)
+		}
+		s.writeError(w, e)
+		return
+	}
+	s.writeJSON(w, 201, created)
+}
+
+// sessionLimitsOf is what a session runs under.
+func sessionLimitsOf(spec jail.Spec, idle, ttl time.Duration) SessionLimits {
+	return SessionLimits{TimeoutMs: spec.Timeout.Milliseconds(), CPUTimeMs: spec.Cgroup.CPUTime.Milliseconds(),
+		OutputBytes: spec.OutputLimit, MemoryBytes: spec.Cgroup.MemoryMax, SwapBytes: spec.Cgroup.SwapMax,
+		CPUs: spec.Cgroup.CPUs, Pids: spec.Cgroup.PidsMax, WorkBytes: spec.WorkSize,
+		IdleTimeoutMs: idle.Milliseconds(), TTLMs: ttl.Milliseconds(), Seccomp: spec.Seccomp}
+}
+
+// createSession makes a session: its limits through the one door /v1/run
+// uses (applyLimits), a jail from the pool when it has one of those
+// limits, the driver started and its first frame read.
+func (s *Server) createSession(ctx context.Context, caller peer, req *SessionRequest) (*SessionCreated, *apiError) {
+	admitted := time.Now()
+	if err := checkFiles(req.Files, 1024); err != nil {
+		return nil, err.(*apiError)
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err.(*apiError)
+	}
+	name := req.Profile
+	if name == "" {
+		name = s.cfg.Profiles[0].Name
+	}
+	if _, ok := s.policies[name]; !ok {
+		return nil, badRequest("profile %q: not offered by this server (it offers: %s)", name, s.profileNames())
+	}
+	if len(req.Files) > 0 && s.specs[name].WorkdirMode == jail.WorkdirNone {
+		return nil, badRequest("files: profile %s has no writable /work", name)
+	}
+	// The one door a request's limits go through, as /v1/run's do.
+	spec, err := s.requestSpec(name, req.Limits)
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return nil, ae
+		}
+		return nil, badRequest("%v", err)
+	}
+	idle, err := sessionDuration("idle_timeout", req.IdleTimeout, s.cfg.SessionIdle)
+	if err != nil {
+		return nil, err.(*apiError)
+	}
+	ttl, err := sessionDuration("ttl", req.TTL, s.cfg.SessionTTL)
+	if err != nil {
+		return nil, err.(*apiError)
+	}
+	switch err := s.sessions.reserve(caller.uid, s.cfg.Sessions, s.cfg.SessionsPerCaller); {
+	case errors.Is(err, errCallerSessions):
+		return nil, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
+	case errors.Is(err, errSessionsFull):
+		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: the server holds %d sessions (--sessions)", s.cfg.Sessions)}
+	case err != nil:
+		return nil, &apiError{Status: 503, Msg: "shutting down: no new sessions"}
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			s.sessions.unreserve(caller.uid)
+		}
+	}()
+	// The jail is the session's whole life: the profile's CPU time is each
+	// exec's, which the server applies, not the jail's, which would count
+	// every exec's CPU (and the interpreter's RLIMIT_CPU with it).
+	jailSpec := spec
+	jailSpec.Cgroup.CPUTime = 0
+	jailSpec.OutputLimit = s.specs[name].OutputLimit
+	switch err := s.gate.enter(ctx); {
+	case errors.Is(err, errBusy):
+		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
+	case err != nil:
+		return nil, &apiError{Status: 499, Msg: "the caller went away"}
+	}
+	jl, use, ae := s.sessionJail(ctx, name, jailSpec, admitted)
+	s.gate.leave()
+	if ae != nil {
+		return nil, ae
+	}
+	ss, ae := s.startSession(jl, caller, name, spec, jailSpec, idle, ttl, req, use)
+	if ae != nil {
+		return nil, ae
+	}
+	if !s.sessions.add(ss) {
+		ss.release(s, SessionShutdown, "the server is stopping")
+		return nil, &apiError{Status: 503, Msg: "shutting down: no new sessions"}
+	}
+	reserved = false
+	s.metrics.sessionCreated(use.Hit, time.Since(admitted))
+	if err := s.auditSession("session_start", ss); err != nil && s.cfg.AuditRequired {
+		s.closeSession(ss, SessionFailed, "its audit line could not be written (--audit-required)", false)
+		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("the session was not started: its audit line could not be written (--audit-required): %v", err)}
+	}
+	return &SessionCreated{SessionID: ss.id, Profile: name, Limits: ss.limits, CreatedAt: ss.created,
+		ExpiresAt: ss.expires, IdleExpiresAt: ss.idleExpires(), Pool: use}, nil
+}
+
+// sessionJail takes a jail for a session: from the pool when its jails
+// have the session's limits, else made for it.
+func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec, admitted time.Time) (*ready, PoolUse, *apiError) {
+	use := PoolUse{}
+	pl := s.pools[profile]
+	var jl *ready
+	switch {
+	case pl.spec.Cgroup.CPUTime > 0 && poolServes(pl.spec, withCPUTime(spec, pl.spec.Cgroup.CPUTime)):
+		use.Reason = "the profile's CPU-time limit is each exec's in a session, and its pooled jails carry it for their whole life"
+	case !poolServes(pl.spec, spec):
+		use.Reason = "limits differ from the profile's"
+	case pl.target == 0:
+		use.Reason = "no pool"
+	default:
+		if jl = pl.take(); jl != nil {
+			use.Hit = true
+		} else {
+			use.Reason = "pool empty"
+		}
+	}
+	if jl == nil {
+		var err error
+		jl, err = s.coldJail(ctx, spec)
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) {
+				return nil, use, ae
+			}
+			return nil, use, &apiError{Status: 500, Msg: "set up the session's jail: " + err.Error()}
+		}
+	}
+	use.WaitedMs = ms(time.Since(admitted))
+	return jl, use, nil
+}
+
+func withCPUTime(spec jail.Spec, d time.Duration) jail.Spec {
+	spec.Cgroup.CPUTime = d
+	return spec
+}
+
+// startSession turns a prepared jail into a session: the driver sent as
+// the bootstrap's job, the jail started for the session's lifetime, the
+// driver's first frame read (which names its process, by the kernel's
+// credentials), the files written. On failure the jail is destroyed.
+func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jailSpec jail.Spec, idle, ttl time.Duration, req *SessionRequest, use PoolUse) (*session, *apiError) {
+	fail := func(msg string, err error) *apiError {
+		return &apiError{Status: 500, Msg: fmt.Sprintf("start the session: %s: %v", msg, err)}
+	}
+	// The largest frame the driver may send: the figures (base64) and
+	// the result, error value and traceback (characters, JSON-escaped: 12
+	// bytes for a character past U+FFFF at worst), and room for the rest.
+	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + 1<<20
+	conn, err := newDriverConn(jl.driver, maxFrame)
+	if err != nil {
+		if cerr := jl.close(s.budget); cerr != nil {
+			s.closeFailed(cerr)
+		}
+		return nil, fail("driver channel", err)
+	}
+	now := time.Now()
+	ctx, stopJail := context.WithCancel(context.Background())
+	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
+		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, idle: idle,
+		created: now, expires: now.Add(ttl), pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
+		slot: make(chan struct{}, 1), frames: make(chan driverFrame, 1), broken: make(chan struct{}),
+		jailDone: make(chan struct{}), stopJail: stopJail}
+	hello := newID()
+	hdr, err := frame(struct {
+		Session sessionJob `json:"session"`
+	}{sessionJob{Hello: hello, Env: req.Env}})
+	if err != nil {
+		stopJail()
+		conn.Close()
+		if cerr := jl.close(s.budget); cerr != nil {
+			s.closeFailed(cerr)
+		}
+		return nil, fail("job", err)
+	}
+	go func() {
+		_, _ = jl.stdin.Write(hdr)
+		jl.stdin.Close()
+	}()
+	done := make(chan *jail.Result, 1)
+	go func() {
+		// The jail's own clock is a backstop: the janitor ends the session
+		// at its lifetime.
+		res, _ := jl.p.Start(ctx, jail.StartOptions{Lifetime: ttl + time.Second, Stdout: io.Discard, Stderr: io.Discard})
+		done <- res
+	}()
+	abort := func(e *apiError) (*session, *apiError) {
+		ss.finish(SessionFailed, e.Msg)
+		res := <-done
+		ss.final = res
+		close(ss.jailDone)
+		ss.slot <- struct{}{}
+		ss.useMu.Lock()
+		ss.released = true
+		if ss.workFD >= 0 {
+			unix.Close(ss.workFD)
+		}
+		ss.useMu.Unlock()
+		conn.Close()
+		if ss.proc != nil {
+			ss.proc.Close()
+		}
+		if err := jl.close(s.budget); err != nil {
+			s.closeFailed(err)
+		}
+		return nil, e
+	}
+	var h driverHello
+	if err := conn.readFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
+		if err == nil {
+			err = errors.New("its first frame is not the hello sent")
+		}
+		return abort(fail("the driver did not start", err))
+	}
+	cred := conn.cr.cred
+	if cred == nil {
+		return abort(fail("the driver's first frame", errors.New("came without the kernel's credentials")))
+	}
+	proc, err := jl.p.OpenProcess(int(cred.Pid))
+	if err != nil {
+		return abort(fail("the driver's process", err))
+	}
+	ss.proc = proc
+	if ss.workFD, err = openWorkRoot(jl.p.Workdir()); err != nil {
+		return abort(fail("/work", err))
+	}
+	if len(req.Files) > 0 {
+		uid, gid := jl.p.WorkOwner()
+		for p, b64 := range req.Files {
+			data, _ := base64.StdEncoding.DecodeString(b64)
+			if _, err := writeWorkFile(ss.workFD, p, bytes.NewReader(data), uid, gid); err != nil {
+				return abort(workError("files: "+p, err))
+			}
+		}
+	}
+	go ss.readFrames()
+	go ss.watch(s, done)
+	return ss, nil
+}
+
+// handleSession is GET and DELETE /v1/sessions/{id}.
+func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete:
+	default:
+		methodNotAllowed(s, w, "GET, DELETE", "GET or DELETE /v1/sessions/{id}")
+		return
+	}
+	caller, ok := s.enter(w, r)
+	if !ok {
+		return
+	}
+	defer s.inflight.Done()
+	ss := s.lookup(w, r, caller)
+	if ss == nil {
+		return
+	}
+	if r.Method != http.MethodDelete {
+		ss.touch()
+		s.writeJSON(w, 200, ss.info())
+		return
+	}
+	if !s.closeSession(ss, SessionClosed, "closed by DELETE", false) {
+		// Another request closed it first: its tombstone answers.
+		s.lookup(w, r, caller)
+		return
+	}
+	s.writeJSON(w, 200, ss.accounting())
+}
+
+// handleExec is POST /v1/sessions/{id}/exec.
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(s, w, "POST", "POST /v1/sessions/{id}/exec")
+		return
+	}
+	caller, ok := s.enter(w, r)
+	if !ok {
+		return
+	}
+	defer s.inflight.Done()
+	var req ExecRequest
+	done, ok := s.readSessionBody(w, r, caller, &req)
+	if !ok {
+		return
+	}
+	defer done()
+	ss := s.lookup(w, r, caller)
+	if ss == nil {
+		return
+	}
+	if req.Code == nil {
+		s.writeError(w, badRequest("code: missing"))
+		return
+	}
+	if err := checkFiles(req.Files, 1024); err != nil {
+		s.writeError(w, err.(*apiError))
+		return
+	}
+	timeout, err := execTimeout(req.Timeout, ss.execTimeout)
+	if err != nil {
+		s.writeError(w, err.(*apiError))
+		return
+	}
+	ss.touch()
+	// One exec at a time: the next waits no longer than a queued run.
+	wait := time.NewTimer(s.cfg.QueueWait)
+	select {
+	case ss.slot <- struct{}{}:
+		wait.Stop()
+	case <-wait.C:
+		s.writeError(w, &apiError{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", ss.id, s.cfg.QueueWait)})
+		return
+	case <-r.Context().Done():
+		wait.Stop()
+		return
+	}
+	defer func() { <-ss.slot }()
+	// The exec's context ends when its caller closes the connection (not
+	// at a half-close) or the server kills the runs: an interrupt.
+	runCtx, stopRun := s.runContext(r)
+	defer stopRun()
+	ctx, cancel := context.WithCancel(runCtx)
+	defer cancel()
+	rc := http.NewResponseController(w)
+	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
+	var out *ndjson
+	if stream {
+		// Past the exec's timeout and its grace no streamed write may
+		// wait: the cell's output must drain for the exec to end.
+		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout, cancel: cancel,
+			end: time.Now().Add(timeout + interruptGrace + time.Second)}
+	}
+	t0 := time.Now()
+	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, caller: caller}, out)
+	if ae != nil {
+		// Before the exec began: no stream has started.
+		s.writeError(w, ae)
+		return
+	}
+	s.metrics.exec(res.Verdict, time.Since(t0))
+	s.auditExecEnd(caller, ss, &req, timeout, res)
+	if stream {
+		res.Type = "result"
+		out.end = time.Time{}
+		out.write(marshal(res))
+		return
+	}
+	s.writeJSON(w, 200, res)
+}
+
+// handleInterrupt is POST /v1/sessions/{id}/interrupt: KeyboardInterrupt
+// in the running exec (202), 409 when none runs.
+func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(s, w, "POST", "POST /v1/sessions/{id}/interrupt")
+		return
+	}
+	caller, ok := s.enter(w, r)
+	if !ok {
+		return
+	}
+	defer s.inflight.Done()
+	ss := s.lookup(w, r, caller)
+	if ss == nil {
+		return
+	}
+	if !ss.alive() {
+		s.writeError(w, ss.goneError())
+		return
+	}
+	ss.mu.Lock()
+	busy := ss.busy
+	if ss.interrupt != nil {
+		close(ss.interrupt)
+		ss.interrupt = nil
+	}
+	ss.lastUsed = time.Now()
+	ss.mu.Unlock()
+	if !busy {
+		s.writeError(w, &apiError{Status: 409, Msg: fmt.Sprintf("session %s is idle: no exec to interrupt", ss.id)})
+		return
+	}
+	s.writeJSON(w, 202, map[string]string{"status": "interrupting"})
+}
+
+// handleFiles is GET, PUT and DELETE /v1/sessions/{id}/files/{path}, and
+// GET /v1/sessions/{id}/files?path=DIR.
+func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request) {
+	p := r.PathValue("path")
+	listing := r.Pattern == "/v1/sessions/{id}/files"
+	switch {
+	case listing && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+	case !listing && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPut || r.Method == http.MethodDelete):
+	case listing:
+		methodNotAllowed(s, w, "GET", "GET /v1/sessions/{id}/files?path=DIR")
+		return
+	default:
+		methodNotAllowed(s, w, "GET, PUT, DELETE", "GET, PUT or DELETE /v1/sessions/{id}/files/{path}")
+		return
+	}
+	caller, ok := s.enter(w, r)
+	if !ok {
+		return
+	}
+	defer s.inflight.Done()
+	ss := s.lookup(w, r, caller)
+	if ss == nil {
+		return
+	}
+	ss.touch()
+	if listing {
+		p = workPathOf(r.URL.Query().Get("path"))
+		if p != "." {
+			if err := checkWorkPath(p); err != nil {
+				s.writeError(w, err.(*apiError))
+				return
+			}
+		}
+	} else if err := checkWorkPath(p); err != nil {
+		s.writeError(w, err.(*apiError))
+		return
+	}
+	ss.useMu.RLock()
+	defer ss.useMu.RUnlock()
+	if ss.released {
+		s.writeError(w, ss.goneError())
+		return
+	}
+	if ss.workFD < 0 {
+		s.writeError(w, badRequest("profile %s has no writable /work", ss.profile))
+		return
+	}
+	writes := r.Method == http.MethodPut || r.Method == http.MethodDelete
+	if writes && !ss.alive() {
+		// Kept for reading its /work: the jail that owned it is gone.
+		s.writeError(w, ss.goneError())
+		return
+	}
+	switch {
+	case listing:
+		list, err := listWork(ss.workFD, p, 10000)
+		if err != nil {
+			s.writeError(w, workError(p, err))
+			return
+		}
+		s.writeJSON(w, 200, list)
+	case r.Method == http.MethodPut:
+		s.putFile(w, r, caller, ss, p)
+	case r.Method == http.MethodDelete:
+		uid, gid := ss.jl.p.WorkOwner()
+		if err := removeWork(ss.workFD, p, uid, gid); err != nil {
+			s.writeError(w, workError(p, err))
+			return
+		}
+		s.writeJSON(w, 200, map[string]string{"deleted": p})
+	default:
+		f, size, err := openWorkFile(ss.workFD, p)
+		if err != nil {
+			if errors.Is(err, errIsDir) || errors.Is(err, errNotRegular) {
+				s.writeError(w, badRequest("%s: %v", p, err))
+				return
+			}
+			s.writeError(w, workError(p, err))
+			return
+		}
+		defer f.Close()
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout + time.Duration(size/(1<<20))*time.Second))
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		w.WriteHeader(200)
+		if r.Method != http.MethodHead {
+			// The jail may change the file meanwhile: exactly size bytes
+			// are sent, or the connection ends short.
+			_, _ = io.CopyN(w, f, size)
+		}
+	}
+}
+
+// putFile writes the body to p in the session's /work.
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss *session, p string) {
+	switch err := s.gate.arrive(caller.uid); {
+	case errors.Is(err, errCallerCap):
+		retryAfter(w, time.Second)
+		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
+		return
+	case errors.Is(err, errBusy):
+		retryAfter(w, s.cfg.QueueWait/4)
+		s.refuse(w, r, &apiError{Status: 503, Msg: "busy"})
+		return
+	}
+	defer s.gate.depart(caller.uid)
+	// The body streams to /work: the server holds a chunk of it, but its
+	// share of --body-budget is taken as any body's is.
+	share, ok := s.takeBodyShare(w, r)
+	if !ok {
+		return
+	}
+	defer s.bodies.give(share)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	uid, gid := ss.jl.p.WorkOwner()
+	n, err := writeWorkFile(ss.workFD, p, http.MaxBytesReader(w, r.Body, s.cfg.MaxBody), uid, gid)
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &tooBig):
+			s.writeError(w, &apiError{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)})
+		case errors.As(err, &ne) && ne.Timeout():
+			s.writeError(w, &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)})
+		default:
+			s.writeError(w, workError(p, err))
+		}
+		return
+	}
+	s.writeJSON(w, 201, map[string]any{"path": p, "bytes": n})
+}
+
+// handleMetrics is GET /v1/metrics.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(s, w, "GET", "GET /v1/metrics")
+		return
+	}
+	if _, e := s.admitPeer(r); e != nil {
+		s.writeError(w, e)
+		return
+	}
+	var b bytes.Buffer
+	if err := s.writeMetrics(&b); err != nil {
+		s.writeError(w, &apiError{Status: 500, Msg: err.Error()})
+		return
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+// execAudit is an exec's audit line, before its outcome.
+func execAudit(event string, caller peer, ss *session, code string, files, n int, timeout time.Duration) AuditEntry {
+	h := sha256.New()
+	hashString(h, code)
+	l := ss.limits
+	return AuditEntry{Event: event, RunID: fmt.Sprintf("%s/%d", ss.id, n), SessionID: ss.id, Time: time.Now().UTC(),
+		UID: caller.uid, PID: caller.pid, Profile: ss.profile, CodeSHA256: hex.EncodeToString(h.Sum(nil)), CodeBytes: len(code),
+		Files: files, Limits: AuditLimits{TimeoutMs: timeout.Milliseconds(), CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
+			CPUs: l.CPUs, Pids: l.Pids, OutputLimit: l.OutputBytes, Seccomp: l.Seccomp}, Pool: ss.pool}
+}
+
+// auditExecEnd writes an exec's end line, with its outcome.
+func (s *Server) auditExecEnd(caller peer, ss *session, req *ExecRequest, timeout time.Duration, res *ExecResult) {
+	e := execAudit("exec_end", caller, ss, *req.Code, len(req.Files), res.ExecutionCount, timeout)
+	o := &AuditOutcome{Verdict: jail.Verdict(res.Verdict), State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
+	if res.Why != "" && res.Verdict != ExecOutput {
+		why := res.Why
+		o.Error = &why
+	}
+	e.AuditOutcome = o
+	_ = s.writeAudit(e)
+}
+
+// auditSession writes a session's start or end line.
+func (s *Server) auditSession(event string, ss *session) error {
+	l := ss.limits
+	e := AuditEntry{Event: event, RunID: ss.id, SessionID: ss.id, Time: time.Now().UTC(), UID: ss.owner, PID: ss.ownerPID,
+		Profile: ss.profile, Limits: AuditLimits{TimeoutMs: l.TimeoutMs, CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
+			CPUs: l.CPUs, Pids: l.Pids, OutputLimit: l.OutputBytes, Seccomp: l.Seccomp}, Pool: ss.pool}
+	if event == "session_end" {
+		a := ss.accounting()
+		why := a.Why
+		e.AuditOutcome = &AuditOutcome{Verdict: jail.Verdict(a.Verdict), WallMs: a.WallMs, Blocked: a.BlockedSyscalls, Error: &why}
+	}
+	return s.writeAudit(e)
+}
