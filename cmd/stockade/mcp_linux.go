@@ -33,8 +33,9 @@ var mcpCarried = map[string]bool{
 	"profile": true, "timeout": true, "cpu-time": true, "memory": true, "output-limit": true, "cpus": true, "pids": true,
 }
 
-// mcpOwnFlags are the flags of `stockade mcp` itself, not the jail's.
-var mcpOwnFlags = map[string]bool{"server": true, "pool": true, "http": true}
+// mcpOwnFlags are the flags of `stockade mcp` itself, not the jail's
+// (--pool is its own pool's, and so chooses one).
+var mcpOwnFlags = map[string]bool{"server": true, "http": true}
 
 // mcpCommand is `stockade mcp`: the Model Context Protocol on stdio (or,
 // with --http, stateless Streamable HTTP on a loopback port), its tools run
@@ -61,6 +62,10 @@ func mcpCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			if c.NArg() > 0 {
 				return fail(fmt.Errorf("mcp: takes no arguments (got %q)", c.Args().First()))
 			}
+			addr := c.String("http")
+			if err := checkLoopback(addr); err != nil {
+				return fail(err)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			// A host that closed the pipe must not kill stockade while its
@@ -72,7 +77,7 @@ func mcpCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			}
 			defer done()
 			opts := mcp.Options{Version: version}
-			if addr := c.String("http"); addr != "" {
+			if addr != "" {
 				return mcpServeHTTP(ctx, addr, backend, opts, stderr)
 			}
 			srv := mcp.NewServer(backend, opts)
@@ -102,7 +107,7 @@ func mcpBackend(ctx context.Context, c *cli.Context, stderr io.Writer) (mcp.Back
 	sort.Strings(own)
 	sock := c.String("server")
 	if sock != "" && len(own) > 0 {
-		return nil, nil, fmt.Errorf("%s: not with --server: the server applies its own profile, and a request carries only --profile, --timeout, --cpu-time, --memory, --output-limit, --cpus and --pids (set it in a profile on the server, or leave out --server to run a pool of its own)", strings.Join(own, ", "))
+		return nil, nil, fmt.Errorf("%s: not with --server: the server applies its own profile and pool, and a request carries only --profile, --timeout, --cpu-time, --memory, --output-limit, --cpus and --pids (set it in a profile on the server, or leave out --server to run a pool of its own)", strings.Join(own, ", "))
 	}
 	if sock == "" && len(own) == 0 {
 		if err := probeServer(ctx, defaultSocket); err == nil {
@@ -219,18 +224,27 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 	return mcp.NewHTTPBackend(unixTransport(sock), "", nil), done, nil
 }
 
+// checkLoopback admits "" (stdio) or a loopback address: TCP carries no
+// caller identity (no SO_PEERCRED), so --http serves this host only.
+func checkLoopback(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http %q: want 127.0.0.1:PORT: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("--http %q: a loopback address only (127.0.0.1:PORT or [::1]:PORT): TCP carries no caller identity", addr)
+	}
+	return nil
+}
+
 // mcpServeHTTP serves the tools as stateless Streamable HTTP on a
 // loopback TCP address, for MCP clients that speak no unix socket. TCP
 // carries no caller identity, so this is refused anywhere but loopback.
 func mcpServeHTTP(ctx context.Context, addr string, b mcp.Backend, opts mcp.Options, stderr io.Writer) error {
 	fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fail(fmt.Errorf("--http %q: want 127.0.0.1:PORT: %v", addr, err))
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fail(fmt.Errorf("--http %q: a loopback address only (127.0.0.1:PORT or [::1]:PORT): TCP carries no caller identity", addr))
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fail(fmt.Errorf("--http: %w", err))
