@@ -33,6 +33,11 @@ class AsyncClient:
         """A session, started when awaited or entered (``async with``)."""
         return AsyncSession(self, _api.create_session(profile, limits, idle_timeout, ttl, files, env))
 
+    async def attach(self, session_id: str) -> "AsyncSession":
+        """A session made earlier, by its id."""
+        s = AsyncSession(self, _api.session_info(session_id))
+        return await s.start()
+
     async def sessions(self) -> List[SessionInfo]:
         return await self._do(_api.list_sessions())
 

@@ -44,6 +44,12 @@ class Client:
         info = self._do(_api.create_session(profile, limits, idle_timeout, ttl, files, env))
         return Session(self, info)
 
+    def attach(self, session_id: str) -> "Session":
+        """A session made earlier (by this process or another of the same
+        user), by its id: NotFoundError if there is none, GoneError if it
+        ended."""
+        return Session(self, self._do(_api.session_info(session_id)))
+
     def sessions(self) -> List[SessionInfo]:
         """The caller's own live sessions."""
         return self._do(_api.list_sessions())
