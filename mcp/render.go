@@ -3,6 +3,7 @@ package mcp
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -143,11 +144,15 @@ func structured(raw map[string]any, singleUse bool) map[string]any {
 // listingText shows GET .../files as one line per entry.
 func listingText(m map[string]any) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "/work/%v:\n", m["path"])
+	dir := "/work"
+	if p, _ := m["path"].(string); p != "" && p != "." {
+		dir += "/" + p
+	}
+	fmt.Fprintf(&b, "%s:\n", dir)
 	entries, _ := m["entries"].([]any)
 	for _, e := range entries {
 		em, _ := e.(map[string]any)
-		fmt.Fprintf(&b, "%v\t%v\t%v\n", em["type"], em["size"], em["name"])
+		fmt.Fprintf(&b, "%v\t%s\t%v\n", em["type"], number(em["size"]), em["name"])
 	}
 	if len(entries) == 0 {
 		b.WriteString("(empty)\n")
@@ -156,4 +161,14 @@ func listingText(m map[string]any) string {
 		b.WriteString("[more entries not listed]\n")
 	}
 	return b.String()
+}
+
+// number shows a JSON number as a person writes it: 7667712, not
+// 7.667712e+06, which is how %v prints the float64 JSON decodes into.
+func number(v any) string {
+	f, ok := v.(float64)
+	if !ok {
+		return fmt.Sprint(v)
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }

@@ -136,8 +136,8 @@ func (t *tools) closeSession(ctx context.Context, _ *sdk.CallToolRequest, a sess
 	if err != nil {
 		return nil, nil, err
 	}
-	text := fmt.Sprintf("session %s ended: %v (%v); %v execs, peak memory %v bytes, cpu %v ms",
-		a.SessionID, m["verdict"], m["why"], m["execution_count"], m["peak_memory_bytes"], m["cpu_ms"])
+	text := fmt.Sprintf("session %s ended: %v (%v); %s execs, peak memory %s bytes, cpu %s ms",
+		a.SessionID, m["verdict"], m["why"], number(m["execution_count"]), number(m["peak_memory_bytes"]), number(m["cpu_ms"]))
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}, StructuredContent: m}, nil, nil
 }
 

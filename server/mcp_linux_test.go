@@ -100,3 +100,118 @@ func TestAttackMCPRouteRunsAsServer(t *testing.T) {
 		t.Errorf("audit log: want one run by uid 4242, got %q", b)
 	}
 }
+
+// TestAttackMCPSessionOfAnotherUser: sessions made through /v1/mcp belong
+// to the caller's uid, as those made on /v1/sessions do. Another uid that
+// names the session_id in its own tool calls (run_python, download_file,
+// close_session) is told there is no such session, and the session lives
+// on for its owner. Were the route's in-process calls made under one
+// identity for every caller, they would all be one owner.
+func TestAttackMCPSessionOfAnotherUser(t *testing.T) {
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	s := startServer(t, "--pool", "0", "--group", "nogroup", "--allow-uid", "4242", "--allow-uid", "4243", "--audit-log", "")
+	callAs := func(uid, tool string, args map[string]any) map[string]any {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": args}})
+		out, err := exec.Command("setpriv", "--reuid", uid, "--regid", "65534", "--clear-groups",
+			"curl", "-s", "--unix-socket", s.sock, "-H", "Content-Type: application/json",
+			"-H", "Accept: application/json, text/event-stream", "--data-binary", string(body), "http://x/v1/mcp").Output()
+		var resp struct {
+			Result map[string]any `json:"result"`
+		}
+		if err != nil || json.Unmarshal(out, &resp) != nil || resp.Result == nil {
+			t.Fatalf("uid %s %s: %v %s", uid, tool, err, out)
+		}
+		return resp.Result
+	}
+	text := func(r map[string]any) string {
+		b, _ := json.Marshal(r["content"])
+		return string(b)
+	}
+	created := callAs("4242", "create_session", map[string]any{})
+	sc, _ := created["structuredContent"].(map[string]any)
+	id, _ := sc["session_id"].(string)
+	if id == "" {
+		t.Fatalf("create_session as 4242: %v", created)
+	}
+	if r := callAs("4242", "run_python", map[string]any{"session_id": id, "code": "secret = 'of 4242'"}); r["isError"] == true {
+		t.Fatalf("4242's own exec: %s", text(r))
+	}
+	callAs("4242", "upload_file", map[string]any{"session_id": id, "path": "key.txt", "content": "4242's key"})
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"run_python", map[string]any{"session_id": id, "code": "print(secret)"}},
+		{"download_file", map[string]any{"session_id": id, "path": "key.txt"}},
+		{"list_files", map[string]any{"session_id": id}},
+		{"close_session", map[string]any{"session_id": id}},
+	} {
+		r := callAs("4243", c.tool, c.args)
+		if r["isError"] != true || !strings.Contains(text(r), "404") || strings.Contains(text(r), "of 4242") || strings.Contains(text(r), "4242's key") {
+			t.Errorf("uid 4243 %s on 4242's session: %s", c.tool, text(r))
+		}
+	}
+	if r := callAs("4242", "run_python", map[string]any{"session_id": id, "code": "secret"}); r["isError"] == true || !strings.Contains(text(r), "of 4242") {
+		t.Errorf("4242's session after 4243's tries: %s", text(r))
+	}
+	if r := callAs("4242", "close_session", map[string]any{"session_id": id}); r["isError"] == true {
+		t.Errorf("close_session as 4242: %s", text(r))
+	}
+}
+
+// TestServeMCPSession: a session made through one MCP connection is used
+// through another (the transport keeps no session; the tools name it),
+// with its files, and closed.
+func TestServeMCPSession(t *testing.T) {
+	s := startServer(t, "--pool", "1", "--audit-log", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	call := func(cs *sdk.ClientSession, tool string, args map[string]any) (*sdk.CallToolResult, map[string]any) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		var sc map[string]any
+		json.Unmarshal(b, &sc)
+		return res, sc
+	}
+	first := mcpSession(t, s)
+	_, sc := call(first, "create_session", map[string]any{})
+	id, _ := sc["session_id"].(string)
+	if id == "" {
+		t.Fatalf("create_session: %v", sc)
+	}
+	call(first, "run_python", map[string]any{"session_id": id, "code": "import os\nx = 40\nos.makedirs('out', exist_ok=True)\nopen('out/n.txt', 'w').write(str(x))"})
+	first.Close()
+
+	second := mcpSession(t, s)
+	res, sc := call(second, "run_python", map[string]any{"session_id": id, "code": "x + 2"})
+	if res.IsError || sc["result"] != "42" || sc["state"] != "kept" || !strings.Contains(mcpText(res), "result: 42") {
+		t.Errorf("the session through a second connection: %s %v", mcpText(res), sc)
+	}
+	res, _ = call(second, "download_file", map[string]any{"session_id": id, "path": "out/n.txt"})
+	if mcpText(res) != "40" {
+		t.Errorf("download_file: %q", mcpText(res))
+	}
+	res, sc = call(second, "list_files", map[string]any{"session_id": id, "path": "out"})
+	if res.IsError || !strings.Contains(mcpText(res), "n.txt") {
+		t.Errorf("list_files: %s %v", mcpText(res), sc)
+	}
+	res, sc = call(second, "run_python", map[string]any{"session_id": id, "code": "import time\ntime.sleep(30)", "timeout_seconds": 1})
+	if !res.IsError || sc["verdict"] != "timeout" || sc["state"] != "kept" {
+		t.Errorf("an exec's timeout: %s", mcpText(res))
+	}
+	res, sc = call(second, "close_session", map[string]any{"session_id": id})
+	if res.IsError || sc["verdict"] != "closed" {
+		t.Errorf("close_session: %s", mcpText(res))
+	}
+	res, _ = call(second, "run_python", map[string]any{"session_id": id, "code": "x"})
+	if !res.IsError || !strings.Contains(mcpText(res), "410") {
+		t.Errorf("run_python on a closed session: %s", mcpText(res))
+	}
+}

@@ -48,7 +48,7 @@ func mcpCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		}
 	}
 	flags = append(flags,
-		&cli.StringFlag{Name: "server", Usage: "use the stockade serve listening on this unix socket (default: " + defaultSocket + " if a server answers there, else a pool of its own)"},
+		&cli.StringFlag{Name: "server", EnvVars: []string{"STOCKADE_SOCKET"}, Usage: "use the stockade serve listening on this unix socket (default: " + defaultSocket + " if a server answers there, else a pool of its own)"},
 		&cli.IntFlag{Name: "pool", Value: 1, Usage: "jails kept prepared when running its own pool (0: none)"},
 		&cli.StringFlag{Name: "http", Usage: "serve stateless Streamable HTTP on this loopback address (127.0.0.1:PORT) instead of stdio; anyone on this host who can reach the port can use it"},
 	)
@@ -107,7 +107,7 @@ func mcpBackend(ctx context.Context, c *cli.Context, stderr io.Writer) (mcp.Back
 	sort.Strings(own)
 	sock := c.String("server")
 	if sock != "" && len(own) > 0 {
-		return nil, nil, fmt.Errorf("%s: not with --server: the server applies its own profile and pool, and a request carries only --profile, --timeout, --cpu-time, --memory, --output-limit, --cpus and --pids (set it in a profile on the server, or leave out --server to run a pool of its own)", strings.Join(own, ", "))
+		return nil, nil, fmt.Errorf("%s: not with --server (nor $STOCKADE_SOCKET): the server applies its own profile and pool, and a request carries only --profile, --timeout, --cpu-time, --memory, --output-limit, --cpus and --pids (set it in a profile on the server, or leave out --server to run a pool of its own)", strings.Join(own, ", "))
 	}
 	if sock == "" && len(own) == 0 {
 		if err := probeServer(ctx, defaultSocket); err == nil {

@@ -230,3 +230,43 @@ func TestMCPServerRefusesJailFlags(t *testing.T) {
 		t.Errorf("--http on all addresses: exit %d, %q", code, errs)
 	}
 }
+
+// TestMCPStdioSessionOutlivesConnection: MCP hosts restart their servers
+// and drop connections; a session lives in the stockade server, named by
+// its session_id, so a second `stockade mcp` process finds its state.
+func TestMCPStdioSessionOutlivesConnection(t *testing.T) {
+	sock := startServe(t)
+	first, _, _ := mcpStdio(t, "--server", sock)
+	_, text, sc := mcpCall(t, first, "create_session", nil)
+	id, _ := sc["session_id"].(string)
+	if id == "" || !strings.Contains(text, id) {
+		t.Fatalf("create_session: %s", text)
+	}
+	if res, text, _ := mcpCall(t, first, "run_python", map[string]any{"session_id": id, "code": "x = 41"}); res.IsError {
+		t.Fatalf("x = 41: %s", text)
+	}
+	first.Close()
+	second, _, _ := mcpStdio(t, "--server", sock)
+	res, text, sc := mcpCall(t, second, "run_python", map[string]any{"session_id": id, "code": "x + 1"})
+	if res.IsError || sc["result"] != "42" || sc["execution_count"] != float64(2) {
+		t.Errorf("x + 1 through a second stockade mcp: %s %v", text, sc)
+	}
+	if res, text, _ := mcpCall(t, second, "close_session", map[string]any{"session_id": id}); res.IsError || !strings.Contains(text, "closed") {
+		t.Errorf("close_session: %s", text)
+	}
+}
+
+// TestMCPStdioOwnPoolSession: sessions in a pool of stockade mcp's own.
+func TestMCPStdioOwnPoolSession(t *testing.T) {
+	cs, _, _ := mcpStdio(t, "--pool", "1")
+	_, _, sc := mcpCall(t, cs, "create_session", nil)
+	id, _ := sc["session_id"].(string)
+	mcpCall(t, cs, "upload_file", map[string]any{"session_id": id, "path": "in.txt", "content": "6"})
+	res, text, sc := mcpCall(t, cs, "run_python", map[string]any{"session_id": id, "code": "n = int(open('in.txt').read())\nn * 7"})
+	if res.IsError || sc["result"] != "42" {
+		t.Errorf("a cell reading an uploaded file: %s", text)
+	}
+	if res, text, _ := mcpCall(t, cs, "close_session", map[string]any{"session_id": id}); res.IsError {
+		t.Errorf("close_session: %s", text)
+	}
+}
