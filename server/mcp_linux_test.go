@@ -28,6 +28,18 @@ func mcpSession(t *testing.T, s *testServer) *sdk.ClientSession {
 	return cs
 }
 
+// needSessions skips while the server has no session routes (issue 19's
+// sessions work): it answers 404 "no such endpoint" for them.
+func needSessions(t *testing.T, s *testServer) {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	if code := s.get("/v1/sessions", &e); code == 404 && strings.Contains(e.Error, "no such endpoint") {
+		t.Skip("this stockade serve has no /v1/sessions routes")
+	}
+}
+
 func mcpText(res *sdk.CallToolResult) string {
 	var b strings.Builder
 	for _, c := range res.Content {
@@ -112,6 +124,7 @@ func TestAttackMCPSessionOfAnotherUser(t *testing.T) {
 		t.Skip("needs setpriv (util-linux)")
 	}
 	s := startServer(t, "--pool", "0", "--group", "nogroup", "--allow-uid", "4242", "--allow-uid", "4243", "--audit-log", "")
+	needSessions(t, s)
 	callAs := func(uid, tool string, args map[string]any) map[string]any {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": args}})
@@ -167,6 +180,7 @@ func TestAttackMCPSessionOfAnotherUser(t *testing.T) {
 // with its files, and closed.
 func TestServeMCPSession(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--audit-log", "")
+	needSessions(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	call := func(cs *sdk.ClientSession, tool string, args map[string]any) (*sdk.CallToolResult, map[string]any) {
