@@ -289,3 +289,58 @@ func TestMCPStdioOwnPoolSession(t *testing.T) {
 		t.Errorf("close_session: %s", text)
 	}
 }
+
+// TestMCPDocsHostConfigs launches each host configuration of docs/mcp.md
+// as an MCP host does (command, args, env from the JSON) and runs a cell;
+// the server's socket of the configuration is a test server's.
+func TestMCPDocsHostConfigs(t *testing.T) {
+	bin := mcpBin(t)
+	doc, err := os.ReadFile("../../docs/mcp.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllSubmatch(doc, -1)
+	if len(blocks) < 2 {
+		t.Fatalf("docs/mcp.md: %d JSON configurations", len(blocks))
+	}
+	sock := startServe(t)
+	for i, b := range blocks {
+		var cfg struct {
+			MCPServers map[string]struct {
+				Command string            `json:"command"`
+				Args    []string          `json:"args"`
+				Env     map[string]string `json:"env"`
+			} `json:"mcpServers"`
+		}
+		if err := json.Unmarshal(b[1], &cfg); err != nil {
+			t.Fatalf("docs/mcp.md configuration %d: %v\n%s", i+1, err, b[1])
+		}
+		srv, ok := cfg.MCPServers["stockade"]
+		if !ok || srv.Command != "stockade" || len(srv.Args) == 0 || srv.Args[0] != "mcp" {
+			t.Fatalf("configuration %d does not launch stockade mcp: %s", i+1, b[1])
+		}
+		args := append([]string(nil), srv.Args...)
+		for j, a := range args {
+			args[j] = strings.ReplaceAll(a, defaultSocket, sock)
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Env = os.Environ()
+		for k, v := range srv.Env {
+			cmd.Env = append(cmd.Env, k+"="+strings.ReplaceAll(v, defaultSocket, sock))
+		}
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "host", Version: "1"}, nil).
+			Connect(ctx, &sdk.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("configuration %d: connect: %v\n%s", i+1, err, stderr.String())
+		}
+		res, text, _ := mcpCall(t, cs, "run_python", map[string]any{"code": "print(6*7)"})
+		if res.IsError || !strings.Contains(text, "42") {
+			t.Errorf("configuration %d: %s\n%s", i+1, text, stderr.String())
+		}
+		cs.Close()
+	}
+}
