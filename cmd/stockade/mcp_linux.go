@@ -19,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/mcp"
+	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/server"
 	"github.com/urfave/cli/v2"
 )
@@ -186,16 +187,28 @@ func mcpLimits(c *cli.Context) (*mcp.Limits, error) {
 // private directory (0700, removed at the end), with the profile the flags
 // make: the same code, caps and checks as a server, for one client.
 func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
-	spec, err := specFromFlags(c, nil, nil)
+	// The flags are one more profile layer over --profile, merged and
+	// validated once, as for `stockade run`.
+	p, err := loadProfile(c.String("profile"))
 	if err != nil {
+		return nil, nil, err
+	}
+	layer, err := flagLayer(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	policy := profiles.Merge(p, layer)
+	policy.Name = p.Name
+	if err := policy.Validate(); err != nil {
 		return nil, nil, err
 	}
 	name := c.String("profile")
 	if name == "" {
 		name = "python"
 	}
-	srv, err := server.New(server.Config{Profiles: []server.Profile{{Name: name, Spec: spec}}, Pool: c.Int("pool"),
-		Log: stderr, Audit: stderr, Notices: os.Stderr, Facts: hostFacts(), Version: version})
+	host := hostOf(c)
+	srv, err := server.New(server.Config{Profiles: []server.Profile{{Name: name, Policy: policy}}, Host: host, Pool: c.Int("pool"),
+		Log: stderr, Audit: stderr, Notices: os.Stderr, Facts: hostFacts(host), Version: version})
 	if err != nil {
 		return nil, nil, err
 	}

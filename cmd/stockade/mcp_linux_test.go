@@ -17,6 +17,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // These tests drive `stockade mcp` (the built binary) with the official Go
@@ -24,12 +25,8 @@ import (
 
 func mcpBin(t *testing.T) string {
 	t.Helper()
-	needJail(t)
-	bin := os.Getenv("STOCKADE_BIN")
-	if bin == "" {
-		t.Skip("set STOCKADE_BIN to a stockade built by make build: the host launches the binary")
-	}
-	bin, err := filepath.Abs(bin)
+	testenv.NeedJail(t)
+	bin, err := filepath.Abs(testenv.NeedBinary(t, "the host launches the binary"))
 	if err != nil {
 		t.Fatal(err)
 	}
