@@ -39,22 +39,30 @@ func (s *Server) mcpHandler(api http.Handler) http.Handler {
 			s.writeError(w, e)
 			return
 		}
-		// The body is read here, within --body-timeout and --max-body, as
-		// /v1/run's is: the SDK reads it without a deadline.
+		// The body is read here, as /v1/run's is: within --body-timeout
+		// and --max-body, and counted against --body-budget for as long as
+		// the call holds it (the tools' own requests take their shares
+		// too: the server holds both copies). The SDK would read it with
+		// no deadline and no budget.
+		share, ok := s.takeBodyShare(w, r)
+		if !ok {
+			return
+		}
+		defer s.bodies.give(share)
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+		body, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
 		if err != nil {
-			var tooBig *http.MaxBytesError
+			var ae *apiError
 			var ne net.Error
 			switch {
-			case errors.As(err, &tooBig):
-				s.writeError(w, &apiError{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)})
+			case errors.As(err, &ae):
 			case errors.As(err, &ne) && ne.Timeout():
-				s.writeError(w, &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)})
+				ae = &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
 			default:
-				s.writeError(w, badRequest("read body: %v", err))
+				ae = badRequest("read body: %v", err)
 			}
+			s.writeError(w, ae)
 			return
 		}
 		_ = rc.SetReadDeadline(time.Time{})

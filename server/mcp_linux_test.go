@@ -229,3 +229,15 @@ func TestServeMCPSession(t *testing.T) {
 		t.Errorf("run_python on a closed session: %s", mcpText(res))
 	}
 }
+
+// TestServeMCPBodyCaps: /v1/mcp's body is held to --max-body as /v1/run's
+// is, before the SDK reads any of it.
+func TestServeMCPBodyCaps(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--max-body", "4K", "--audit-log", "")
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"` + strings.Repeat("#", 8192) + `"}}}`
+	out, err := exec.Command("curl", "-s", "-w", " %{http_code}", "--unix-socket", s.sock, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream", "--data-binary", body, "http://x/v1/mcp").Output()
+	if err != nil || !strings.HasSuffix(string(out), " 413") || !strings.Contains(string(out), "max-body") {
+		t.Errorf("an 8 KiB body over --max-body 4K: %v %s", err, out)
+	}
+}

@@ -208,7 +208,7 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 	}
 	host := hostOf(c)
 	srv, err := server.New(server.Config{Profiles: []server.Profile{{Name: name, Policy: policy}}, Host: host, Pool: c.Int("pool"),
-		Log: stderr, Audit: stderr, Notices: os.Stderr, Facts: hostFacts(host), Version: version})
+		Log: stderr, Audit: server.NewAuditWriter(stderr), Notices: os.Stderr, Facts: hostFacts(host), Version: version})
 	if err != nil {
 		return nil, nil, err
 	}
