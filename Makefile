@@ -23,7 +23,7 @@ FUZZTIME ?= 5s
 PREFIX ?= /usr/local
 DOCDIR := $(PREFIX)/share/doc/stockade
 
-.PHONY: all build demo check test lint fuzz vmtest bench soak clean install uninstall install-check deps-%
+.PHONY: all build demo check test test-python test-mcp-inspector lint fuzz vmtest bench soak clean install uninstall install-check deps-%
 
 all: build
 
@@ -48,7 +48,7 @@ build: deps-build
 demo: deps-demo build
 	@scripts/demo $(BIN)
 
-check: deps-check lint test install-check fuzz vmtest
+check: deps-check lint test test-python test-mcp-inspector install-check fuzz vmtest
 	@echo "make check: all passed"
 
 lint: build $(STATICCHECK) $(GOIMPORTS)
@@ -74,6 +74,16 @@ $(GOIMPORTS):
 # jails.
 test: build
 	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_ROOTFS_CACHE=$(CURDIR)/build/rootfs-cache $(GO) test -p 1 -count=1 -timeout 20m ./...
+
+# The Python client (clients/python) against a real stockade serve, with
+# Debian's pytest. Every exit but 0 fails, pytest's 5 (no test ran) too.
+test-python: build
+	cd clients/python && STOCKADE_BIN=$(CURDIR)/$(BIN) /usr/bin/python3 -m pytest -p no:cacheprovider -q tests
+
+# The MCP Inspector's CLI, a client nobody here wrote, drives stockade mcp
+# over stdio and HTTP; npm ci installs it from the lockfile (once).
+test-mcp-inspector: build
+	tests/mcp-inspector/run $(BIN)
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSize$$' -fuzztime=$(FUZZTIME) ./profiles/
@@ -146,4 +156,4 @@ install-check: build
 	@echo "install-check: ok"
 
 clean:
-	rm -rf bin build $(INIT)
+	rm -rf bin build $(INIT) tests/mcp-inspector/node_modules

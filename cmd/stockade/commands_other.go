@@ -37,6 +37,10 @@ func serveCommand(io.Writer) *cli.Command {
 	return linuxOnly("serve", "serve runs over HTTP/1.1 + JSON on a unix socket, from a pool of prepared jails")
 }
 
+func mcpCommand(*os.File, io.Writer, io.Writer) *cli.Command {
+	return linuxOnly("mcp", "serve the Model Context Protocol on stdio: run_python and sessions, in jails")
+}
+
 func runRemote(*cli.Context, []string, *os.File, io.Writer, io.Writer) error {
 	return &exitError{code: jail.ExitJailError, msg: "run --server: stockade runs jails on Linux only"}
 }

@@ -1,0 +1,110 @@
+"""The asyncio client: Client's twin, over asyncio.open_unix_connection."""
+
+from typing import Any, Callable, List, Mapping, Optional, Union
+
+from . import _api, _http
+from .results import ExecResult, FileEntry, RunResult, SessionEnd, SessionInfo
+
+Output = Optional[Callable[[str], None]]
+
+
+class AsyncClient:
+    """Client, with every request a coroutine. ``async with
+    client.session() as s`` closes the session."""
+
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None):
+        self.socket = _api.socket_path(socket)
+        self.timeout = timeout
+
+    async def _do(self, call: _api.Call, on_line=None) -> Any:
+        answer = await _http.arequest(self.socket, call.method, call.target, call.body, call.content_type,
+                                      call.stream, on_line, self.timeout)
+        return call.finish(answer)
+
+    async def run(self, code: str, files: Optional[_api.Files] = None, stdin: Union[None, str, bytes] = None,
+                  limits: Optional[Mapping[str, Any]] = None, on_stdout: Output = None, on_stderr: Output = None,
+                  profile: Optional[str] = None) -> RunResult:
+        handler = _api.output_handler(on_stdout, on_stderr)
+        return await self._do(_api.run(code, files, stdin, limits, profile, stream=handler is not None), handler)
+
+    def session(self, profile: Optional[str] = None, limits: Optional[Mapping[str, Any]] = None,
+                idle_timeout: Union[None, float, str] = None, ttl: Union[None, float, str] = None,
+                files: Optional[_api.Files] = None, env: Optional[Mapping[str, str]] = None) -> "AsyncSession":
+        """A session, started when awaited or entered (``async with``)."""
+        return AsyncSession(self, _api.create_session(profile, limits, idle_timeout, ttl, files, env))
+
+    async def attach(self, session_id: str) -> "AsyncSession":
+        """A session made earlier, by its id."""
+        s = AsyncSession(self, _api.session_info(session_id))
+        return await s.start()
+
+    async def sessions(self) -> List[SessionInfo]:
+        return await self._do(_api.list_sessions())
+
+    async def health(self) -> dict:
+        return await self._do(_api.health())
+
+
+class AsyncFiles:
+    def __init__(self, client: AsyncClient, session_id: str):
+        self._client = client
+        self._id = session_id
+
+    async def read(self, path: str) -> bytes:
+        return await self._client._do(_api.read_file(self._id, path))
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    async def write(self, path: str, data: Union[bytes, str]) -> None:
+        await self._client._do(_api.write_file(self._id, path, data))
+
+    async def delete(self, path: str) -> None:
+        await self._client._do(_api.delete_file(self._id, path))
+
+    async def list(self, path: str = "") -> List[FileEntry]:
+        return await self._client._do(_api.list_files(self._id, path))
+
+
+class AsyncSession:
+    def __init__(self, client: AsyncClient, create: _api.Call):
+        self._client = client
+        self._create = create
+        self.info: Optional[SessionInfo] = None
+        self.id = ""
+        self.files: Optional[AsyncFiles] = None
+        self.end: Optional[SessionEnd] = None
+
+    async def start(self) -> "AsyncSession":
+        if self.info is None:
+            self.info = await self._client._do(self._create)
+            self.id = self.info.session_id
+            self.files = AsyncFiles(self._client, self.id)
+        return self
+
+    def __await__(self):
+        return self.start().__await__()
+
+    async def run(self, code: str, stdin: Union[None, str, bytes] = None, timeout: Union[None, float, str] = None,
+                  files: Optional[_api.Files] = None, on_stdout: Output = None, on_stderr: Output = None) -> ExecResult:
+        handler = _api.output_handler(on_stdout, on_stderr)
+        return await self._client._do(_api.exec_(self.id, code, stdin, timeout, files, stream=handler is not None), handler)
+
+    async def interrupt(self) -> None:
+        await self._client._do(_api.interrupt(self.id))
+
+    async def refresh(self) -> SessionInfo:
+        self.info = await self._client._do(_api.session_info(self.id))
+        return self.info
+
+    async def close(self) -> SessionEnd:
+        if self.end is None:
+            self.end = await self._client._do(_api.close_session(self.id))
+        return self.end
+
+    async def __aenter__(self) -> "AsyncSession":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        if self.info is not None:
+            await self.close()

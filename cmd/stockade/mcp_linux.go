@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/mcp"
+	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/server"
+	"github.com/urfave/cli/v2"
+)
+
+// defaultSocket is where `stockade serve` listens unless told otherwise.
+const defaultSocket = "/run/stockade/stockade.sock"
+
+// mcpCarried are the flags of `stockade mcp` a server's request can carry:
+// the profile's name and the limits a request may tighten. Any other jail
+// flag needs a jail this process makes (its own pool).
+var mcpCarried = map[string]bool{
+	"profile": true, "timeout": true, "cpu-time": true, "memory": true, "output-limit": true, "cpus": true, "pids": true,
+}
+
+// mcpOwnFlags are the flags of `stockade mcp` itself, not the jail's
+// (--pool is its own pool's, and so chooses one).
+var mcpOwnFlags = map[string]bool{"server": true, "http": true}
+
+// mcpCommand is `stockade mcp`: the Model Context Protocol on stdio (or,
+// with --http, stateless Streamable HTTP on a loopback port), its tools run
+// by a stockade server or by a pool of its own.
+func mcpCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
+	var flags []cli.Flag
+	for _, f := range jailFlags() {
+		if f.Names()[0] != "json" {
+			flags = append(flags, f)
+		}
+	}
+	flags = append(flags,
+		&cli.StringFlag{Name: "server", EnvVars: []string{"STOCKADE_SOCKET"}, Usage: "use the stockade serve listening on this unix socket (default: " + defaultSocket + " if a server answers there, else a pool of its own)"},
+		&cli.IntFlag{Name: "pool", Value: 1, Usage: "jails kept prepared when running its own pool (0: none)"},
+		&cli.StringFlag{Name: "http", Usage: "serve stateless Streamable HTTP on this loopback address (127.0.0.1:PORT) instead of stdio; anyone on this host who can reach the port can use it"},
+	)
+	return &cli.Command{
+		Name:      "mcp",
+		Usage:     "serve the Model Context Protocol on stdio: run_python and sessions, in jails",
+		ArgsUsage: "[flags]",
+		Flags:     flags,
+		Action: func(c *cli.Context) error {
+			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
+			if c.NArg() > 0 {
+				return fail(fmt.Errorf("mcp: takes no arguments (got %q)", c.Args().First()))
+			}
+			addr := c.String("http")
+			if err := checkLoopback(addr); err != nil {
+				return fail(err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			// A host that closed the pipe must not kill stockade while its
+			// own pool's jails are up.
+			signal.Ignore(syscall.SIGPIPE)
+			backend, done, err := mcpBackend(ctx, c, stderr)
+			if err != nil {
+				return fail(err)
+			}
+			defer done()
+			opts := mcp.Options{Version: version}
+			if addr != "" {
+				return mcpServeHTTP(ctx, addr, backend, opts, stderr)
+			}
+			srv := mcp.NewServer(backend, opts)
+			err = srv.Run(ctx, &sdk.IOTransport{Reader: stdin, Writer: nopWriteCloser{stdout}})
+			if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) && !errors.Is(err, sdk.ErrConnectionClosed) {
+				return fail(fmt.Errorf("mcp: %w", err))
+			}
+			return nil
+		},
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// mcpBackend chooses who runs the tools: the server --server names, the
+// default socket's server if one answers and no flag needs a jail of our
+// own, or a pool of our own. It says which on stderr.
+func mcpBackend(ctx context.Context, c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
+	var own []string
+	for _, n := range c.LocalFlagNames() {
+		if !mcpCarried[n] && !mcpOwnFlags[n] {
+			own = append(own, "--"+n)
+		}
+	}
+	sort.Strings(own)
+	sock := c.String("server")
+	if sock != "" && len(own) > 0 {
+		return nil, nil, fmt.Errorf("%s: not with --server (nor $STOCKADE_SOCKET): the server applies its own profile and pool, and a request carries only --profile, --timeout, --cpu-time, --memory, --output-limit, --cpus and --pids (set it in a profile on the server, or leave out --server to run a pool of its own)", strings.Join(own, ", "))
+	}
+	if sock == "" && len(own) == 0 {
+		if err := probeServer(ctx, defaultSocket); err == nil {
+			sock = defaultSocket
+		} else {
+			fmt.Fprintf(stderr, "stockade mcp: no server at %s (%v)\n", defaultSocket, err)
+		}
+	}
+	if sock != "" {
+		if err := probeServer(ctx, sock); err != nil {
+			return nil, nil, fmt.Errorf("--server %s: %w", sock, err)
+		}
+		limits, err := mcpLimits(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		fmt.Fprintf(stderr, "stockade mcp: using the server at %s\n", sock)
+		return mcp.NewHTTPBackend(unixTransport(sock), c.String("profile"), limits), func() {}, nil
+	}
+	return ownPool(c, stderr)
+}
+
+// unixTransport dials the server's socket for every connection.
+func unixTransport(sock string) http.RoundTripper {
+	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+}
+
+// probeServer asks the server at sock for its health.
+func probeServer(ctx context.Context, sock string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://stockade/v1/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: unixTransport(sock)}).Do(req)
+	if err != nil {
+		var ne *net.OpError
+		if errors.As(err, &ne) {
+			return fmt.Errorf("no server answers: %v", ne.Err)
+		}
+		return fmt.Errorf("no server answers: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("the server refused us: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// mcpLimits are the limit flags, sent with every request to a server.
+func mcpLimits(c *cli.Context) (*mcp.Limits, error) {
+	l := &mcp.Limits{Timeout: c.String("timeout"), CPUTime: c.String("cpu-time"), Memory: c.String("memory"), OutputLimit: c.String("output-limit")}
+	if c.IsSet("cpus") {
+		v, err := strconv.ParseFloat(c.String("cpus"), 64)
+		if err != nil {
+			return nil, fmt.Errorf("--cpus %q: not a number", c.String("cpus"))
+		}
+		l.CPUs = &v
+	}
+	if c.IsSet("pids") {
+		v, err := strconv.ParseInt(c.String("pids"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--pids %q: not a number", c.String("pids"))
+		}
+		l.Pids = &v
+	}
+	return l, nil
+}
+
+// ownPool runs stockade serve's server in this process, on a socket in a
+// private directory (0700, removed at the end), with the profile the flags
+// make: the same code, caps and checks as a server, for one client.
+func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
+	// The flags are one more profile layer over --profile, merged and
+	// validated once, as for `stockade run`.
+	p, err := loadProfile(c.String("profile"))
+	if err != nil {
+		return nil, nil, err
+	}
+	layer, err := flagLayer(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	policy := profiles.Merge(p, layer)
+	policy.Name = p.Name
+	if err := policy.Validate(); err != nil {
+		return nil, nil, err
+	}
+	name := c.String("profile")
+	if name == "" {
+		name = "python"
+	}
+	host := hostOf(c)
+	srv, err := server.New(server.Config{Profiles: []server.Profile{{Name: name, Policy: policy}}, Host: host, Pool: c.Int("pool"),
+		Log: stderr, Audit: server.NewAuditWriter(stderr), Notices: os.Stderr, Facts: hostFacts(host), Version: version})
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "stockade-mcp-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("own pool: private socket directory: %w", err)
+	}
+	sock := filepath.Join(dir, "stockade.sock")
+	ln, err := server.Listen(sock, "")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	fmt.Fprintf(stderr, "stockade mcp: running its own pool (profile %s, %d prepared) on the private socket %s\n", name, c.Int("pool"), sock)
+	done := func() {
+		stop()
+		if err := <-served; err != nil {
+			fmt.Fprintf(stderr, "stockade mcp: own pool: %v\n", err)
+		}
+		ln.Close()
+		os.RemoveAll(dir)
+	}
+	return mcp.NewHTTPBackend(unixTransport(sock), "", nil), done, nil
+}
+
+// checkLoopback admits "" (stdio) or a loopback address: TCP carries no
+// caller identity (no SO_PEERCRED), so --http serves this host only.
+func checkLoopback(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http %q: want 127.0.0.1:PORT: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("--http %q: a loopback address only (127.0.0.1:PORT or [::1]:PORT): TCP carries no caller identity", addr)
+	}
+	return nil
+}
+
+// mcpServeHTTP serves the tools as stateless Streamable HTTP on a
+// loopback TCP address, for MCP clients that speak no unix socket. TCP
+// carries no caller identity, so this is refused anywhere but loopback.
+func mcpServeHTTP(ctx context.Context, addr string, b mcp.Backend, opts mcp.Options, stderr io.Writer) error {
+	fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fail(fmt.Errorf("--http: %w", err))
+	}
+	srv := mcp.NewServer(b, opts)
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv },
+		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, PropagateRequestCancellation: true})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stderr, "stockade mcp: serving stateless Streamable HTTP at http://%s/mcp\n", ln.Addr())
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		hs.Shutdown(shut)
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fail(fmt.Errorf("--http: %w", err))
+	}
+	return nil
+}

@@ -1,0 +1,349 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/stockade/stockade/profiles"
+)
+
+// Backend runs what the tools ask for. Its answers are the server's JSON,
+// decoded: the tools show them and hand them back as structured content.
+type Backend interface {
+	// Run runs code in a fresh single-use jail (POST /v1/run).
+	Run(ctx context.Context, job Job) (*Outcome, error)
+	// CreateSession starts a session (POST /v1/sessions).
+	CreateSession(ctx context.Context) (map[string]any, error)
+	// Exec runs code in a session (POST /v1/sessions/{id}/exec).
+	Exec(ctx context.Context, sessionID string, job Job) (*Outcome, error)
+	// CloseSession ends a session and returns its final accounting.
+	CloseSession(ctx context.Context, sessionID string) (map[string]any, error)
+	// ReadFile, WriteFile and ListFiles reach a session's /work.
+	ReadFile(ctx context.Context, sessionID, path string) ([]byte, error)
+	WriteFile(ctx context.Context, sessionID, path string, data []byte) error
+	ListFiles(ctx context.Context, sessionID, dir string) (map[string]any, error)
+}
+
+// Job is one piece of code to run, as a tool's arguments give it.
+type Job struct {
+	Code    string
+	Stdin   string
+	Timeout time.Duration // 0: the jail's own
+}
+
+// Outcome is a run's or an exec's result: the fields the text shows, and
+// the whole object as the server sent it.
+type Outcome struct {
+	Verdict         string   `json:"verdict"`
+	State           string   `json:"state"`     // sessions: "kept" or "lost"
+	Why             string   `json:"why"`       // sessions: what ended the exec
+	ExitCode        *int     `json:"exit_code"` // single-use runs
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	StdoutTruncated bool     `json:"stdout_truncated"`
+	StderrTruncated bool     `json:"stderr_truncated"`
+	Result          *string  `json:"result"`
+	Images          []Image  `json:"images"`
+	FilesChanged    []string `json:"files_changed"`
+	ExecutionCount  int      `json:"execution_count"`
+	// Error is an exec's exception ({name, value, traceback}), or a
+	// single-use run's set-up error (a string).
+	Error json.RawMessage `json:"error"`
+
+	Raw map[string]any `json:"-"`
+}
+
+// Exception is the exception a session's exec raised.
+type Exception struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// Exception returns the exec's exception, or nil.
+func (o *Outcome) Exception() *Exception {
+	var e Exception
+	if len(o.Error) == 0 || o.Error[0] != '{' || json.Unmarshal(o.Error, &e) != nil {
+		return nil
+	}
+	return &e
+}
+
+// SetupError returns a single-use run's error (the jail could not be set
+// up), or "".
+func (o *Outcome) SetupError() string {
+	var s string
+	if len(o.Error) == 0 || o.Error[0] != '"' || json.Unmarshal(o.Error, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// Image is one figure: "png", base64.
+type Image struct {
+	Type string `json:"type"`
+	Data string `json:"data"`
+}
+
+// Limits are the limits a request carries, in the profile's syntax
+// ("2s", "256M"); the server keeps each within its profile.
+type Limits struct {
+	Timeout     string   `json:"timeout,omitempty"`
+	CPUTime     string   `json:"cpu_time,omitempty"`
+	Memory      string   `json:"memory,omitempty"`
+	CPUs        *float64 `json:"cpus,omitempty"`
+	Pids        *int64   `json:"pids,omitempty"`
+	OutputLimit string   `json:"output_limit,omitempty"`
+}
+
+// HTTPBackend is a Backend that speaks stockade serve's HTTP API.
+type HTTPBackend struct {
+	// Client reaches the server: its transport dials the server's socket,
+	// or calls its handlers in process (NewHTTPBackend).
+	Client *http.Client
+	// Profile and Limits are sent with every run and session: the command
+	// line's, never a tool's. A tool's timeout_seconds may only shorten
+	// Limits.Timeout.
+	Profile string
+	Limits  *Limits
+}
+
+// NewHTTPBackend returns a backend whose requests go through rt. It
+// follows no redirect: every path it sends is one the API names.
+func NewHTTPBackend(rt http.RoundTripper, profile string, limits *Limits) *HTTPBackend {
+	return &HTTPBackend{Client: &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}, Profile: profile, Limits: limits}
+}
+
+// APIError is a request the server refused, or could not answer.
+type APIError struct {
+	Method, Path string
+	Status       int    // 0: no answer
+	Msg          string // the server's reason
+}
+
+func (e *APIError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("stockade server: %s %s: %s", e.Method, e.Path, e.Msg)
+	}
+	return fmt.Sprintf("stockade server: %s %s: %d %s: %s", e.Method, e.Path, e.Status, http.StatusText(e.Status), e.Msg)
+}
+
+// maxAnswer bounds what one answer may hold: the server's --files-max and
+// output caps keep real answers far below it.
+const maxAnswer = 256 << 20
+
+// do sends one request and returns the answer's body when it is 2xx.
+func (b *HTTPBackend) do(ctx context.Context, method, path string, body io.Reader, contentType string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://stockade"+path, body)
+	if err != nil {
+		return nil, &APIError{Method: method, Path: path, Msg: err.Error()}
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := b.Client.Do(req)
+	if err != nil {
+		return nil, &APIError{Method: method, Path: path, Msg: err.Error()}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error()}
+	}
+	if len(data) > maxAnswer {
+		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: fmt.Sprintf("answer larger than %d bytes", maxAnswer)}
+	}
+	if resp.StatusCode/100 == 2 {
+		return data, nil
+	}
+	var refusal struct {
+		Error string `json:"error"`
+	}
+	msg := strings.TrimSpace(string(data))
+	if json.Unmarshal(data, &refusal) == nil && refusal.Error != "" {
+		msg = refusal.Error
+	}
+	return data, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: msg}
+}
+
+func (b *HTTPBackend) postJSON(ctx context.Context, path string, v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return b.do(ctx, http.MethodPost, path, bytes.NewReader(body), "application/json")
+}
+
+// timeout is the timeout a run may ask for: the tool's, refused above the
+// command line's.
+func (b *HTTPBackend) timeout(d time.Duration) (string, error) {
+	if d == 0 {
+		return "", nil
+	}
+	if b.Limits != nil && b.Limits.Timeout != "" {
+		ceiling, err := profiles.ParseDuration(b.Limits.Timeout)
+		if err == nil && d > ceiling {
+			return "", fmt.Errorf("timeout_seconds %v is above this server's timeout of %v", d.Seconds(), ceiling)
+		}
+	}
+	return formatDuration(d), nil
+}
+
+func formatDuration(d time.Duration) string {
+	return fmt.Sprintf("%dms", max(1, d.Milliseconds()))
+}
+
+func (b *HTTPBackend) Run(ctx context.Context, job Job) (*Outcome, error) {
+	req := map[string]any{"code": job.Code}
+	if job.Stdin != "" {
+		req["stdin"] = job.Stdin
+	}
+	if b.Profile != "" {
+		req["profile"] = b.Profile
+	}
+	var limits Limits
+	if b.Limits != nil {
+		limits = *b.Limits
+	}
+	t, err := b.timeout(job.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if t != "" {
+		limits.Timeout = t
+	}
+	if limits != (Limits{}) {
+		req["limits"] = limits
+	}
+	data, err := b.postJSON(ctx, "/v1/run", req)
+	// A run whose jail could not be set up is answered 500 with a result:
+	// it is the run's outcome, verdict "error".
+	var ae *APIError
+	if err != nil && !(errors.As(err, &ae) && ae.Status == 500 && hasVerdict(data)) {
+		return nil, err
+	}
+	return decodeOutcome(data)
+}
+
+func hasVerdict(data []byte) bool {
+	var probe struct {
+		Verdict *string `json:"verdict"`
+	}
+	return json.Unmarshal(data, &probe) == nil && probe.Verdict != nil
+}
+
+func decodeOutcome(data []byte) (*Outcome, error) {
+	var o Outcome
+	if err := json.Unmarshal(data, &o); err != nil {
+		return nil, fmt.Errorf("stockade server: a result that is not JSON: %w", err)
+	}
+	if o.Verdict == "" {
+		return nil, errors.New("stockade server: a result without a verdict")
+	}
+	if err := json.Unmarshal(data, &o.Raw); err != nil {
+		return nil, fmt.Errorf("stockade server: a result that is not a JSON object: %w", err)
+	}
+	return &o, nil
+}
+
+func (b *HTTPBackend) CreateSession(ctx context.Context) (map[string]any, error) {
+	req := map[string]any{}
+	if b.Profile != "" {
+		req["profile"] = b.Profile
+	}
+	if b.Limits != nil && *b.Limits != (Limits{}) {
+		req["limits"] = b.Limits
+	}
+	data, err := b.postJSON(ctx, "/v1/sessions", req)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(data)
+}
+
+func (b *HTTPBackend) Exec(ctx context.Context, sessionID string, job Job) (*Outcome, error) {
+	req := map[string]any{"code": job.Code}
+	if job.Stdin != "" {
+		req["stdin"] = job.Stdin
+	}
+	if job.Timeout > 0 {
+		// The session's own ceiling is the command line's (CreateSession
+		// sent it); the server refuses a longer one.
+		req["timeout"] = formatDuration(job.Timeout)
+	}
+	data, err := b.postJSON(ctx, sessionPath(sessionID)+"/exec", req)
+	if err != nil {
+		return nil, err
+	}
+	return decodeOutcome(data)
+}
+
+func (b *HTTPBackend) CloseSession(ctx context.Context, sessionID string) (map[string]any, error) {
+	data, err := b.do(ctx, http.MethodDelete, sessionPath(sessionID), nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(data)
+}
+
+func (b *HTTPBackend) ReadFile(ctx context.Context, sessionID, path string) ([]byte, error) {
+	return b.do(ctx, http.MethodGet, filePath(sessionID, path), nil, "")
+}
+
+func (b *HTTPBackend) WriteFile(ctx context.Context, sessionID, path string, data []byte) error {
+	_, err := b.do(ctx, http.MethodPut, filePath(sessionID, path), bytes.NewReader(data), "application/octet-stream")
+	return err
+}
+
+func (b *HTTPBackend) ListFiles(ctx context.Context, sessionID, dir string) (map[string]any, error) {
+	p := sessionPath(sessionID) + "/files"
+	if dir != "" {
+		p += "?path=" + url.QueryEscape(dir)
+	}
+	data, err := b.do(ctx, http.MethodGet, p, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(data)
+}
+
+func decodeObject(data []byte) (map[string]any, error) {
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("stockade server: an answer that is not a JSON object: %w", err)
+	}
+	return m, nil
+}
+
+// sessionPath escapes the id: it is the model's argument, and must name
+// one session, never another route.
+func sessionPath(id string) string {
+	return "/v1/sessions/" + url.PathEscape(id)
+}
+
+// filePath escapes each component of a path in /work. The tools have
+// checked it (checkPath): relative, no "." or ".." component, so it names
+// a file of this session and no other route.
+func filePath(id, path string) string {
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return sessionPath(id) + "/files/" + strings.Join(parts, "/")
+}
+
+// decodeBase64 decodes an image's data.
+func decodeBase64(s string) ([]byte, error) {
+	return base64.StdEncoding.DecodeString(s)
+}

@@ -1,0 +1,324 @@
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// fakeBackend records every call; what it answers is set per test.
+type fakeBackend struct {
+	mu      sync.Mutex
+	calls   []string
+	outcome *Outcome
+	file    []byte
+}
+
+func (f *fakeBackend) record(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+}
+
+func (f *fakeBackend) Run(_ context.Context, j Job) (*Outcome, error) {
+	f.record("run " + j.Code)
+	return f.outcome, nil
+}
+func (f *fakeBackend) CreateSession(context.Context) (map[string]any, error) {
+	f.record("create")
+	return map[string]any{"session_id": "abc"}, nil
+}
+func (f *fakeBackend) Exec(_ context.Context, id string, j Job) (*Outcome, error) {
+	f.record("exec " + id + " " + j.Code)
+	return f.outcome, nil
+}
+func (f *fakeBackend) CloseSession(_ context.Context, id string) (map[string]any, error) {
+	f.record("close " + id)
+	return map[string]any{"verdict": "closed"}, nil
+}
+func (f *fakeBackend) ReadFile(_ context.Context, id, p string) ([]byte, error) {
+	f.record("read " + id + " " + p)
+	return f.file, nil
+}
+func (f *fakeBackend) WriteFile(_ context.Context, id, p string, data []byte) error {
+	f.record("write " + id + " " + p + " " + string(data))
+	return nil
+}
+func (f *fakeBackend) ListFiles(_ context.Context, id, dir string) (map[string]any, error) {
+	f.record("list " + id + " " + dir)
+	return map[string]any{"path": dir, "entries": []any{}}, nil
+}
+
+// connect serves NewServer(b) to an SDK client in memory.
+func connect(t *testing.T, b Backend) *sdk.ClientSession {
+	t.Helper()
+	ct, st := sdk.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := NewServer(b, Options{Version: "test"}).Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) *sdk.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+func text(res *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestToolsListed(t *testing.T) {
+	cs := connect(t, &fakeBackend{})
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		schema, _ := json.Marshal(tool.InputSchema)
+		var s struct {
+			AdditionalProperties *bool          `json:"additionalProperties"`
+			Properties           map[string]any `json:"properties"`
+		}
+		if err := json.Unmarshal(schema, &s); err != nil {
+			t.Fatal(err)
+		}
+		if s.AdditionalProperties == nil || *s.AdditionalProperties {
+			t.Errorf("%s: input schema admits properties it does not name: %s", tool.Name, schema)
+		}
+		for p := range s.Properties {
+			switch p {
+			case "code", "session_id", "timeout_seconds", "stdin", "path", "content", "base64":
+			default:
+				t.Errorf("%s: unexpected argument %q: a tool's arguments may not carry the jail's policy", tool.Name, p)
+			}
+		}
+	}
+	if got := strings.Join(names, " "); got != "close_session create_session download_file list_files run_python upload_file" {
+		t.Errorf("tools: %s", got)
+	}
+}
+
+// TestAttackToolArgumentsLoosenJail: a model that adds the jail's policy to
+// a tool call (a bigger memory limit, another profile, network hosts, an
+// environment) is refused by the tool's schema before anything runs.
+func TestAttackToolArgumentsLoosenJail(t *testing.T) {
+	fb := &fakeBackend{outcome: &Outcome{Verdict: "ok"}}
+	cs := connect(t, fb)
+	extras := map[string]any{
+		"limits":    map[string]any{"memory": "64G", "timeout": "1h"},
+		"profile":   "shell",
+		"allow_net": []string{"*"},
+		"allow-net": "example.com",
+		"memory":    "64G",
+		"timeout":   "1h",
+		"env":       map[string]any{"LD_PRELOAD": "/work/x.so"},
+		"seccomp":   "off",
+	}
+	base := map[string]map[string]any{
+		"run_python":     {"code": "print(1)"},
+		"create_session": {},
+		"close_session":  {"session_id": "abc"},
+		"upload_file":    {"session_id": "abc", "path": "a", "content": "x"},
+		"download_file":  {"session_id": "abc", "path": "a"},
+		"list_files":     {"session_id": "abc"},
+	}
+	for tool, args := range base {
+		for k, v := range extras {
+			a := map[string]any{k: v}
+			for bk, bv := range args {
+				a[bk] = bv
+			}
+			res := call(t, cs, tool, a)
+			if !res.IsError || !strings.Contains(text(res), "additional properties") {
+				t.Errorf("%s with %q: not refused by the schema: %s", tool, k, text(res))
+			}
+		}
+	}
+	if len(fb.calls) != 0 {
+		t.Errorf("the backend was called: %v", fb.calls)
+	}
+}
+
+func TestRunPythonResult(t *testing.T) {
+	long := "a" + strings.Repeat("é", 20000) + "END"
+	png := []byte("\x89PNG\r\n\x1a\nfigure")
+	res1 := "42"
+	o := &Outcome{Verdict: "exception", State: "kept", Stdout: long, Result: &res1,
+		Error:  json.RawMessage(`{"name":"ZeroDivisionError","value":"division by zero","traceback":"Traceback (most recent call last):\nZeroDivisionError: division by zero\n"}`),
+		Images: []Image{{Type: "png", Data: base64.StdEncoding.EncodeToString(png)}},
+		Raw: map[string]any{"verdict": "exception", "stdout": long,
+			"images": []any{map[string]any{"type": "png", "data": base64.StdEncoding.EncodeToString(png)}}}}
+	fb := &fakeBackend{outcome: o}
+	cs := connect(t, fb)
+	res := call(t, cs, "run_python", map[string]any{"code": "1/0", "session_id": "abc"})
+	if !res.IsError {
+		t.Error("verdict exception: isError not set")
+	}
+	txt := text(res)
+	for _, want := range []string{"verdict: exception (session state kept)", "ZeroDivisionError: division by zero", "result: 42", "bytes cut", "ENDEND"[3:], "figures: 1"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("text lacks %q:\n%.300s", want, txt)
+		}
+	}
+	if len(txt) > maxShown+2000 {
+		t.Errorf("text of %d bytes: long output not cut", len(txt))
+	}
+	if !strings.HasPrefix(strings.SplitN(txt, "stdout:\n", 2)[1], "aé") {
+		t.Error("the head of stdout is not kept")
+	}
+	var images []*sdk.ImageContent
+	for _, c := range res.Content {
+		if ic, ok := c.(*sdk.ImageContent); ok {
+			images = append(images, ic)
+		}
+	}
+	if len(images) != 1 || string(images[0].Data) != string(png) || images[0].MIMEType != "image/png" {
+		t.Errorf("images: %+v", images)
+	}
+	sc, _ := json.Marshal(res.StructuredContent)
+	if strings.Contains(string(sc), base64.StdEncoding.EncodeToString(png)) || !strings.Contains(string(sc), `"bytes":14`) {
+		t.Errorf("structured content keeps the image's bytes, or lacks its size: %.300s", sc)
+	}
+	if !strings.Contains(string(sc), "ENDEND"[3:]) {
+		t.Error("structured content lost the whole stdout")
+	}
+	if fb.calls[0] != "exec abc 1/0" {
+		t.Errorf("calls: %v", fb.calls)
+	}
+
+	fb.outcome = &Outcome{Verdict: "ok", Stdout: "1\n", Raw: map[string]any{"verdict": "ok", "files": map[string]any{"out.csv": "eA=="}}}
+	res = call(t, cs, "run_python", map[string]any{"code": "print(1)"})
+	if res.IsError || !strings.Contains(text(res), "files changed in /work: out.csv") {
+		t.Errorf("ok run: isError %v, %s", res.IsError, text(res))
+	}
+	sc, _ = json.Marshal(res.StructuredContent)
+	if strings.Contains(string(sc), "eA==") || !strings.Contains(string(sc), `"files_changed":["out.csv"]`) {
+		t.Errorf("a single-use run's files: %s", sc)
+	}
+}
+
+func TestCut(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"0123456789abcdef", 8, "0123\n[... 8 bytes cut ...]\ncdef"},
+		{"ééééé", 4, "é\n[... 6 bytes cut ...]\né"},
+	} {
+		if got := cut(tc.in, tc.max); got != tc.want {
+			t.Errorf("cut(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+		}
+	}
+}
+
+// TestAttackPathLeavesSession: a session id or a path that would make the
+// request's URL another route (another session, the session itself, a
+// parent directory) is refused before any request is made.
+func TestAttackPathLeavesSession(t *testing.T) {
+	fb := &fakeBackend{file: []byte("x")}
+	cs := connect(t, fb)
+	for _, a := range []map[string]any{
+		{"session_id": "../sessions", "path": "a"},
+		{"session_id": "abc/exec", "path": "a"},
+		{"session_id": "abc?x=1", "path": "a"},
+		{"session_id": "", "path": "a"},
+		{"session_id": "abc", "path": "../../other/files/a"},
+		{"session_id": "abc", "path": "a/../../b"},
+		{"session_id": "abc", "path": "./a"},
+		{"session_id": "abc", "path": "a//b"},
+		{"session_id": "abc", "path": "/etc/passwd"},
+		{"session_id": "abc", "path": "a\x00b"},
+	} {
+		if res := call(t, cs, "download_file", a); !res.IsError {
+			t.Errorf("download_file %v: not refused", a)
+		}
+	}
+	if len(fb.calls) != 0 {
+		t.Errorf("the backend was called: %v", fb.calls)
+	}
+	res := call(t, cs, "download_file", map[string]any{"session_id": "abc", "path": "/work/out/a.txt"})
+	if res.IsError || fb.calls[0] != "read abc out/a.txt" {
+		t.Errorf("a /work/ path: %v %s", fb.calls, text(res))
+	}
+}
+
+func TestDownloadKinds(t *testing.T) {
+	fb := &fakeBackend{}
+	cs := connect(t, fb)
+	for _, tc := range []struct {
+		data     []byte
+		encoding string
+	}{
+		{[]byte("hello\n"), "text"},
+		{[]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), "image"},
+		{[]byte{0xff, 0x00, 0xfe}, "base64"},
+	} {
+		fb.file = tc.data
+		res := call(t, cs, "download_file", map[string]any{"session_id": "abc", "path": "f"})
+		sc, _ := json.Marshal(res.StructuredContent)
+		if res.IsError || !strings.Contains(string(sc), `"encoding":"`+tc.encoding+`"`) {
+			t.Errorf("%q: %s %s", tc.data, sc, text(res))
+		}
+	}
+	fb.file = make([]byte, DefaultMaxDownload+1)
+	if res := call(t, cs, "download_file", map[string]any{"session_id": "abc", "path": "f"}); !res.IsError {
+		t.Error("a file over the cap was returned")
+	}
+}
+
+func TestUploadDecodes(t *testing.T) {
+	fb := &fakeBackend{}
+	cs := connect(t, fb)
+	call(t, cs, "upload_file", map[string]any{"session_id": "abc", "path": "d/b.bin", "content": base64.StdEncoding.EncodeToString([]byte("bin")), "base64": true})
+	call(t, cs, "upload_file", map[string]any{"session_id": "abc", "path": "t.txt", "content": "text"})
+	if res := call(t, cs, "upload_file", map[string]any{"session_id": "abc", "path": "x", "content": "!!", "base64": true}); !res.IsError {
+		t.Error("bad base64 accepted")
+	}
+	if got := strings.Join(fb.calls, ";"); got != "write abc d/b.bin bin;write abc t.txt text" {
+		t.Errorf("calls: %s", got)
+	}
+}
+
+func TestTimeoutCeiling(t *testing.T) {
+	b := &HTTPBackend{Limits: &Limits{Timeout: "5s"}}
+	if _, err := b.timeout(6 * time.Second); err == nil {
+		t.Error("a timeout above the command line's was accepted")
+	}
+	if got, err := b.timeout(1500 * time.Millisecond); err != nil || got != "1500ms" {
+		t.Errorf("1.5s: %q %v", got, err)
+	}
+	if got, _ := (&HTTPBackend{}).timeout(0); got != "" {
+		t.Errorf("no timeout: %q", got)
+	}
+}
