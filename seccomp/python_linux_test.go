@@ -242,6 +242,20 @@ print("x32 getpid returned", libc.syscall(0x40000000 | 39))
 	}
 	for name, script := range scripts {
 		t.Run(name, func(t *testing.T) {
+			if name == "i386 int 0x80" {
+				// Some hosts' kernels (a paravirtualised guest, say) give
+				// no i386 gate at all: int 0x80 faults with SIGSEGV with
+				// no filter loaded, so the filter is never asked. Ask the
+				// kernel first, unfiltered; where the gate exists the
+				// filter must kill.
+				bare := exec.Command("python3", "-I", "-c", script)
+				if err := bare.Run(); err != nil {
+					var exit *exec.ExitError
+					if errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGSEGV {
+						t.Skip("this kernel has no i386 gate: int 0x80 faults with SIGSEGV with no filter loaded")
+					}
+				}
+			}
 			run := runHelper(t, "exec", "python", pythonArgs(t, script))
 			var exit *exec.ExitError
 			if !errors.As(run.Err, &exit) || exit.ExitCode() != 128+int(syscall.SIGSYS) {
