@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
@@ -35,10 +37,19 @@ func run(t *testing.T, base *profiles.Profile, doors ...string) Report {
 	return runOn(t, base, jail.Host{}, doors...)
 }
 
+// suiteDeadline bounds a whole suite: every attack is bounded (at most a
+// minute, most a few seconds), and the suite takes one to two minutes.
+const suiteDeadline = 10 * time.Minute
+
 func runOn(t *testing.T, base *profiles.Profile, host jail.Host, doors ...string) Report {
 	t.Helper()
 	var progress bytes.Buffer
-	rep := Run(context.Background(), base, host, Options{Doors: doors, Progress: &progress})
+	var rep Report
+	if proctest.Within(t, suiteDeadline, func(ctx context.Context) {
+		rep = Run(ctx, base, host, Options{Doors: doors, Progress: &progress})
+	}) {
+		t.Fatalf("the suite outlived its deadline of %v (%s); so far:\n%s", suiteDeadline, rep.Error, progress.String())
+	}
 	if rep.Error != "" {
 		t.Fatalf("suite did not run: %s", rep.Error)
 	}
