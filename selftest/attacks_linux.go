@@ -34,6 +34,7 @@ func Attacks() []Attack {
 	all = append(all, identityAttacks()...)
 	all = append(all, kernelAttacks()...)
 	all = append(all, resourceAttacks()...)
+	all = append(all, runsAttacks()...)
 	all = append(all, terminalAttacks()...)
 	return all
 }

@@ -18,7 +18,7 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Usage: "attack the jail with the built-in escape suite under a profile",
 		Description: "Each attack is a small Python program run in its own jail under the profile: network, files,\n" +
 			"descriptors the caller left open, identity, kernel surface (the never-allowed system calls, raw),\n" +
-			"resources and the terminal.\n" +
+			"resources, concurrent runs (a sibling's sweep must spare a live run) and the terminal.\n" +
 			"Exit status: 0 every door held, 1 a door is open, 125 the profile is bad or no jail could start.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "profile", Usage: "profile to test (NAME or FILE)", DefaultText: "python"},
