@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,17 @@ func Attacks() []Attack {
 	all = append(all, runsAttacks()...)
 	all = append(all, terminalAttacks()...)
 	return all
+}
+
+// Doors are the doors the suite attacks, in the order it runs them.
+func Doors() []string {
+	var doors []string
+	for _, a := range Attacks() {
+		if !slices.Contains(doors, a.Door) {
+			doors = append(doors, a.Door)
+		}
+	}
+	return doors
 }
 
 func fixed(args ...string) func(*fixtures, jail.Spec) []string {

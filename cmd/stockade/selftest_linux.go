@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/selftest"
@@ -25,6 +27,7 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringFlag{Name: "cgroup-parent", Usage: "create each attack's cgroup below this path (a delegated cgroup when not root)"},
 			&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only (the resource attacks then show what that leaves)"},
+			&cli.StringSliceFlag{Name: "door", Usage: "attack only this door (" + strings.Join(selftest.Doors(), ", ") + "); repeatable"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -34,7 +37,12 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			if err != nil {
 				return &exitError{code: jail.ExitJailError, msg: "selftest: " + err.Error()}
 			}
-			opts := selftest.Options{}
+			opts := selftest.Options{Doors: c.StringSlice("door")}
+			for _, d := range opts.Doors {
+				if !slices.Contains(selftest.Doors(), d) {
+					return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf("selftest: --door %q: no such door (%s)", d, strings.Join(selftest.Doors(), ", "))}
+				}
+			}
 			if !c.Bool("json") {
 				fmt.Fprintf(stderr, "stockade selftest: profile %s: %s\n", p.Name, p.Description)
 				opts.Progress = stderr
