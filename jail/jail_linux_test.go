@@ -643,7 +643,7 @@ func TestBindWithAMountPointInsideNamesIt(t *testing.T) {
 		} else {
 			s.ReadOnly = []Bind{{Source: dir, Dest: "/data"}}
 		}
-		res, err := Run(context.Background(), s, Streams{})
+		res, err := runJail(t, s, Streams{})
 		if err == nil || res.ExitCode != ExitJailError {
 			t.Fatalf("%s %s: %v (exit %d), want a refusal", flag, dir, err, res.ExitCode)
 		}

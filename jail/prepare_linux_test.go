@@ -153,7 +153,12 @@ func TestPooledRunResultSaysEnforcedTimeout(t *testing.T) {
 	defer p.Close()
 	r.Close()
 	w.Close()
-	res, err := p.Start(context.Background(), StartOptions{Timeout: time.Second})
+	var res *Result
+	if proctest.Within(t, jailDeadline(time.Second), func(ctx context.Context) {
+		res, err = p.Start(ctx, StartOptions{Timeout: time.Second})
+	}) {
+		t.Fatalf("Start's timeout of 1s did not end the sleeping jail, the test's deadline did: %+v, %v", res, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // otherDoors prints, from inside a jail, every door that does not depend
@@ -64,7 +66,7 @@ print("threads", n)
 // looked). Every door but the filter's must hold in such a jail, and the
 // memory limit in a second one.
 func TestSeccompOffKeepsEveryOtherDoor(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	s := py(otherDoors)
 	s.Seccomp = SeccompOff
 	s.Cgroup.PidsMax = 32

@@ -100,7 +100,7 @@ func TestSelftestNoCgroupRunsWithoutCgroups(t *testing.T) {
 // --door narrows the suite to the doors named, and a door that does not
 // exist is a bad invocation, not an empty pass.
 func TestSelftestDoorFlag(t *testing.T) {
-	needJail(t)
+	testenv.NeedJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--json", "--door", "identity", "--door", "runs")
 	var rep selftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {

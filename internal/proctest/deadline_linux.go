@@ -114,14 +114,22 @@ func (o Outcome) Overstayed() string {
 
 // Start starts cmd in a process group of its own (a session, if it asked
 // for one) that dies with the test binary, keeping a copy of the stdout and
-// stderr the caller did not hand an *os.File. A command whose output
+// stderr the caller did not hand an *os.File (given one writer for both,
+// they stay one stream, kept as stdout). A command whose output
 // buffers a descendant outside the group holds open is let go 5 s after it
 // exits (exec.Cmd.WaitDelay).
 func Start(cmd *exec.Cmd) (*Proc, error) {
 	p := &Proc{Cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	Group(cmd)
-	cmd.Stdout = keep(cmd.Stdout, p.stdout)
-	cmd.Stderr = keep(cmd.Stderr, p.stderr)
+	if cmd.Stdout != nil && cmd.Stdout == cmd.Stderr {
+		// One writer for both is one pipe, in the order written
+		// (CombinedOutput's): it stays one, kept as Stdout.
+		w := keep(cmd.Stdout, p.stdout)
+		cmd.Stdout, cmd.Stderr = w, w
+	} else {
+		cmd.Stdout = keep(cmd.Stdout, p.stdout)
+		cmd.Stderr = keep(cmd.Stderr, p.stderr)
+	}
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 5 * time.Second
 	}

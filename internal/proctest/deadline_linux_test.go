@@ -106,3 +106,14 @@ func TestBudget(t *testing.T) {
 		t.Errorf("Budget(1ms) = %v, want 1ms", got)
 	}
 }
+
+// Stdout and stderr given one writer stay one stream in the order written,
+// as CombinedOutput has them.
+func TestOneWriterForBothStaysOneStream(t *testing.T) {
+	var both strings.Builder
+	cmd := exec.Command("sh", "-c", "echo a; echo b >&2; echo c")
+	cmd.Stdout, cmd.Stderr = &both, &both
+	if o := Run(t, cmd, 10*time.Second); o.Stdout != "a\nb\nc\n" || both.String() != "a\nb\nc\n" {
+		t.Fatalf("kept %q, the caller's writer got %q", o.Stdout, both.String())
+	}
+}
