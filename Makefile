@@ -23,7 +23,7 @@ FUZZTIME ?= 5s
 PREFIX ?= /usr/local
 DOCDIR := $(PREFIX)/share/doc/stockade
 
-.PHONY: all build demo check test test-python test-mcp-inspector lint fuzz vmtest bench soak clean install uninstall install-check deps-%
+.PHONY: all build demo check test test-python test-mcp-inspector lint fuzz vmtest bench soak mutate clean install uninstall install-check deps-%
 
 all: build
 
@@ -114,6 +114,12 @@ soak: build
 	STOCKADE_SOAK=$${STOCKADE_SOAK:-2000} $(GO) test -count=1 -run '^TestSoak$$' -timeout 60m -v ./jail/
 	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_SERVE_SOAK=$${STOCKADE_SERVE_SOAK:-500} $(GO) test -count=1 -run '^TestServeSoak$$' -timeout 30m -v ./server/
 	STOCKADE_SOAK=$${STOCKADE_SIBLING_SOAK:-500} $(GO) test -count=1 -run '^TestSoakSiblingCgroups$$' -timeout 60m -v ./cmd/stockade/
+
+# Each defence broken on purpose, one at a time, in a copy of the tree: the
+# tests named for it and `stockade selftest --door` must notice (KILLED);
+# a SURVIVED defence has no test. Not in make check: about 20 minutes.
+mutate: deps-build
+	scripts/mutate $(MUTANTS)
 
 # make install PREFIX=/usr/local (DESTDIR for staging): the binary, stockade(1),
 # bash/zsh/fish completions, the examples and the documentation (README.md,

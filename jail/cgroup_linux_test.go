@@ -2,7 +2,7 @@ package jail
 
 import (
 	"bufio"
-	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -203,7 +203,7 @@ func TestUnwritableCgroupParentFails(t *testing.T) {
 	testenv.NeedJail(t)
 	s := spec("true")
 	s.Host.CgroupParent = "/stockade-test-does-not-exist/deeper"
-	res, err := Run(context.Background(), s, Streams{})
+	res, err := runJail(t, s, Streams{})
 	if err == nil || res.ExitCode != ExitJailError || !strings.Contains(err.Error(), "cgroup") {
 		t.Fatalf("unusable --cgroup-parent: %v, exit %d", err, res.ExitCode)
 	}
@@ -219,14 +219,35 @@ func TestNoCgroupIsReported(t *testing.T) {
 	}
 }
 
+// numpy works under a pids limit of 16 (its BLAS pools are held to one
+// thread), and in that same jail the limit is in force: threads past it
+// fail. Without the second half the test passed with no limit at all.
 func TestNumpyUnderPidsLimit(t *testing.T) {
 	testenv.NeedJail(t)
 	if _, err := os.Stat("/usr/lib/python3/dist-packages/numpy"); err != nil {
 		t.Skip("python3-numpy is not installed")
 	}
-	s := py("import numpy; print(numpy.linalg.inv(numpy.eye(3)).trace())")
+	s := py(`
+import threading, numpy
+print(numpy.linalg.inv(numpy.eye(3)).trace(), flush=True)
+hold, n = threading.Event(), 0
+try:
+    while n < 64:
+        threading.Thread(target=hold.wait, daemon=True).start()
+        n += 1
+except RuntimeError:
+    pass
+hold.set()
+print("threads", n)
+`)
 	s.Cgroup.PidsMax = 16
-	if r := mustRun(t, s); r.Stdout != "3.0\n" {
+	r := mustRun(t, s)
+	var threads int
+	fmt.Sscanf(strings.TrimPrefix(r.Stdout, "3.0\n"), "threads %d", &threads)
+	if !strings.HasPrefix(r.Stdout, "3.0\n") || threads == 0 {
 		t.Fatalf("numpy under 16 pids: %+v", r)
+	}
+	if threads >= 16 || r.Verdict != VerdictPids {
+		t.Fatalf("under a pids limit of 16 the jail started %d more threads, verdict %s: the limit was not in force", threads, r.Verdict)
 	}
 }

@@ -2,7 +2,6 @@ package jail
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,8 +39,10 @@ func runPaused(t *testing.T, s Spec, during func()) (*Result, error) {
 		err error
 	}
 	done := make(chan ran, 1)
+	ctx, cancel := jailContext(t, s)
+	defer cancel()
 	go func() {
-		r, err := Run(context.Background(), s, Streams{Stdin: inR, Stdout: ready})
+		r, err := Run(ctx, s, Streams{Stdin: inR, Stdout: ready})
 		done <- ran{r, err}
 	}()
 	select {
@@ -254,7 +255,7 @@ echo n > new/deep/n.txt; ln -s a.txt link; echo x > sub/x; echo z > z-dir/new; `
 				})
 				defer stop()
 			}
-			r, err := Run(context.Background(), s, Streams{})
+			r, err := runJail(t, s, Streams{})
 			if err == nil || r.Verdict != VerdictError {
 				t.Fatalf("Run: %v, verdict %q: want a copy-back error", err, r.Verdict)
 			}
@@ -572,7 +573,7 @@ print("made")
 	s.WorkSize = 1 << 30 // inodes for the links
 	s.Timeout = 4 * time.Second
 	start := time.Now()
-	r, err := Run(context.Background(), s, Streams{})
+	r, err := runJail(t, s, Streams{})
 	took := time.Since(start)
 	if r == nil || r.CopyBack == nil {
 		t.Fatalf("Run: %v, no copy-back report (%+v)", err, r)

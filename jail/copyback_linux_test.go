@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -194,7 +193,7 @@ print("dirs", n)
 `)
 	s.WorkSize = 4 << 20
 	s.Workdir = dir
-	r, err := Run(context.Background(), s, Streams{})
+	r, err := runJail(t, s, Streams{})
 	if err == nil || !strings.Contains(err.Error(), "more than --work-size") || !strings.Contains(err.Error(), "nothing was copied back") {
 		t.Errorf("Run: %v, want copy-back refused for --work-size (%+v)", err, r)
 	}
@@ -235,7 +234,7 @@ for i in range(1100):
 print("made 1100 levels")
 `)
 	s.Workdir = dir
-	r, err := Run(context.Background(), s, Streams{})
+	r, err := runJail(t, s, Streams{})
 	if err == nil || !strings.Contains(err.Error(), "deeper than") || !strings.Contains(err.Error(), "nothing was copied back") {
 		t.Errorf("Run: %v, want copy-back refused for depth (%+v)", err, r)
 	}

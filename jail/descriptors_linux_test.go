@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -221,7 +220,10 @@ func TestAttackCopyBackDupRacesFork(t *testing.T) {
 		go func() {
 			defer runs.Done()
 			defer func() { <-sem }()
-			r, err := Run(context.Background(), py(heldDescriptors), Streams{})
+			s := py(heldDescriptors)
+			ctx, cancel := jailContext(t, s)
+			defer cancel()
+			r, err := Run(ctx, s, Streams{})
 			switch {
 			case err != nil:
 				t.Errorf("jail %d: %v", i, err)

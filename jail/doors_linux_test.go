@@ -1,8 +1,6 @@
 package jail
 
 import (
-	"context"
-
 	"fmt"
 	"net"
 	"os"
@@ -198,7 +196,7 @@ func doorSpec(args ...string) Spec {
 
 func runErr(t *testing.T, s Spec) error {
 	t.Helper()
-	res, err := Run(context.Background(), s, Streams{})
+	res, err := runJail(t, s, Streams{})
 	if err != nil && res.ExitCode != ExitJailError {
 		t.Errorf("refusal exits %d, want %d", res.ExitCode, ExitJailError)
 	}

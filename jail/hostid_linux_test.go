@@ -159,7 +159,9 @@ func TestConcurrentRunsHaveDistinctHostUIDs(t *testing.T) {
 	for range n {
 		go func() {
 			s := py(printHostUID + "import time; time.sleep(1)")
-			r, err := Run(context.Background(), s, Streams{})
+			ctx, cancel := jailContext(t, s)
+			defer cancel()
+			r, err := Run(ctx, s, Streams{})
 			if err != nil || r.Verdict != VerdictOK {
 				out <- fmt.Sprintf("error %v %+v", err, r)
 				return

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 )
 
@@ -20,11 +21,43 @@ func spec(args ...string) Spec { return testSpec(args...) }
 
 func mustRun(t *testing.T, s Spec) *Result {
 	t.Helper()
-	res, err := Run(context.Background(), s, Streams{})
+	res, err := runJail(t, s, Streams{})
 	if err != nil {
 		t.Fatalf("Run(%q): %v", s.Args, err)
 	}
 	return res
+}
+
+// jailDeadline is how long a test waits on a jail whose timeout is limit:
+// twice that, and 30 s for set-up and teardown on a loaded machine.
+func jailDeadline(limit time.Duration) time.Duration { return 2*limit + 30*time.Second }
+
+// runJail is Run by the test's own deadline (jailDeadline): a jail still
+// running then has outlived its timeout, and the test fails at once with
+// what the jail had printed, instead of hanging the package until go
+// test's global timeout.
+func runJail(t *testing.T, s Spec, st Streams) (*Result, error) {
+	t.Helper()
+	var res *Result
+	var err error
+	d := jailDeadline(s.Timeout)
+	if proctest.Within(t, d, func(ctx context.Context) { res, err = Run(ctx, s, st) }) {
+		why := fmt.Sprint(err)
+		if res.Error != nil {
+			why = *res.Error
+		}
+		t.Fatalf("%.200q ran past its timeout of %v: the test's deadline of %v stopped it (verdict %s: %s); stdout so far %q, stderr so far %q",
+			s.Args, s.Timeout, d, res.Verdict, why, tail(res.Stdout, 2000), tail(res.Stderr, 2000))
+	}
+	return res, err
+}
+
+// jailContext is a context for a jail run on a goroutine of the test,
+// where runJail cannot fail the test: it ends at jailDeadline, and the
+// run's verdict (cancelled) and error (the deadline) then say so.
+func jailContext(t *testing.T, s Spec) (context.Context, context.CancelFunc) {
+	d := proctest.Budget(t, jailDeadline(s.Timeout))
+	return context.WithTimeoutCause(context.Background(), d, fmt.Errorf("%s: the test's deadline of %v passed", t.Name(), d))
 }
 
 func py(code string) Spec { return spec("python3", "-c", code) }
@@ -225,7 +258,7 @@ func TestExitStatuses(t *testing.T) {
 		{spec("/etc/passwd"), VerdictError, ExitCannotRun},
 	}
 	for _, c := range cases {
-		res, _ := Run(context.Background(), c.spec, Streams{})
+		res, _ := runJail(t, c.spec, Streams{})
 		if res.Verdict != c.verdict || res.ExitCode != c.code {
 			t.Errorf("%q: verdict %s exit %d, want %s %d (%v)", c.spec.Args, res.Verdict, res.ExitCode, c.verdict, c.code, res.Error)
 		}
@@ -247,7 +280,7 @@ func TestOutputIsCappedAndDrained(t *testing.T) {
 	s := py(`import sys; sys.stdout.write("x" * 5_000_000); sys.stderr.write("e" * 10); print("done", file=sys.stderr)`)
 	s.OutputLimit = 1000
 	var streamed bytes.Buffer
-	res, err := Run(context.Background(), s, Streams{Stdout: &streamed})
+	res, err := runJail(t, s, Streams{Stdout: &streamed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +303,7 @@ func TestStdinPassesThrough(t *testing.T) {
 	}
 	f.WriteString("print(6*7)\n")
 	f.Seek(0, 0)
-	res, err := Run(context.Background(), spec("python3", "-"), Streams{Stdin: f})
+	res, err := runJail(t, spec("python3", "-"), Streams{Stdin: f})
 	if err != nil || res.Stdout != "42\n" {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -422,7 +455,7 @@ func TestWorkdirRefusals(t *testing.T) {
 		}
 		s := spec("true")
 		s.Workdir = dir
-		res, err := Run(context.Background(), s, Streams{})
+		res, err := runJail(t, s, Streams{})
 		if err == nil || res.ExitCode != ExitJailError || !strings.Contains(err.Error(), "workdir") {
 			t.Errorf("--workdir %s: %v (exit %d), want a refusal", dir, err, res.ExitCode)
 		}
@@ -450,7 +483,7 @@ func TestBindSourceSymlinkIsRefused(t *testing.T) {
 	}
 	s := spec("ls", "/data")
 	s.ReadOnly = []Bind{{Source: filepath.Join(dir, "data"), Dest: "/data"}}
-	res, err := Run(context.Background(), s, Streams{})
+	res, err := runJail(t, s, Streams{})
 	if err == nil || !strings.Contains(err.Error(), "symlink") || res.ExitCode != ExitJailError {
 		t.Fatalf("bind through a symlink: %v, exit %d, stdout %q", err, res.ExitCode, res.Stdout)
 	}
@@ -610,7 +643,7 @@ func TestBindWithAMountPointInsideNamesIt(t *testing.T) {
 		} else {
 			s.ReadOnly = []Bind{{Source: dir, Dest: "/data"}}
 		}
-		res, err := Run(context.Background(), s, Streams{})
+		res, err := runJail(t, s, Streams{})
 		if err == nil || res.ExitCode != ExitJailError {
 			t.Fatalf("%s %s: %v (exit %d), want a refusal", flag, dir, err, res.ExitCode)
 		}

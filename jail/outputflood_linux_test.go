@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
@@ -39,16 +40,22 @@ func TestAttackOutputFloodHostCPU(t *testing.T) {
 	bin := testenv.NeedBinary(t, "the cost is measured on a stockade process")
 	const cpus, wall, limit = 0.2, 4 * time.Second, 1 << 20
 	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--output-limit", "1M", "--", "python3", "-c", outputFlood)
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	proctest.Group(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// exitedCPU waits for the exit itself, so the deadline is a kill.
+	d := proctest.Budget(t, jailDeadline(wall))
+	stop := proctest.KillAfter(cmd, d)
 	self, selfErr := exitedCPU(cmd.Process.Pid)
-	if err := cmd.Wait(); err != nil {
-		if _, ok := err.(*exec.ExitError); !ok {
-			t.Fatal(err)
-		}
+	err := cmd.Wait()
+	if stop() {
+		t.Fatalf("stockade run --timeout 4s still running after %v: killed it; stderr %q", d, tail(stderr.String(), 2000))
+	}
+	if _, ok := proctest.ExitCode(err); !ok {
+		t.Fatal(err)
 	}
 	if selfErr != nil {
 		t.Fatal(selfErr)

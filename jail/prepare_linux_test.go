@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 )
 
@@ -75,7 +76,12 @@ func TestPreparedStartShortensTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	res, err := p.Start(context.Background(), StartOptions{Timeout: 500 * time.Millisecond})
+	var res *Result
+	if proctest.Within(t, jailDeadline(500*time.Millisecond), func(ctx context.Context) {
+		res, err = p.Start(ctx, StartOptions{Timeout: 500 * time.Millisecond})
+	}) {
+		t.Fatalf("Start's timeout of 500ms did not end the spinning jail, the test's deadline did: %+v, %v", res, err)
+	}
 	if err != nil || res.Verdict != VerdictTimeout {
 		t.Fatalf("got %+v, %v", res, err)
 	}
@@ -147,7 +153,12 @@ func TestPooledRunResultSaysEnforcedTimeout(t *testing.T) {
 	defer p.Close()
 	r.Close()
 	w.Close()
-	res, err := p.Start(context.Background(), StartOptions{Timeout: time.Second})
+	var res *Result
+	if proctest.Within(t, jailDeadline(time.Second), func(ctx context.Context) {
+		res, err = p.Start(ctx, StartOptions{Timeout: time.Second})
+	}) {
+		t.Fatalf("Start's timeout of 1s did not end the sleeping jail, the test's deadline did: %+v, %v", res, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,7 +178,10 @@ func TestSoak(t *testing.T) {
 			for i := range work {
 				k := soakMix(i)
 				start := time.Now()
-				res, err := Run(context.Background(), k.spec(marker), Streams{})
+				s := k.spec(marker)
+				ctx, cancel := jailContext(t, s)
+				res, err := Run(ctx, s, Streams{})
+				cancel()
 				results <- result{i, k, res, err, time.Since(start)}
 			}
 		}()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/runlock"
 )
@@ -41,15 +42,17 @@ func TestAttackSweepRemovesLiveJails(t *testing.T) {
 	}
 	ran := make(chan out, 1)
 	go func() {
-		r, err := Run(context.Background(), spec("sh", "-c", "echo x > /work/f; sleep 2; cat /work/f"), Streams{})
+		s := spec("sh", "-c", "echo x > /work/f; sleep 2; cat /work/f")
+		ctx, cancel := jailContext(t, s)
+		defer cancel()
+		r, err := Run(ctx, s, Streams{})
 		ran <- out{r, err}
 	}()
 	// A sibling CLI run.
-	var cliOut bytes.Buffer
 	cli := exec.Command(bin, "run", "--", "sh", "-c", "echo cli > /work/f; sleep 2; cat /work/f")
-	cli.Stdout, cli.Stderr = &cliOut, &cliOut
 	cli.Env = append(os.Environ(), runlock.DirEnv+"="+lockDir)
-	if err := cli.Start(); err != nil {
+	sibling, err := proctest.Start(cli)
+	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(700 * time.Millisecond) // all three hold their slots now
@@ -89,8 +92,8 @@ func TestAttackSweepRemovesLiveJails(t *testing.T) {
 	if o.err != nil || o.r.Verdict != VerdictOK || o.r.Stdout != "x\n" {
 		t.Errorf("the running jail after the sweep: %v %+v", o.err, o.r)
 	}
-	if err := cli.Wait(); err != nil || !strings.Contains(cliOut.String(), "cli\n") {
-		t.Errorf("the sibling CLI run after the sweep: %v %q", err, cliOut.String())
+	if c := sibling.Wait(jailDeadline(10 * time.Second)); c.Expired || c.Err != nil || c.Stdout != "cli\n" {
+		t.Errorf("the sibling CLI run after the sweep: %v %q %q %s", c.Err, c.Stdout, c.Stderr, c.Overstayed())
 	}
 	if strings.Contains(notices.String(), "-"+strconv.Itoa(os.Getpid())+"-") || strings.Contains(notices.String(), "killed") {
 		t.Errorf("the sweep touched a live run: %s", notices.String())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,8 +35,20 @@ func Attacks() []Attack {
 	all = append(all, identityAttacks()...)
 	all = append(all, kernelAttacks()...)
 	all = append(all, resourceAttacks()...)
+	all = append(all, runsAttacks()...)
 	all = append(all, terminalAttacks()...)
 	return all
+}
+
+// Doors are the doors the suite attacks, in the order it runs them.
+func Doors() []string {
+	var doors []string
+	for _, a := range Attacks() {
+		if !slices.Contains(doors, a.Door) {
+			doors = append(doors, a.Door)
+		}
+	}
+	return doors
 }
 
 func fixed(args ...string) func(*fixtures, jail.Spec) []string {

@@ -3,7 +3,8 @@
 // Spec, with the host-side fixtures they aim at (a loopback listener, unix
 // sockets, a canary file and environment variable, a pty) and the host-side
 // checks that the jail's own report cannot vouch for (no survivor, no
-// leftover cgroup, mount or run directory, nothing injected into the pty).
+// leftover cgroup, mount or run directory, nothing injected into the pty,
+// no sibling run's sweep naming a live run).
 //
 // Every attack prints a last line starting HELD or OPEN; the suite trusts
 // that line only as far as the host can confirm it, and for the resource

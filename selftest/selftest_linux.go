@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ var programs embed.FS
 
 // Attack is one way out of the jail that the suite tries.
 type Attack struct {
-	Door   string // network, files, descriptors, identity, kernel, resources, terminal
+	Door   string // network, files, descriptors, identity, kernel, resources, runs, terminal
 	Name   string // what it tries, e.g. "TCP to the host's 127.0.0.1 listener"
 	Expect string // what a shut door looks like
 
@@ -44,6 +45,17 @@ type Attack struct {
 	// fixtures need and its proxy stockade's own upstream proxy (the SNI
 	// attack's stand-in server).
 	upstream func(fx *fixtures) (allowPrivate []string, proxy string)
+	// beside, if set, runs on the host while the attack's jail runs: it is
+	// given the attack's spec, up (closed once the jail printed "up") and
+	// ended (closed once the run returned), and reports what it saw. The
+	// jail's stdin ends when it returns.
+	beside func(ctx context.Context, s jail.Spec, up, ended <-chan struct{}) besideReport
+}
+
+// besideReport is what a beside function saw.
+type besideReport struct {
+	notices string // stockade: lines of the runs and sweeps it made
+	err     error  // a run of its own that failed
 }
 
 // Options narrow a suite run.
@@ -66,6 +78,7 @@ type outcome struct {
 	echoed int // pty: bytes echoed to the master
 	// pty: the terminal's settings differ after the run
 	termiosChanged bool
+	beside         besideReport
 }
 
 // Run tries every attack, each in its own jail made from the profile plus
@@ -187,9 +200,32 @@ func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a At
 		}
 		defer release()
 	}
+	var besideDone chan besideReport
+	ended := make(chan struct{})
+	if a.beside != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			row.Status, row.Happened = Fail, "no pipe for the attack's stdin: "+err.Error()
+			return row
+		}
+		defer r.Close()
+		st.Stdin = r
+		up := &upWatch{seen: make(chan struct{})}
+		st.Stdout = up
+		besideDone = make(chan besideReport, 1)
+		go func() {
+			rep := a.beside(ctx, spec, up.seen, ended)
+			w.Close()
+			besideDone <- rep
+		}()
+	}
 	begin := time.Now()
 	o.res, o.err = jail.Run(ctx, spec, st)
 	o.wall = time.Since(begin)
+	close(ended)
+	if besideDone != nil {
+		o.beside = <-besideDone
+	}
 	row.WallMs = float64(o.wall.Microseconds()) / 1000
 	o.last = lastLine(o.res.Stdout)
 	if term != nil {
@@ -211,6 +247,24 @@ func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a At
 		row.Output = tail(o.res.Stdout, 1500) + tail(o.res.Stderr, 1500)
 	}
 	return row
+}
+
+// upWatch closes seen once the start of the jail's stdout holds "up\n".
+type upWatch struct {
+	head []byte
+	done bool
+	seen chan struct{}
+}
+
+func (u *upWatch) Write(p []byte) (int, error) {
+	if !u.done && len(u.head) < 4096 {
+		u.head = append(u.head, p...)
+		if strings.Contains(string(u.head), "up\n") {
+			u.done = true
+			close(u.seen)
+		}
+	}
+	return len(p), nil
 }
 
 // limitsNote names the limits a resource attack ran under.

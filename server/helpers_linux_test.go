@@ -185,11 +185,21 @@ func postTo(t *testing.T, hc *http.Client, body any, hdr map[string]string) (int
 			t.Fatal(err)
 		}
 	}
-	req, _ := http.NewRequest("POST", "http://stockade/v1/run", bytes.NewReader(b))
+	limit := ""
+	if r, ok := body.(RunRequest); ok {
+		limit, _ = r.Limits["timeout"].(string)
+	}
+	d := proctest.Budget(t, runDeadline(limit))
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://stockade/v1/run", bytes.NewReader(b))
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
 	resp, err := hc.Do(req)
+	if ctx.Err() != nil {
+		t.Fatalf("POST /v1/run: no answer within the test's deadline of %v: the run outlived its timeout (%q, the server's default if empty): %v", d, limit, err)
+	}
 	if err != nil {
 		t.Fatalf("POST /v1/run: %v", err)
 	}
@@ -213,6 +223,17 @@ func (s *testServer) run(req RunRequest) *RunResponse {
 }
 
 func code(s string) *string { return &s }
+
+// runDeadline is how long a test waits on a run whose timeout is limit
+// (the python profile's 10 s if ""): twice that, and 30 s for set-up,
+// teardown and the pool's refill on a loaded machine.
+func runDeadline(limit string) time.Duration {
+	d, err := time.ParseDuration(limit)
+	if err != nil {
+		d = 10 * time.Second
+	}
+	return 2*d + 30*time.Second
+}
 
 // stockadeEntries lists every run directory and stockade cgroup where
 // leftovers looks, whoever made them.

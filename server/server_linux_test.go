@@ -419,17 +419,14 @@ func TestServePeerCredAndAudit(t *testing.T) {
 // curl is a client nobody here wrote: docs/server.md's examples, as written.
 func TestServeCurlAndCLIClient(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	out, err := exec.Command("curl", "-s", "--unix-socket", s.sock, "-d", `{"code": "print(6*7)"}`, "http://x/v1/run").Output()
-	if err != nil || !bytes.Contains(out, []byte(`"stdout":"42\n"`)) {
-		t.Errorf("curl: %s %v", out, err)
+	o := proctest.Run(t, exec.Command("curl", "-s", "--unix-socket", s.sock, "-d", `{"code": "print(6*7)"}`, "http://x/v1/run"), runDeadline(""))
+	if o.Err != nil || !strings.Contains(o.Stdout, `"stdout":"42\n"`) {
+		t.Errorf("curl: %s %v", o.Stdout, o.Err)
 	}
 	cmd := exec.Command(os.Getenv("STOCKADE_BIN"), "run", "--server", s.sock, "--timeout", "5s", "--", "python3", "-c", "import sys; print(sys.stdin.read().upper()); sys.exit(4)")
 	cmd.Stdin = strings.NewReader("abc")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	if cmd.ProcessState.ExitCode() != 4 || stdout.String() != "ABC\n" {
-		t.Errorf("stockade run --server: exit %v, stdout %q, stderr %q", err, stdout.String(), stderr.String())
+	if o := proctest.Run(t, cmd, runDeadline("5s")); o.Code() != 4 || o.Stdout != "ABC\n" {
+		t.Errorf("stockade run --server: exit %v, stdout %q, stderr %q", o.Err, o.Stdout, o.Stderr)
 	}
 	cmd = exec.Command(os.Getenv("STOCKADE_BIN"), "run", "--server", s.sock, "--memory", "64G", "--", "true")
 	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 125 || !bytes.Contains(out, []byte("ceiling")) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 )
@@ -36,20 +37,22 @@ func TestSignalToStockadeIsACancel(t *testing.T) {
 			cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1")
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
-			if err := cmd.Start(); err != nil {
+			p, err := proctest.Start(cmd)
+			if err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(10 * time.Second)
 			for len(procsWith(marker)) < 1 {
 				if time.Now().After(deadline) {
-					cmd.Process.Kill()
-					cmd.Wait()
-					t.Fatal("the jailed process never appeared")
+					p.Kill()
+					t.Fatalf("the jailed process never appeared: stderr %q", p.Stderr())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 			cmd.Process.Signal(tc.sig)
-			cmd.Wait()
+			if o := p.Wait(proctest.Budget(t, 30*time.Second)); o.Expired {
+				t.Fatalf("%v did not end the run: %s", tc.sig, o.Overstayed())
+			}
 			code := cmd.ProcessState.ExitCode()
 			if want := 128 + int(tc.sig); code != want {
 				t.Errorf("exit status %d, want %d; stderr %q", code, want, errb.String())

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/runlock"
@@ -250,6 +249,7 @@ func falseNotices(stderr string, pids map[int]bool) []string {
 }
 
 type runOutcome struct {
+	expired    bool // outlived cliDeadline: killed, parseError says what it printed
 	pid        int
 	res        jail.Result
 	code       int
@@ -258,20 +258,24 @@ type runOutcome struct {
 	parseError error
 }
 
-// runStockade runs one stockade --json to the end.
+// runStockade runs one stockade --json to the end, or to cliDeadline:
+// one still running then has outlived its timeout, and its parseError says
+// so with what it had printed. It is called from the tests' goroutines,
+// which report the outcome.
 func runStockade(t *testing.T, dir string, args ...string) runOutcome {
-	cmd := stockadeIn(t, dir, append([]string{"run", "--json"}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Start()
+	args = append([]string{"run", "--json"}, args...)
+	p, err := proctest.Start(stockadeIn(t, dir, args...))
 	if err != nil {
 		return runOutcome{parseError: err}
 	}
-	o := runOutcome{pid: cmd.Process.Pid}
-	cmd.Wait()
-	o.code = cmd.ProcessState.ExitCode()
-	o.stdout, o.stderr = out.String(), errb.String()
-	o.parseError = json.Unmarshal(out.Bytes(), &o.res)
+	o := runOutcome{pid: p.Cmd.Process.Pid}
+	w := p.Wait(proctest.Budget(t, cliDeadline(args)))
+	o.code, o.stdout, o.stderr = w.Code(), w.Stdout, w.Stderr
+	if w.Expired {
+		o.expired, o.parseError = true, errors.New(w.Overstayed())
+		return o
+	}
+	o.parseError = json.Unmarshal([]byte(w.Stdout), &o.res)
 	return o
 }
 
@@ -390,25 +394,21 @@ func slotRecord(t *testing.T, pid int) (string, []string) {
 }
 
 // startUntilUp starts a stockade in dir whose payload writes /work/data,
-// prints "up" and sleeps, and returns once it printed.
-func startUntilUp(t *testing.T, dir, marker string) *exec.Cmd {
+// prints "up" and sleeps, and returns once it printed; one that does not
+// within 30 s is killed, and the error says what it printed. The caller
+// ends it.
+func startUntilUp(t *testing.T, dir, marker string) (*proctest.Proc, error) {
 	t.Helper()
-	cmd := stockadeIn(t, dir, "run", "--timeout", "60s", "--", "python3", "-c",
-		"import time\nopen('/work/data', 'w').write('x' * 4096)\nprint('up', flush=True)\ntime.sleep(60)", marker)
-	out, err := cmd.StdoutPipe()
+	p, err := proctest.Start(stockadeIn(t, dir, "run", "--timeout", "60s", "--", "python3", "-c",
+		"import time\nopen('/work/data', 'w').write('x' * 4096)\nprint('up', flush=True)\ntime.sleep(60)", marker))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if !p.Await(proctest.Budget(t, 30*time.Second), "up\n") {
+		p.Kill()
+		return nil, fmt.Errorf("the jail did not come up in 30 s: stdout %q, stderr %q", p.Stdout(), p.Stderr())
 	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "up\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("the jail did not come up: %q", line)
-	}
-	return cmd
+	return p, nil
 }
 
 // TestSIGKILLedStockadeSweptFromAnotherParent: a stockade killed with
@@ -421,15 +421,18 @@ func TestSIGKILLedStockadeSweptFromAnotherParent(t *testing.T) {
 	privateLockDir(t)
 	sibs := siblingMemoryCgroups(t, 2)
 	marker := fmt.Sprintf("stockade-sweep-%d", time.Now().UnixNano())
-	cmd := startUntilUp(t, sibs[0], marker)
+	p, err := startUntilUp(t, sibs[0], marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := p.Cmd
 	slot, paths := slotRecord(t, cmd.Process.Pid)
 	if slot == "" || len(paths) < 2 {
-		cmd.Process.Kill()
-		cmd.Wait()
+		p.Kill()
 		t.Fatalf("stockade %d holds no run lock with a record (%q %v)", cmd.Process.Pid, slot, paths)
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	p.Wait(10 * time.Second)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(procsWith(marker)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -506,6 +509,10 @@ func TestSoakSiblingCgroups(t *testing.T) {
 		}
 	}
 	var notices []string
+	// A run that outlived its deadline stops the soak: each costs the
+	// deadline, and one is enough to know the timeout did not fire.
+	abort := make(chan struct{})
+	var abortOnce sync.Once
 	one := func(dir string, i int) {
 		kind := "normal"
 		switch {
@@ -517,23 +524,30 @@ func TestSoakSiblingCgroups(t *testing.T) {
 		var o runOutcome
 		switch kind {
 		case "kill-9":
-			cmd := startUntilUp(t, dir, marker)
+			p, err := startUntilUp(t, dir, marker)
+			if err != nil {
+				fail("kill-9 run in %s: %v", filepath.Base(dir), err)
+				return
+			}
 			mu.Lock()
-			pids[cmd.Process.Pid], killed[cmd.Process.Pid] = true, true
+			pids[p.Cmd.Process.Pid], killed[p.Cmd.Process.Pid] = true, true
 			mu.Unlock()
-			cmd.Process.Signal(syscall.SIGKILL)
-			cmd.Wait()
+			p.Cmd.Process.Signal(syscall.SIGKILL)
+			p.Wait(10 * time.Second)
 		case "timeout":
 			o = runStockade(t, dir, "--timeout", "300ms", "--", "python3", "-c", "while True: pass", marker)
 			if o.code != jail.ExitTimeout || o.res.Verdict != jail.VerdictTimeout {
-				fail("timeout run in %s: exit %d, verdict %s, stderr %q", filepath.Base(dir), o.code, o.res.Verdict, o.stderr)
+				fail("timeout run in %s: exit %d, verdict %s, stderr %q (%v)", filepath.Base(dir), o.code, o.res.Verdict, o.stderr, o.parseError)
 			}
 		default:
 			token := fmt.Sprintf("run-%d", i)
 			o = runStockade(t, dir, "--", "python3", "-c", "import sys; print(sys.argv[1])", token, marker)
 			if o.code != 0 || o.res.Verdict != jail.VerdictOK || o.res.Stdout != token+"\n" {
-				fail("normal run in %s: exit %d, verdict %s, stdout %q, error %v, stderr %q", filepath.Base(dir), o.code, o.res.Verdict, o.res.Stdout, o.res.Error, o.stderr)
+				fail("normal run in %s: exit %d, verdict %s, stdout %q, error %v, stderr %q (%v)", filepath.Base(dir), o.code, o.res.Verdict, o.res.Stdout, o.res.Error, o.stderr, o.parseError)
 			}
+		}
+		if o.expired {
+			abortOnce.Do(func() { close(abort) })
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -559,10 +573,14 @@ func TestSoakSiblingCgroups(t *testing.T) {
 			}()
 		}
 		go func() {
+			defer close(work)
 			for i := range perCgroup {
-				work <- i
+				select {
+				case work <- i:
+				case <-abort:
+					return
+				}
 			}
-			close(work)
 		}()
 	}
 	wg.Wait()

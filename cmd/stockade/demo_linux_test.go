@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stockade/stockade/internal/proctest"
 )
 
 // demoStep is one command `make demo` showed, with what it printed.
@@ -72,23 +76,29 @@ func sameOutput(a, b string) bool {
 // (`python3 -c print(sum(range(100)))` is a bash syntax error).
 func TestDemoCommandsRunAsPrinted(t *testing.T) {
 	bin := builtBinary(t)
-	demo, err := exec.Command("../../scripts/demo", bin).CombinedOutput()
-	if err != nil {
-		t.Fatalf("scripts/demo: %v\n%s", err, demo)
+	// Five runs, one of them stopped by a 2 s timeout.
+	var combined bytes.Buffer
+	cmd := exec.Command("../../scripts/demo", bin)
+	cmd.Stdout, cmd.Stderr = &combined, &combined
+	o := proctest.Run(t, cmd, 2*time.Minute)
+	demo := o.Stdout
+	if o.Err != nil {
+		t.Fatalf("scripts/demo: %v\n%s", o.Err, demo)
 	}
-	steps := parseDemo(t, string(demo))
+	steps := parseDemo(t, demo)
 	if len(steps) < 5 {
 		t.Fatalf("%d commands in the demo's output:\n%s", len(steps), demo)
 	}
 	for _, s := range steps {
+		var combined bytes.Buffer
 		cmd := exec.Command("bash", "-c", s.cmd)
 		cmd.Env = os.Environ()
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("%s: %v", s.cmd, err)
+		cmd.Stdout, cmd.Stderr = &combined, &combined
+		r := proctest.Run(t, cmd, time.Minute)
+		out := r.Stdout
+		code, ok := proctest.ExitCode(r.Err)
+		if !ok {
+			t.Fatalf("%s: %v", s.cmd, r.Err)
 		}
 		if code != s.exit || !sameOutput(string(out), s.out) {
 			t.Errorf("$ %s\nin the demo: exit %d, %q\nrun as printed: exit %d, %q", s.cmd, s.exit, s.out, code, out)

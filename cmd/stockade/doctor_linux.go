@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +46,7 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 				return &exitError{code: jail.ExitJailError, msg: err.Error()}
 			}
 			spec := prof.Spec([]string{"/bin/true"}, host)
-			res, err := jail.Run(context.Background(), spec, jail.Streams{})
+			res, err := jail.Run(c.Context, spec, jail.Streams{})
 			if err != nil {
 				fmt.Fprintf(stdout, "default jail: FAILED: %v\n", err)
 				return &exitError{code: 1}

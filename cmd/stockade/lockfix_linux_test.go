@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/runlock"
@@ -26,12 +25,9 @@ func startInLockDir(t *testing.T, lockDir, marker string) *exec.Cmd {
 	cmd := stockadeIn(t, "", "run", "--timeout", "30s", "--", "python3", "-c",
 		"import time\nopen('/work/secret', 'w').write('PRIVATE-'+'DATA')\nprint('up', flush=True)\ntime.sleep(30)", marker)
 	cmd.Env = append(cmd.Env, runlock.DirEnv+"="+lockDir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := runEntries(t)
-	if err := cmd.Start(); err != nil {
+	p, err := proctest.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -40,8 +36,9 @@ func startInLockDir(t *testing.T, lockDir, marker string) *exec.Cmd {
 		// and this one is the test's own, gone with it, so nothing would
 		// ever sweep them; the host would keep them for good, named with a
 		// pid some later stockade gets again.
-		if !terminate(cmd, 30*time.Second) {
-			t.Errorf("stockade %d did not end within 30s of SIGTERM", cmd.Process.Pid)
+		cmd.Process.Signal(syscall.SIGTERM)
+		if o := p.Wait(30 * time.Second); o.Expired {
+			t.Errorf("stockade %d did not end within 30s of SIGTERM: %s", cmd.Process.Pid, o.Overstayed())
 		}
 		mark := fmt.Sprintf("-%d-", cmd.Process.Pid)
 		for e := range runEntries(t) {
@@ -50,9 +47,8 @@ func startInLockDir(t *testing.T, lockDir, marker string) *exec.Cmd {
 			}
 		}
 	})
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "up\n" {
-		t.Fatalf("the jail did not come up: %q", line)
+	if !p.Await(proctest.Budget(t, 30*time.Second), "up\n") {
+		t.Fatalf("the jail did not come up: stdout %q, stderr %q", p.Stdout(), p.Stderr())
 	}
 	return cmd
 }
@@ -124,18 +120,15 @@ func TestAttackNeighbourWorkViaROTmp(t *testing.T) {
 	for _, src := range []string{"/tmp", filepath.Dir(lockB), lockB, jail.RunBase(), filepath.Dir(jail.RunBase()), runlock.IDDir} {
 		cmd := stockadeIn(t, "", "run", "--ro", src+":/h", "--", "python3", "-c", read)
 		cmd.Env = append(cmd.Env, runlock.DirEnv+"="+lockB)
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 125 {
-			t.Errorf("--ro %s: %v, want exit 125; stdout %q, stderr %q", src, err, out.String(), errb.String())
+		code, out, errb := runExit(t, cmd)
+		if code != 125 {
+			t.Errorf("--ro %s: exit %d, want 125; stdout %q, stderr %q", src, code, out, errb)
 		}
-		if strings.Contains(out.String(), "PRIVATE-DATA") {
-			t.Errorf("--ro %s: jail B read jail A's /work: %s", src, out.String())
+		if strings.Contains(out, "PRIVATE-DATA") {
+			t.Errorf("--ro %s: jail B read jail A's /work: %s", src, out)
 		}
-		if !strings.Contains(errb.String(), "refusing") {
-			t.Errorf("--ro %s: stderr %q does not say why it is refused", src, errb.String())
+		if !strings.Contains(errb, "refusing") {
+			t.Errorf("--ro %s: stderr %q does not say why it is refused", src, errb)
 		}
 	}
 }
@@ -160,9 +153,8 @@ func TestAttackTmpBaseDirSquat(t *testing.T) {
 	}
 	cmd := stockadeIn(t, "", "run", "--", "python3", "-c", "print('ran')")
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, runlock.DirEnv+"="+filepath.Join(t.TempDir(), "runs"))
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ran") {
-		t.Fatalf("with %s made by nobody: %v: %s", squat, err, out)
+	if code, out, errb := runExit(t, cmd); code != 0 || !strings.Contains(out, "ran") {
+		t.Fatalf("with %s made by nobody: exit %d: %s%s", squat, code, out, errb)
 	}
 	if ents, _ := os.ReadDir(squat); len(ents) != 0 {
 		t.Errorf("root's run used the squatted %s: %v", squat, ents)
@@ -196,13 +188,12 @@ func TestAttackTmpBaseDirSquatUnprivileged(t *testing.T) {
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8", "TMPDIR=" + tmp}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil || out.String() != "JAILRAN\n" {
-		t.Fatalf("with %s made by nobody: %v, stdout %q, stderr %q", squat, err, out.String(), errb.String())
+	code, out, errb := runExit(t, cmd)
+	if code != 0 || out != "JAILRAN\n" {
+		t.Fatalf("with %s made by nobody: exit %d, stdout %q, stderr %q", squat, code, out, errb)
 	}
-	if !strings.Contains(errb.String(), "private") {
-		t.Errorf("no notice of the fallback: %q", errb.String())
+	if !strings.Contains(errb, "private") {
+		t.Errorf("no notice of the fallback: %q", errb)
 	}
 	ents, _ := os.ReadDir(tmp)
 	for _, e := range ents {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -37,7 +38,7 @@ func main() {
 		printError(os.Stderr, err.Error())
 		os.Exit(jail.ExitJailError)
 	}
-	code := realMain(os.Args, os.Stdin, os.Stdout, os.Stderr)
+	code := realMain(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)
 	restoreCgroup(os.Stderr)
 	os.Exit(code)
 }
@@ -50,9 +51,12 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
-func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
+// realMain runs the command line args; a run in progress ends when ctx
+// does (as when stockade gets SIGTERM), so that a test calling it in
+// process can stop a jail that outlives its timeout.
+func realMain(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	app := newApp(stdin, stdout, stderr)
-	err := app.Run(args)
+	err := app.RunContext(ctx, args)
 	if err == nil {
 		return 0
 	}

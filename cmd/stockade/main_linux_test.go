@@ -2,10 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +24,14 @@ import (
 // has taken it over before this runs.
 func TestMain(m *testing.M) {
 	if os.Getenv("STOCKADE_TEST_MAIN") == "1" {
-		os.Exit(realMain(append([]string{"stockade"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(realMain(context.Background(), append([]string{"stockade"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
 
-// cli runs the CLI in-process and returns exit status, stdout, stderr.
+// invoke runs the CLI in-process and returns exit status, stdout, stderr.
+// It waits no longer than cliDeadline: a run still going then has outlived
+// its timeout, and the test fails with what it had printed.
 func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	in, err := os.CreateTemp(t.TempDir(), "stdin")
@@ -41,8 +42,39 @@ func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
 	in.Seek(0, 0)
 	defer in.Close()
 	var out, errb bytes.Buffer
-	code := realMain(append([]string{"stockade"}, args...), in, &out, &errb)
+	var code int
+	d := cliDeadline(args)
+	if proctest.Within(t, d, func(ctx context.Context) {
+		code = realMain(ctx, append([]string{"stockade"}, args...), in, &out, &errb)
+	}) {
+		t.Fatalf("stockade %.200q outlived its timeout: the test's deadline of %v cancelled it (exit %d); stdout so far %q, stderr so far %q",
+			args, d, code, tail(out.String(), 2000), tail(errb.String(), 2000))
+	}
 	return code, out.String(), errb.String()
+}
+
+// cliDeadline is how long a test waits on a stockade command line: for a
+// run, twice its --timeout (the python profile's 10 s if none is given)
+// and 30 s for set-up and teardown on a loaded machine; for the selftest
+// suite, ten minutes.
+func cliDeadline(args []string) time.Duration {
+	limit := 10 * time.Second
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "selftest" {
+			return 10 * time.Minute
+		}
+		v, ok := strings.CutPrefix(a, "--timeout=")
+		if a == "--timeout" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if d, err := time.ParseDuration(v); ok && err == nil {
+			limit = d
+		}
+	}
+	return 2*limit + 30*time.Second
 }
 
 // terminate ends a started cmd as a service manager would: SIGTERM, and
@@ -62,21 +94,17 @@ func terminate(cmd *exec.Cmd, d time.Duration) bool {
 	}
 }
 
-// runExit runs cmd to its end and returns its exit status and output; a
-// command that could not be run or was killed by a signal fails the test.
+// runExit runs cmd to its end, by cliDeadline of its arguments, and
+// returns its exit status and output; a command that could not be run or
+// outlived its deadline fails the test.
 func runExit(t testing.TB, cmd *exec.Cmd) (int, string, string) {
 	t.Helper()
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
+	o := proctest.Run(t, cmd, cliDeadline(cmd.Args))
+	code, ok := proctest.ExitCode(o.Err)
+	if !ok {
+		t.Fatal(o.Err)
 	}
-	return code, out.String(), errb.String()
+	return code, o.Stdout, o.Stderr
 }
 
 func TestBadInvocationsExit125WithAReason(t *testing.T) {
@@ -229,19 +257,20 @@ func TestSIGKILLOfStockadeKillsTheJail(t *testing.T) {
 	cmd := exec.Command("/proc/self/exe", "run", "--timeout", "60s", "--", "python3", "-c",
 		"import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(1000)", marker)
 	cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1")
-	if err := cmd.Start(); err != nil {
+	p, err := proctest.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(procsWith(marker)) < 2 {
 		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("the jailed processes never appeared")
+			p.Kill()
+			t.Fatalf("the jailed processes never appeared: stderr %q", p.Stderr())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	p.Wait(10 * time.Second)
 	deadline = time.Now().Add(5 * time.Second)
 	for {
 		left := procsWith(marker)
@@ -286,18 +315,13 @@ func TestBuiltBinaryRunsSealedInit(t *testing.T) {
 	testenv.NeedJail(t)
 	bin := testenv.NeedBinary(t, "with the embedded init")
 	cmd := exec.Command(bin, "run", "--timeout", "20s", "--", "python3", "-c", "import time; print('up', flush=True); time.sleep(20)")
-	out, err := cmd.StdoutPipe()
+	p, err := proctest.Start(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	buf := make([]byte, 3)
-	// PYTHONUNBUFFERED makes print write "up" and "\n" separately.
-	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "up\n" {
-		t.Fatalf("jail did not start: %q %v", buf, err)
+	defer p.Kill()
+	if !p.Await(30*time.Second, "up\n") {
+		t.Fatalf("jail did not start: stdout %q, stderr %q", p.Stdout(), p.Stderr())
 	}
 	var initPid string
 	for _, p := range proctest.Children(cmd.Process.Pid) {

@@ -235,7 +235,7 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	// everything of it removed before stockade exits, and the result says
 	// which signal did it. Later ones are caught too, so cleanup is never
 	// cut short; only SIGKILL can do that (the next run sweeps up).
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(c.Context)
 	defer cancel(nil)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)

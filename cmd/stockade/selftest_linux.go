@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/selftest"
@@ -18,13 +20,14 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Usage: "attack the jail with the built-in escape suite under a profile",
 		Description: "Each attack is a small Python program run in its own jail under the profile: network, files,\n" +
 			"descriptors the caller left open, identity, kernel surface (the never-allowed system calls, raw),\n" +
-			"resources and the terminal.\n" +
+			"resources, concurrent runs (a sibling's sweep must spare a live run) and the terminal.\n" +
 			"Exit status: 0 every door held, 1 a door is open, 125 the profile is bad or no jail could start.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "profile", Usage: "profile to test (NAME or FILE)", DefaultText: "python"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringFlag{Name: "cgroup-parent", Usage: "create each attack's cgroup below this path (a delegated cgroup when not root)"},
 			&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only (the resource attacks then show what that leaves)"},
+			&cli.StringSliceFlag{Name: "door", Usage: "attack only this door (" + strings.Join(selftest.Doors(), ", ") + "); repeatable"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -34,7 +37,12 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			if err != nil {
 				return &exitError{code: jail.ExitJailError, msg: "selftest: " + err.Error()}
 			}
-			opts := selftest.Options{}
+			opts := selftest.Options{Doors: c.StringSlice("door")}
+			for _, d := range opts.Doors {
+				if !slices.Contains(selftest.Doors(), d) {
+					return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf("selftest: --door %q: no such door (%s)", d, strings.Join(selftest.Doors(), ", "))}
+				}
+			}
 			if !c.Bool("json") {
 				fmt.Fprintf(stderr, "stockade selftest: profile %s: %s\n", p.Name, p.Description)
 				opts.Progress = stderr

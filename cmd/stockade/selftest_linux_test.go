@@ -96,3 +96,25 @@ func TestSelftestNoCgroupRunsWithoutCgroups(t *testing.T) {
 		}
 	}
 }
+
+// --door narrows the suite to the doors named, and a door that does not
+// exist is a bad invocation, not an empty pass.
+func TestSelftestDoorFlag(t *testing.T) {
+	testenv.NeedJail(t)
+	code, out, errs := invoke(t, "", "selftest", "--json", "--door", "identity", "--door", "runs")
+	var rep selftestReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
+	}
+	doors := map[string]int{}
+	for _, r := range rep.Rows {
+		doors[r.Door]++
+	}
+	if code != 0 || len(doors) != 2 || doors["identity"] == 0 || doors["runs"] == 0 || rep.Failed != 0 {
+		t.Fatalf("--door identity --door runs: exit %d, rows per door %v, %d failed", code, doors, rep.Failed)
+	}
+	code, _, errs = invoke(t, "", "selftest", "--door", "windows")
+	if code != jail.ExitJailError || !strings.Contains(errs, `--door "windows": no such door (network, files,`) {
+		t.Fatalf("--door windows: exit %d, stderr %q", code, errs)
+	}
+}

@@ -259,7 +259,7 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 		out, errw = io.Discard, io.Discard
 	}
 	signal.Ignore(syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := server.NewClient(c.String("server")).Run(ctx, req, out, errw)
 	if err != nil {

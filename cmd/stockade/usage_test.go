@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := realMain(append([]string{"stockade"}, args...), os.Stdin, &out, &errb)
+	code := realMain(context.Background(), append([]string{"stockade"}, args...), os.Stdin, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
