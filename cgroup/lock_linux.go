@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/stockade/stockade/runlock"
+	"github.com/stockade/stockade/internal/runlock"
 	"golang.org/x/sys/unix"
 )
 

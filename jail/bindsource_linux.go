@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/hostenv"
+	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/jail/internal/jailinit"
-	"github.com/stockade/stockade/runlock"
 	"golang.org/x/sys/unix"
 )
 

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/stockade/stockade/runlock"
+	"github.com/stockade/stockade/internal/runlock"
 	"golang.org/x/sys/unix"
 )
 

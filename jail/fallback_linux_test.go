@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stockade/stockade/runlock"
+	"github.com/stockade/stockade/internal/runlock"
 )
 
 // TestAttackSweepTakesUsersOwnDirectory: the sweep of dead runs' fallback

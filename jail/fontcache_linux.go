@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/jail/internal/jailinit"
 	"github.com/stockade/stockade/mplcache"
-	"github.com/stockade/stockade/runlock"
 )
 
 // fontCacheBuildTimeout bounds the one run that builds a root's matplotlib

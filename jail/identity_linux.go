@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/hostenv"
 	"golang.org/x/sys/unix"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/hostenv"
 )
 
 // idm builds a map from inside, outside, count triples.

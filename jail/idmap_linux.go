@@ -1,7 +1,7 @@
 package jail
 
 import (
-	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/hostenv"
 )
 
 // overflowID is the kernel's "nobody" (fs.overflowuid/gid), what an

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/stockade/stockade/cgroup"
-	"github.com/stockade/stockade/runlock"
+	"github.com/stockade/stockade/internal/runlock"
 	"golang.org/x/sys/unix"
 )
 

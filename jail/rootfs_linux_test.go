@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/testenv"
-	"github.com/stockade/stockade/rootimage"
+	"github.com/stockade/stockade/rootfs/image"
 )
 
 // TestRunInBuiltRootfs runs Python in a root that `stockade rootfs build`
@@ -45,10 +45,10 @@ func builtRootfs(t *testing.T) string {
 		wd, _ := os.Getwd()
 		cache = filepath.Join(filepath.Dir(wd), cache) // go test runs in jail/
 	}
-	dir := filepath.Join(cache, rootimage.DefaultSuite)
+	dir := filepath.Join(cache, image.DefaultSuite)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if _, err := rootimage.EnsureBuilt(ctx, dir, rootimage.BuildOptions{}); err != nil {
+	if _, err := image.EnsureBuilt(ctx, dir, image.BuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return dir

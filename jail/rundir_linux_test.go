@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stockade/stockade/runlock"
+	"github.com/stockade/stockade/internal/runlock"
 )
 
 // The jailed code decides what /work holds when the run ends: a tree far

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/internal/testenv"
-	"github.com/stockade/stockade/runlock"
 )
 
 // soakKind is one kind of run in the soak mix, with the verdict it must end in.

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/internal/testenv"
-	"github.com/stockade/stockade/runlock"
 )
 
 // TestAttackSweepRemovesLiveJails: a long-lived stockade's shutdown sweep

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/stockade/stockade/jail/internal/jailinit"
-	"github.com/stockade/stockade/procview"
+	"github.com/stockade/stockade/jail/internal/procview"
 	"golang.org/x/sys/unix"
 )
 

@@ -4,6 +4,6 @@
 //
 // Host and Dir only describe: they return the Entries a jail binds or links
 // into its fresh tmpfs root. The jail package does the mounting. The tools
-// that make prepared roots (build, import) live apart, in rootimage, so
+// that make prepared roots (build, import) live apart, in rootfs/image, so
 // that a jail does not carry an image library it never uses.
 package rootfs

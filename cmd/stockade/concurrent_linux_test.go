@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
-	"github.com/stockade/stockade/runlock"
 )
 
 // ownCgroupDirs maps each cgroup hierarchy's mount (v1: by controller) to

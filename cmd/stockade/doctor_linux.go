@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/stockade/stockade/cgroup"
-	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/hostenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"

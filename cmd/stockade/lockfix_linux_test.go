@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
-	"github.com/stockade/stockade/runlock"
 )
 
 // startInLockDir starts a stockade with a lock directory of its own whose

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/rootfs"
-	"github.com/stockade/stockade/rootimage"
+	"github.com/stockade/stockade/rootfs/image"
 	"github.com/urfave/cli/v2"
 )
 
@@ -23,7 +23,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 				Usage:     "debootstrap a minimal Debian with python3 into DIR",
 				ArgsUsage: "DIR",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "suite", Value: rootimage.DefaultSuite, Usage: "Debian suite"},
+					&cli.StringFlag{Name: "suite", Value: image.DefaultSuite, Usage: "Debian suite"},
 					&cli.StringFlag{Name: "packages", Usage: "comma-separated packages to add (python3-numpy,...)"},
 					&cli.StringSliceFlag{Name: "pip", Usage: "PyPI package (NAME or NAME==VERSION, wheels only) or /path/to/file.whl to pip install into the root (repeatable)"},
 					&cli.StringFlag{Name: "mirror", Usage: "Debian mirror (default: the one apt uses on this host)"},
@@ -38,7 +38,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 							pkgs = append(pkgs, p)
 						}
 					}
-					err := rootimage.Build(c.Context, c.Args().First(), rootimage.BuildOptions{
+					err := image.Build(c.Context, c.Args().First(), image.BuildOptions{
 						Suite: c.String("suite"), Packages: pkgs, Pip: c.StringSlice("pip"), Mirror: c.String("mirror"), Progress: stderr})
 					if err != nil {
 						return fail(err)
@@ -55,7 +55,7 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 					if c.NArg() != 2 {
 						return fail(fmt.Errorf("rootfs import: give IMAGE and DIR"))
 					}
-					err := rootimage.ImportWith(c.Context, c.Args().Get(0), c.Args().Get(1), rootimage.ImportOptions{Progress: stderr})
+					err := image.ImportWith(c.Context, c.Args().Get(0), c.Args().Get(1), image.ImportOptions{Progress: stderr})
 					if err != nil {
 						return fail(err)
 					}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/hostenv"
 	"golang.org/x/sys/unix"
 )
 

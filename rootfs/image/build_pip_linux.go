@@ -1,4 +1,4 @@
-package rootimage
+package image
 
 import (
 	"context"

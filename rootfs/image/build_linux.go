@@ -1,4 +1,4 @@
-package rootimage
+package image
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/stockade/stockade/hostenv"
+	"github.com/stockade/stockade/internal/hostenv"
 	"github.com/stockade/stockade/internal/lockfile"
 	"golang.org/x/sys/unix"
 )
