@@ -227,6 +227,17 @@ func (m *Manager) resolveV2(l layout, parent, subdir string) {
 		h.err = fmt.Errorf("%s is a read-only mount (a container without a writable cgroupfs?)", l.v2.mountPoint)
 	}
 	if h.err == nil {
+		// A user who may not make a directory in the parent is told so
+		// before the lock: the lock is a file in root's /run/stockade for
+		// a root euid (a thread acting as another user through its fsuid
+		// cannot make it there), and a run that cannot use the parent
+		// should leave no lock file anywhere. The kernel's DAC check for
+		// mkdir is this one; delegation and nsdelegate may refuse more,
+		// never less, and the probe's mkdir finds that out.
+		if err := unix.Faccessat(unix.AT_FDCWD, h.parent, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
+			h.err = m.notWritable(h, err)
+			return
+		}
 		// Before reading or changing anything in the parent: a stockade
 		// undoing its leaf there (Close) holds LOCK_EX, and we must see
 		// the parent after it is done, not halfway.
@@ -373,13 +384,7 @@ func (m *Manager) moveOthersToLeaf(dir string) error {
 // delegation beyond file permissions, and a probe mkdir and rmdir in each of
 // five hierarchies costs more than 0.1ms on every run.
 func (m *Manager) probe(h *hierarchy) error {
-	notWritable := func(err error) error {
-		why := err.Error()
-		if err == unix.EROFS {
-			why = "the cgroup filesystem is read-only"
-		}
-		return fmt.Errorf("cgroup %s %s: %s is not writable: %s", m.mode, strings.Join(h.controllers, ","), h.parent, why)
-	}
+	notWritable := func(err error) error { return m.notWritable(h, err) }
 	if m.mode == V1 {
 		if err := unix.Faccessat(unix.AT_FDCWD, h.parent, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
 			return notWritable(err)
@@ -404,6 +409,15 @@ func (m *Manager) probe(h *hierarchy) error {
 		return fmt.Errorf("cgroup %s: remove probe %s: %w", m.mode, dir, err)
 	}
 	return nil
+}
+
+// notWritable says that h's parent refused a write with err.
+func (m *Manager) notWritable(h *hierarchy, err error) error {
+	why := err.Error()
+	if err == unix.EROFS {
+		why = "the cgroup filesystem is read-only"
+	}
+	return fmt.Errorf("cgroup %s %s: %s is not writable: %s", m.mode, strings.Join(h.controllers, ","), h.parent, why)
 }
 
 func readFields(path string) ([]string, error) {

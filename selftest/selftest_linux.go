@@ -2,7 +2,6 @@ package selftest
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"io"
 	"os"
@@ -12,11 +11,13 @@ import (
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/selftest/attacks"
 	"golang.org/x/sys/unix"
 )
 
-//go:embed attacks/*.py
-var programs embed.FS
+// programs are the attacks' sources, in package attacks so that other
+// packages' tests can run the same probes.
+var programs = attacks.Programs
 
 // Attack is one way out of the jail that the suite tries.
 type Attack struct {
@@ -166,7 +167,7 @@ func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a At
 	if a.adjust != nil {
 		row.Expected += " [" + limitsNote(spec) + "]"
 	}
-	src, err := programs.ReadFile("attacks/" + a.program)
+	src, err := programs.ReadFile(a.program)
 	if err != nil {
 		row.Status, row.Happened = Fail, "program missing: "+err.Error()
 		return row

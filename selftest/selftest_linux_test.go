@@ -184,7 +184,7 @@ func TestAttacksAreWellFormed(t *testing.T) {
 			t.Errorf("two attacks named %q", a.Name)
 		}
 		names[a.Name] = true
-		src, err := programs.ReadFile("attacks/" + a.program)
+		src, err := programs.ReadFile(a.program)
 		if err != nil {
 			t.Errorf("%s: %v", a.Name, err)
 			continue
@@ -286,7 +286,7 @@ func TestDescriptorsDoorFailsWhenOpen(t *testing.T) {
 	}
 	defer fx.close()
 	a := descriptorAttacks()[0]
-	src, err := programs.ReadFile("attacks/" + a.program)
+	src, err := programs.ReadFile(a.program)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,40 +1,19 @@
 package server
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/selftest/attacks"
 )
 
 // heldDescriptors reports every descriptor the run's code holds beyond
-// 0-2, writes a line into each and lists each that is a directory: "HELD"
-// when there is none.
-const heldDescriptors = `import os
-held = []
-for n in sorted(os.listdir("/proc/self/fd"), key=int):
-    fd = int(n)
-    if fd <= 2:
-        continue
-    try:
-        target = os.readlink("/proc/self/fd/%d" % fd)
-    except OSError:
-        continue  # the listing's own descriptor, closed by now
-    held.append("%d->%s" % (fd, target))
-    try:
-        os.write(fd, b"written from the jail\n")
-        held.append("wrote %d" % fd)
-    except OSError:
-        pass
-    try:
-        held.append("listed %d: %s" % (fd, sorted(os.listdir(fd))[:4]))
-    except OSError:
-        pass
-print("OPEN " + "; ".join(held) if held else "HELD")
-`
+// 0-2, writes a line into each and lists each that is a directory
+// (attacks.HeldDescriptors when there is none): the escape suite's probe.
+var heldDescriptors = attacks.Source("fds_inherited.py")
 
 // `exec stockade serve` from a shell or a unit that left descriptors open
 // gave them to every request's jail, of every caller. Here the server
@@ -44,10 +23,7 @@ print("OPEN " + "; ".join(held) if held else "HELD")
 // server keeps both marked close-on-exec, and the file is unchanged.
 func TestAttackServeInheritedDescriptor(t *testing.T) {
 	bin := needServer(t)
-	log := filepath.Join(t.TempDir(), "only.log")
-	if err := os.WriteFile(log, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	log := proctest.BaitFile(t)
 	root, err := os.Open("/")
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +49,7 @@ func TestAttackServeInheritedDescriptor(t *testing.T) {
 		} else {
 			misses++
 		}
-		if r.Verdict != "ok" || r.Stdout != "HELD\n" {
+		if r.Verdict != "ok" || r.Stdout != attacks.HeldDescriptors+"\n" {
 			t.Errorf("request %d (pool: %+v): verdict %s, the code says %q %s", i, r.Pool, r.Verdict, r.Stdout, r.Stderr)
 		}
 	}
@@ -81,18 +57,10 @@ func TestAttackServeInheritedDescriptor(t *testing.T) {
 		t.Errorf("%d requests from the pool, %d started for the request: want both kinds", hits, misses)
 	}
 	for _, fd := range []int{7, 8} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", s.cmd.Process.Pid, fd))
-		flags := uint64(0)
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "flags:"); ok {
-				flags, _ = strconv.ParseUint(strings.TrimSpace(v), 8, 64)
-			}
-		}
+		flags, err := proctest.FDFlags(s.cmd.Process.Pid, fd)
 		if err != nil || flags&syscall.O_CLOEXEC == 0 {
 			t.Errorf("the server's fd %d: flags %#o %v, want close-on-exec", fd, flags, err)
 		}
 	}
-	if b, err := os.ReadFile(log); err != nil || len(b) != 0 {
-		t.Errorf("%s after the runs: %q %v, want it empty", log, b, err)
-	}
+	proctest.WantBaitUnwritten(t, log)
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/internal/testenv"
@@ -46,62 +46,6 @@ func ownCgroupDirs(t *testing.T) map[string]string {
 		for _, c := range strings.Split(parts[1], ",") {
 			dirs[c] = filepath.Join("/sys/fs/cgroup", strings.Split(parts[1], ",")[0], parts[2])
 		}
-	}
-	return dirs
-}
-
-// ownV1MemoryCgroup is this process's cgroup in the v1 memory hierarchy,
-// as /proc/self/cgroup names it; without one the test skips, saying why.
-func ownV1MemoryCgroup(t *testing.T, skip string) string {
-	t.Helper()
-	own, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	memPath := ""
-	for _, line := range strings.Split(string(own), "\n") {
-		if f := strings.SplitN(line, ":", 3); len(f) == 3 && strings.Contains(","+f[1]+",", ",memory,") {
-			memPath = f[2]
-		}
-	}
-	if memPath == "" {
-		t.Skip(skip)
-	}
-	return memPath
-}
-
-// makeV1Cgroups makes rel, each level that is missing, in each of the
-// named v1 hierarchies mounted below /sys/fs/cgroup, calls made (if not
-// nil) on each level it makes, and removes what it made after the test,
-// deepest first. It returns rel's directory in each hierarchy there is.
-func makeV1Cgroups(t *testing.T, rel string, hierarchies []string, made func(hierarchy, dir string)) []string {
-	t.Helper()
-	var created, dirs []string
-	t.Cleanup(func() {
-		for i := len(created) - 1; i >= 0; i-- {
-			if err := os.Remove(created[i]); err != nil {
-				t.Errorf("remove %s: %v", created[i], err)
-			}
-		}
-	})
-	for _, h := range hierarchies {
-		mnt := filepath.Join("/sys/fs/cgroup", h)
-		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
-			continue
-		}
-		cur := mnt
-		for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
-			cur = filepath.Join(cur, part)
-			if err := os.Mkdir(cur, 0o755); err == nil {
-				created = append(created, cur)
-				if made != nil {
-					made(h, cur)
-				}
-			} else if !errors.Is(err, fs.ErrExist) {
-				t.Fatal(err)
-			}
-		}
-		dirs = append(dirs, cur)
 	}
 	return dirs
 }
@@ -249,7 +193,7 @@ func falseNotices(stderr string, pids map[int]bool) []string {
 }
 
 type runOutcome struct {
-	expired    bool // outlived cliDeadline: killed, parseError says what it printed
+	expired    bool // outlived clitest.Deadline: killed, parseError says what it printed
 	pid        int
 	res        jail.Result
 	code       int
@@ -258,7 +202,7 @@ type runOutcome struct {
 	parseError error
 }
 
-// runStockade runs one stockade --json to the end, or to cliDeadline:
+// runStockade runs one stockade --json to the end, or to clitest.Deadline:
 // one still running then has outlived its timeout, and its parseError says
 // so with what it had printed. It is called from the tests' goroutines,
 // which report the outcome.
@@ -269,7 +213,7 @@ func runStockade(t *testing.T, dir string, args ...string) runOutcome {
 		return runOutcome{parseError: err}
 	}
 	o := runOutcome{pid: p.Cmd.Process.Pid}
-	w := p.Wait(proctest.Budget(t, cliDeadline(args)))
+	w := p.Wait(proctest.Budget(t, clitest.Deadline(args)))
 	o.code, o.stdout, o.stderr = w.Code(), w.Stdout, w.Stderr
 	if w.Expired {
 		o.expired, o.parseError = true, errors.New(w.Overstayed())

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 )
 
@@ -132,9 +133,9 @@ func lastLines(s string, n int) string {
 // serves must work there.
 func TestServeCgroupParent(t *testing.T) {
 	testenv.NeedJail(t)
-	rel := filepath.Join(ownV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy (the VM covers v2)"),
+	rel := filepath.Join(clitest.OwnV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy (the VM covers v2)"),
 		"stockadetest-serve-"+strconv.Itoa(os.Getpid()))
-	dirs := makeV1Cgroups(t, rel, []string{"memory", "cpu", "cpuacct", "pids", "freezer"}, nil)
+	dirs := clitest.MakeV1Cgroups(t, rel, []string{"memory", "cpu", "cpuacct", "pids", "freezer"}, nil)
 	sock := startServeWith(t, "--pool", "1", "--cgroup-parent", rel)
 	waitPool(t, sock)
 	for _, d := range dirs {

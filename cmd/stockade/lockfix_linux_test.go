@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/internal/testenv"
@@ -120,7 +121,7 @@ func TestAttackNeighbourWorkViaROTmp(t *testing.T) {
 	for _, src := range []string{"/tmp", filepath.Dir(lockB), lockB, jail.RunBase(), filepath.Dir(jail.RunBase()), runlock.IDDir} {
 		cmd := stockadeIn(t, "", "run", "--ro", src+":/h", "--", "python3", "-c", read)
 		cmd.Env = append(cmd.Env, runlock.DirEnv+"="+lockB)
-		code, out, errb := runExit(t, cmd)
+		code, out, errb := clitest.RunExit(t, cmd)
 		if code != 125 {
 			t.Errorf("--ro %s: exit %d, want 125; stdout %q, stderr %q", src, code, out, errb)
 		}
@@ -153,7 +154,7 @@ func TestAttackTmpBaseDirSquat(t *testing.T) {
 	}
 	cmd := stockadeIn(t, "", "run", "--", "python3", "-c", "print('ran')")
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, runlock.DirEnv+"="+filepath.Join(t.TempDir(), "runs"))
-	if code, out, errb := runExit(t, cmd); code != 0 || !strings.Contains(out, "ran") {
+	if code, out, errb := clitest.RunExit(t, cmd); code != 0 || !strings.Contains(out, "ran") {
 		t.Fatalf("with %s made by nobody: exit %d: %s%s", squat, code, out, errb)
 	}
 	if ents, _ := os.ReadDir(squat); len(ents) != 0 {
@@ -166,8 +167,8 @@ func TestAttackTmpBaseDirSquat(t *testing.T) {
 // the shared temp directory: the run goes ahead from a private directory
 // of its own, says so, and leaves nothing behind.
 func TestAttackTmpBaseDirSquatUnprivileged(t *testing.T) {
-	bin := builtBinary(t)
-	_, uid, gid := throwawayUser(t)
+	bin := clitest.BuiltBinary(t)
+	_, uid, gid := clitest.ThrowawayUser(t)
 	// Not t.TempDir: its parent is root's 0700.
 	tmp, err := os.MkdirTemp("", "stockade-squat-")
 	if err != nil {
@@ -188,7 +189,7 @@ func TestAttackTmpBaseDirSquatUnprivileged(t *testing.T) {
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8", "TMPDIR=" + tmp}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
-	code, out, errb := runExit(t, cmd)
+	code, out, errb := clitest.RunExit(t, cmd)
 	if code != 0 || out != "JAILRAN\n" {
 		t.Fatalf("with %s made by nobody: exit %d, stdout %q, stderr %q", squat, code, out, errb)
 	}

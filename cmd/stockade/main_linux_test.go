@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 }
 
 // invoke runs the CLI in-process and returns exit status, stdout, stderr.
-// It waits no longer than cliDeadline: a run still going then has outlived
+// It waits no longer than clitest.Deadline: a run still going then has outlived
 // its timeout, and the test fails with what it had printed.
 func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
@@ -43,7 +44,7 @@ func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
 	defer in.Close()
 	var out, errb bytes.Buffer
 	var code int
-	d := cliDeadline(args)
+	d := clitest.Deadline(args)
 	if proctest.Within(t, d, func(ctx context.Context) {
 		code = realMain(ctx, append([]string{"stockade"}, args...), in, &out, &errb)
 	}) {
@@ -51,30 +52,6 @@ func invoke(t *testing.T, stdin string, args ...string) (int, string, string) {
 			args, d, code, tail(out.String(), 2000), tail(errb.String(), 2000))
 	}
 	return code, out.String(), errb.String()
-}
-
-// cliDeadline is how long a test waits on a stockade command line: for a
-// run, twice its --timeout (the python profile's 10 s if none is given)
-// and 30 s for set-up and teardown on a loaded machine; for the selftest
-// suite, ten minutes.
-func cliDeadline(args []string) time.Duration {
-	limit := 10 * time.Second
-	for i, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "selftest" {
-			return 10 * time.Minute
-		}
-		v, ok := strings.CutPrefix(a, "--timeout=")
-		if a == "--timeout" && i+1 < len(args) {
-			v, ok = args[i+1], true
-		}
-		if d, err := time.ParseDuration(v); ok && err == nil {
-			limit = d
-		}
-	}
-	return 2*limit + 30*time.Second
 }
 
 // terminate ends a started cmd as a service manager would: SIGTERM, and
@@ -92,19 +69,6 @@ func terminate(cmd *exec.Cmd, d time.Duration) bool {
 		<-done
 		return false
 	}
-}
-
-// runExit runs cmd to its end, by cliDeadline of its arguments, and
-// returns its exit status and output; a command that could not be run or
-// outlived its deadline fails the test.
-func runExit(t testing.TB, cmd *exec.Cmd) (int, string, string) {
-	t.Helper()
-	o := proctest.Run(t, cmd, cliDeadline(cmd.Args))
-	code, ok := proctest.ExitCode(o.Err)
-	if !ok {
-		t.Fatal(o.Err)
-	}
-	return code, o.Stdout, o.Stderr
 }
 
 func TestBadInvocationsExit125WithAReason(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/sys/unix"
 )
@@ -270,7 +271,7 @@ func (n *testNet) stockade(args ...string) (int, string, string) {
 	cmd := exec.Command("nsenter", append([]string{"--net=" + n.hostNS, os.Args[0]}, args...)...)
 	cmd.Env = append(os.Environ(), "STOCKADE_TEST_MAIN=1", "STOCKADE_NET_HOSTS="+n.hostsFile,
 		"HTTPS_PROXY=", "https_proxy=")
-	return runExit(n.t, cmd)
+	return clitest.RunExit(n.t, cmd)
 }
 
 // caArgs bind the test CA into the jail and point every client at it.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/server"
 )
@@ -55,7 +56,7 @@ func TestRemoteRunSaysEnforcedTimeout(t *testing.T) {
 	sock := startServeWith(t, "--pool", "1")
 	waitPool(t, sock)
 	start := time.Now()
-	code, _, errs := runExit(t, stockadeIn(t, "", "run", "--server", sock, "--timeout", "1s", "--", "sleep", "30"))
+	code, _, errs := clitest.RunExit(t, stockadeIn(t, "", "run", "--server", sock, "--timeout", "1s", "--", "sleep", "30"))
 	if code != 124 || time.Since(start) > 8*time.Second {
 		t.Fatalf("exit %d after %v, stderr %q: not stopped at the 1s timeout", code, time.Since(start), errs)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/server"
 	"github.com/urfave/cli/v2"
@@ -59,10 +60,10 @@ func TestAttackRemoteRunDropsTighteningFlags(t *testing.T) {
 
 	// The hole is real: through the server /work takes 8 MB (its profile's
 	// /work is larger), while a local run with --work-size 1M cannot.
-	if code, out, errs := runExit(t, stockadeIn(t, "", "run", "--server", sock, "--", "sh", "-c", write8M)); code != 0 || out != "wrote\n" {
+	if code, out, errs := clitest.RunExit(t, stockadeIn(t, "", "run", "--server", sock, "--", "sh", "-c", write8M)); code != 0 || out != "wrote\n" {
 		t.Fatalf("remote run without flags: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, out, _ := runExit(t, stockadeIn(t, "", "run", "--work-size", "1M", "--", "sh", "-c", write8M)); code == 0 || strings.Contains(out, "wrote") {
+	if code, out, _ := clitest.RunExit(t, stockadeIn(t, "", "run", "--work-size", "1M", "--", "sh", "-c", write8M)); code == 0 || strings.Contains(out, "wrote") {
 		t.Fatalf("local run with --work-size 1M: exit %d, stdout %q: the write fit", code, out)
 	}
 
@@ -94,7 +95,7 @@ func TestAttackRemoteRunDropsTighteningFlags(t *testing.T) {
 		}
 		args = append(args, "--", "sh", "-c", write8M)
 		t.Run(name, func(t *testing.T) {
-			code, out, errs := runExit(t, stockadeIn(t, "", args...))
+			code, out, errs := clitest.RunExit(t, stockadeIn(t, "", args...))
 			if code != 125 || out != "" || !strings.Contains(errs, "--"+name) || !strings.Contains(errs, "the server applies its own profile") {
 				t.Errorf("%v: exit %d, stdout %q, stderr %q; want 125 naming --%s and why", args, code, out, errs, name)
 			}
@@ -107,13 +108,13 @@ func TestAttackRemoteRunDropsTighteningFlags(t *testing.T) {
 	}
 
 	// Two refused flags at once: both named.
-	code, _, errs := runExit(t, stockadeIn(t, "", "run", "--server", sock, "--work-size", "1M", "--allow-net", "example.invalid", "--", "true"))
+	code, _, errs := clitest.RunExit(t, stockadeIn(t, "", "run", "--server", sock, "--work-size", "1M", "--allow-net", "example.invalid", "--", "true"))
 	if code != 125 || !strings.Contains(errs, "--allow-net, --work-size") {
 		t.Errorf("two refused flags: exit %d, stderr %q", code, errs)
 	}
 
 	// The carried flags still reach the server and apply.
-	code, out, errs := runExit(t, stockadeIn(t, "", "run", "--server", sock, "--json", "--profile", "python",
+	code, out, errs := clitest.RunExit(t, stockadeIn(t, "", "run", "--server", sock, "--json", "--profile", "python",
 		"--memory", "64M", "--pids", "32", "--timeout", "7s", "--cpu-time", "3s", "--cpus", "0.5", "--output-limit", "4k",
 		"--", "sh", "-c", "echo ok"))
 	var res server.RunResponse

@@ -7,22 +7,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 )
 
-// selftestReport is what `stockade selftest --json` prints, as a client
-// reads it.
-type selftestReport struct {
-	Cgroup         string
-	Passed, Failed int
-	Rows           []struct{ Door, Attack, Status, Happened string }
-}
-
 func TestSelftestHoldsUnderTheDefaultProfile(t *testing.T) {
 	testenv.NeedJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--json")
-	var rep selftestReport
+	var rep clitest.SelftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
 	}
@@ -83,7 +76,7 @@ func TestSelftestCouldNotStartAJailExits125(t *testing.T) {
 func TestSelftestNoCgroupRunsWithoutCgroups(t *testing.T) {
 	testenv.NeedJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--no-cgroup", "--json")
-	var rep selftestReport
+	var rep clitest.SelftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
 	}
@@ -102,7 +95,7 @@ func TestSelftestNoCgroupRunsWithoutCgroups(t *testing.T) {
 func TestSelftestDoorFlag(t *testing.T) {
 	testenv.NeedJail(t)
 	code, out, errs := invoke(t, "", "selftest", "--json", "--door", "identity", "--door", "runs")
-	var rep selftestReport
+	var rep clitest.SelftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s\n%s", err, out, errs)
 	}

@@ -1,62 +1,29 @@
-package main
+package e2e
 
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/selftest/attacks"
 )
 
 // heldDescriptors is a payload that reports every descriptor it holds
 // beyond 0-2, writes a line into each and lists each that is a directory
-// ("HELD" when there is none), then waits for its stdin to close.
-const heldDescriptors = `import os, sys
-held = []
-for n in sorted(os.listdir("/proc/self/fd"), key=int):
-    fd = int(n)
-    if fd <= 2:
-        continue
-    try:
-        target = os.readlink("/proc/self/fd/%d" % fd)
-    except OSError:
-        continue  # the listing's own descriptor, closed by now
-    held.append("%d->%s" % (fd, target))
-    try:
-        os.write(fd, b"written from the jail\n")
-        held.append("wrote %d" % fd)
-    except OSError:
-        pass
-    try:
-        held.append("listed %d: %s" % (fd, sorted(os.listdir(fd))[:4]))
-    except OSError:
-        pass
-print("OPEN " + "; ".join(held) if held else "HELD", flush=True)
+// (attacks.HeldDescriptors when there is none), then waits for its stdin
+// to close: the escape suite's probe, and the wait.
+var heldDescriptors = attacks.Source("fds_inherited.py") + `
+import sys
+sys.stdout.flush()
 sys.stdin.read()
 `
-
-// fdFlags reads the open flags of a process's descriptor from the host.
-func fdFlags(pid, fd int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", pid, fd))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "flags:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 8, 64)
-		}
-	}
-	return 0, fmt.Errorf("no flags in fdinfo %d of %d", fd, pid)
-}
 
 // holding lists the descriptors of pid that refer to one of files.
 func holding(pid string, files ...string) []string {
@@ -81,17 +48,6 @@ func holding(pid string, files ...string) []string {
 	return found
 }
 
-// rootOnlyLog is an empty file only root may open, in a directory only
-// root may enter.
-func rootOnlyLog(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "only.log")
-	if err := os.WriteFile(p, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // A caller's shell holds fd 7 on the host's / and fd 8 appending to a
 // root-only file, neither close-on-exec, and runs stockade: the jailed code
 // listed the host's root through 7 and appended to the file through 8.
@@ -104,7 +60,7 @@ func TestAttackInheritedDescriptorReachesJail(t *testing.T) {
 	if bin == "" {
 		t.Skip("set STOCKADE_BIN to a stockade built by make build: the descriptors are stockade's main's to mark")
 	}
-	log := rootOnlyLog(t)
+	log := proctest.BaitFile(t)
 	cmd := exec.Command("/bin/bash", "-c", `exec 7</; exec 8>>"$1"; exec "$2" run --timeout 60s -- python3 -c "$3"`,
 		"bash", log, bin, heldDescriptors)
 	stdin, err := cmd.StdinPipe()
@@ -128,7 +84,7 @@ func TestAttackInheritedDescriptorReachesJail(t *testing.T) {
 	// The payload is waiting on its stdin: stockade and its init are up.
 	pid := cmd.Process.Pid // bash exec'd stockade
 	for _, fd := range []int{7, 8} {
-		flags, err := fdFlags(pid, fd)
+		flags, err := proctest.FDFlags(pid, fd)
 		if err != nil || flags&syscall.O_CLOEXEC == 0 {
 			t.Errorf("stockade's fd %d: flags %#o %v, want close-on-exec", fd, flags, err)
 		}
@@ -146,10 +102,8 @@ func TestAttackInheritedDescriptorReachesJail(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("stockade did not end after its stdin closed")
 	}
-	if err != nil || line != "HELD\n" {
+	if err != nil || line != attacks.HeldDescriptors+"\n" {
 		t.Errorf("with fds 7 (/) and 8 (%s) open in the caller's shell: %v, the payload says %q\n%s", log, err, line, stderr.String())
 	}
-	if b, err := os.ReadFile(log); err != nil || len(b) != 0 {
-		t.Errorf("%s after the run: %q %v, want it empty", log, b, err)
-	}
+	proctest.WantBaitUnwritten(t, log)
 }

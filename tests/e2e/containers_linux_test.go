@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/internal/clitest"
 )
 
 // ociShape is one way a CI system or Kubernetes starts a container,
@@ -166,13 +168,13 @@ func strs(v any) []string {
 // (in the other hierarchies ours is the root), removed after.
 func containerParent(t *testing.T, name string) string {
 	t.Helper()
-	rel := filepath.Join(ownV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy"), name)
+	rel := filepath.Join(clitest.OwnV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy"), name)
 	var hierarchies []string
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, e := range ents {
 		hierarchies = append(hierarchies, e.Name())
 	}
-	makeV1Cgroups(t, rel, hierarchies, func(hierarchy, dir string) {
+	clitest.MakeV1Cgroups(t, rel, hierarchies, func(hierarchy, dir string) {
 		if strings.HasPrefix(hierarchy, "cpuset") {
 			// A new cpuset is empty; a task cannot join it until it has
 			// cpus and mems.
@@ -190,7 +192,7 @@ func containerParent(t *testing.T, name string) string {
 func runContainer(t *testing.T, runc, bundle, id string) (int, string, string) {
 	t.Helper()
 	defer exec.Command(runc, "delete", "--force", id).Run()
-	return runExit(t, exec.Command(runc, "run", "--bundle", bundle, id))
+	return clitest.RunExit(t, exec.Command(runc, "run", "--bundle", bundle, id))
 }
 
 // Each CI/Kubernetes container shape, started by real runtimes (runc, and
@@ -198,7 +200,7 @@ func runContainer(t *testing.T, runc, bundle, id string) (int, string, string) {
 // with a degradation the user opted into, or stockade stops with one line
 // naming the fix, and `stockade doctor` names the shape.
 func TestCIContainerShapes(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	var runtimes []string
 	for _, r := range []string{"runc", "crun"} {
 		if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil && r == "crun" {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -9,18 +9,12 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/internal/clitest"
 )
 
 // The outer ids the test namespaces map: far from any real user and from
 // the ids stockade gives jails on the host.
 const nsBase = 3 << 28
-
-func builtBinary(t *testing.T) string {
-	t.Helper()
-	testenv.NeedRoot(t, "builds user namespaces with arbitrary maps")
-	return testenv.NeedBinary(t, "with the embedded init")
-}
 
 // containerCmd runs bin as root of a new user namespace with the given
 // maps, in a mount namespace of its own with fresh /run and /tmp as a
@@ -46,7 +40,7 @@ func containerCmd(bin string, uidMap, gidMap []syscall.SysProcIDMap, args ...str
 // in a user namespace has), like rootless podman or a CI runner.
 func inUserNamespace(t *testing.T, bin string, uidMap, gidMap []syscall.SysProcIDMap, args ...string) (int, string, string) {
 	t.Helper()
-	return runExit(t, containerCmd(bin, uidMap, gidMap, args...))
+	return clitest.RunExit(t, containerCmd(bin, uidMap, gidMap, args...))
 }
 
 // jailIDs is what the jailed code reports about itself.
@@ -68,7 +62,7 @@ func runIDs(t *testing.T, bin string, uidMap, gidMap []syscall.SysProcIDMap) (st
 // user to that id (the only one there is), not to 2^30, which does not
 // exist in the namespace (lchown: invalid argument).
 func TestIdentityInUserNamespaceMappingOnlyItsRoot(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: nsBase, Size: 1}}
 	got, _ := runIDs(t, bin, m, m)
 	// Seen from the jail: uid 1000 is id 0 of the namespace above.
@@ -80,7 +74,7 @@ func TestIdentityInUserNamespaceMappingOnlyItsRoot(t *testing.T) {
 // Rootless podman with subordinate ids: the jail gets the highest mapped
 // id, not the namespace's root and not an id that is not there.
 func TestIdentityInUserNamespaceWithSubordinateIDs(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: nsBase, Size: 1}, {ContainerID: 1, HostID: nsBase + 1, Size: 65536}}
 	got, _ := runIDs(t, bin, m, m)
 	if want := "1000 1000 ['1000', '65536', '1'] ['1000', '65536', '1'] []"; got != want {
@@ -91,7 +85,7 @@ func TestIdentityInUserNamespaceWithSubordinateIDs(t *testing.T) {
 // A user namespace whose only id is host root: there is no unprivileged id
 // to give the jail, and it must not get root. One line, exit 125.
 func TestAttackIdentityNamespaceMappingOnlyHostRoot(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}
 	cmd := containerCmd(bin, m, m, "run", "--no-cgroup", "--", "python3", "-c", "print('JAIL' + 'RAN')")
 	out, err := cmd.CombinedOutput()
@@ -107,7 +101,7 @@ func TestAttackIdentityNamespaceMappingOnlyHostRoot(t *testing.T) {
 // host root. It must refuse in one line naming the capabilities and the
 // flag, not fail later at lchown.
 func TestAttackIdentityRootWithoutMappingCapabilities(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("needs setpriv (util-linux)")

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/clitest"
 )
 
 // sharedTemp is a temp directory shaped like /tmp (root's, sticky, open to
@@ -56,8 +58,8 @@ func entries(t *testing.T, dir string) []string {
 // for a notice, nor for a private fallback per run. Runs that work, a run
 // that fails (no cgroup) and doctor leave only that directory, empty.
 func TestRootlessWithoutRuntimeDirUsesItsBaseSilently(t *testing.T) {
-	bin := builtBinary(t)
-	_, uid, gid := throwawayUser(t)
+	bin := clitest.BuiltBinary(t)
+	_, uid, gid := clitest.ThrowawayUser(t)
 	tmp := sharedTemp(t)
 	env := []string{"TMPDIR=" + tmp}
 	for i := range 2 {
@@ -134,8 +136,8 @@ func startAs(t *testing.T, bin string, uid, gid int, env []string, want string, 
 // would leave a run directory (with its /work) in the temp directory for
 // good.
 func TestAttackSquatLeavesKilledRunsBehind(t *testing.T) {
-	bin := builtBinary(t)
-	_, uid, gid := throwawayUser(t)
+	bin := clitest.BuiltBinary(t)
+	_, uid, gid := clitest.ThrowawayUser(t)
 	tmp := sharedTemp(t)
 	squat := filepath.Join(tmp, fmt.Sprintf("stockade-%d", uid))
 	if err := os.Mkdir(squat, 0o777); err != nil {
@@ -177,11 +179,11 @@ func TestAttackSquatLeavesKilledRunsBehind(t *testing.T) {
 // goes ahead from the user's own base, keyed by the uid the namespace's
 // root is on the host, and leaves it empty.
 func TestUserNamespaceMappingOnlyItsRootSharingHostRun(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("needs unshare (util-linux)")
 	}
-	_, uid, gid := throwawayUser(t)
+	_, uid, gid := clitest.ThrowawayUser(t)
 	// Host root's, as any root run makes it: the directory in the way.
 	if err := os.MkdirAll("/run/stockade", 0o711); err != nil {
 		t.Fatal(err)
@@ -192,7 +194,7 @@ func TestUserNamespaceMappingOnlyItsRootSharingHostRun(t *testing.T) {
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8", "TMPDIR=" + tmp}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
-	code, out, errs := runExit(t, cmd)
+	code, out, errs := clitest.RunExit(t, cmd)
 	if code != 0 || out != "JAILRAN ['1000', '0', '1']\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -216,7 +218,7 @@ func TestUserNamespaceMappingOnlyItsRootSharingHostRun(t *testing.T) {
 // both namespaces share with the host, and stop every run on it (issue
 // 21's failure, one namespace down).
 func TestAttackNestedUserNamespaceRootTakenForHostRoot(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("needs unshare (util-linux)")
 	}
@@ -243,7 +245,7 @@ wait $pid`
 		GidMappingsEnableSetgroups: true,
 		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 	}
-	code, out, errs := runExit(t, cmd)
+	code, out, errs := clitest.RunExit(t, cmd)
 	if code != 0 || !strings.HasPrefix(out, "JAILRAN ") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/proctest"
 )
 
@@ -75,7 +76,7 @@ func sameOutput(a, b string) bool {
 // as it did. Printed without their quotes, they did not
 // (`python3 -c print(sum(range(100)))` is a bash syntax error).
 func TestDemoCommandsRunAsPrinted(t *testing.T) {
-	bin := builtBinary(t)
+	bin := clitest.BuiltBinary(t)
 	// Five runs, one of them stopped by a 2 s timeout.
 	var combined bytes.Buffer
 	cmd := exec.Command("../../scripts/demo", bin)

@@ -1,45 +1,16 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-)
 
-// throwawayUser creates a system user for the length of the test, as an
-// admin would for a scheduled agent job, and removes it after.
-func throwawayUser(t *testing.T) (name string, uid, gid int) {
-	t.Helper()
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Skip("needs useradd/userdel (passwd)")
-	}
-	name = fmt.Sprintf("stkrl%d", os.Getpid())
-	out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group",
-		"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ = strconv.Atoi(u.Uid)
-	gid, _ = strconv.Atoi(u.Gid)
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(os.TempDir(), "stockade-"+u.Uid)) })
-	return name, uid, gid
-}
+	"github.com/stockade/stockade/internal/clitest"
+)
 
 // asUser runs the built stockade as uid/gid with no supplementary groups
 // and a clean environment.
@@ -54,7 +25,7 @@ func asUserEnv(t *testing.T, bin string, uid, gid int, env []string, args ...str
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8"}, env...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
-	return runExit(t, cmd)
+	return clitest.RunExit(t, cmd)
 }
 
 // v1Delegation does what `stockade doctor` tells the admin for cgroup v1:
@@ -64,8 +35,8 @@ func asUserEnv(t *testing.T, bin string, uid, gid int, env []string, args ...str
 // --cgroup-parent path.
 func v1Delegation(t *testing.T, name string, uid, gid int) string {
 	t.Helper()
-	rel := filepath.Join(ownV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy (the VM covers v2)"), "stockade-"+name)
-	for _, dir := range makeV1Cgroups(t, rel, []string{"memory", "cpu", "cpuacct", "pids", "freezer"}, nil) {
+	rel := filepath.Join(clitest.OwnV1MemoryCgroup(t, "needs a cgroup v1 memory hierarchy (the VM covers v2)"), "stockade-"+name)
+	for _, dir := range clitest.MakeV1Cgroups(t, rel, []string{"memory", "cpu", "cpuacct", "pids", "freezer"}, nil) {
 		for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs"), filepath.Join(dir, "tasks")} {
 			if err := os.Chown(p, uid, gid); err != nil {
 				t.Fatal(err)
@@ -80,8 +51,8 @@ func v1Delegation(t *testing.T, name string, uid, gid int) string {
 // door of the selftest held, nothing left in the delegated cgroup. Without
 // the delegation, run and selftest stop with the way to get one.
 func TestRootlessWithDelegatedV1Cgroup(t *testing.T) {
-	bin := builtBinary(t)
-	name, uid, gid := throwawayUser(t)
+	bin := clitest.BuiltBinary(t)
+	name, uid, gid := clitest.ThrowawayUser(t)
 
 	code, _, errs := asUser(t, bin, uid, gid, "run", "--", "python3", "-c", "print('JAIL' + 'RAN')")
 	if code != 125 || !strings.Contains(errs, "a normal user needs a delegated cgroup: `stockade doctor` prints how to get one") {
@@ -117,7 +88,7 @@ func TestRootlessWithDelegatedV1Cgroup(t *testing.T) {
 	}
 
 	code, out, errs = asUser(t, bin, uid, gid, "selftest", "--cgroup-parent", parent, "--json")
-	var rep selftestReport
+	var rep clitest.SelftestReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("selftest: exit %d, %q, %q", code, out, errs)
 	}
@@ -142,8 +113,8 @@ func TestRootlessWithDelegatedV1Cgroup(t *testing.T) {
 // configuration with doctor: it takes the flags run takes, says to pass
 // them, and then tries the default jail as run will.
 func TestDoctorChecksTheCgroupTheUserWillRunIn(t *testing.T) {
-	bin := builtBinary(t)
-	name, uid, gid := throwawayUser(t)
+	bin := clitest.BuiltBinary(t)
+	name, uid, gid := clitest.ThrowawayUser(t)
 	parent := v1Delegation(t, name, uid, gid)
 
 	code, out, _ := asUser(t, bin, uid, gid, "doctor")
