@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,44 +14,50 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// launch starts init, sends it the plan and waits until the payload has
-// started (or setup failed). Every file it opens is closed by Close.
-func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config) error {
-	spec, st, cg := p.spec, p.st, p.cg
+// The steps below start init, send it the plan and wait until the payload
+// has started (or setup failed). Every file they open is closed by Close,
+// and init's ends of them by closeChildEnds as prepare returns.
+
+func (s *preparation) openControl() error {
 	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	parentSock := os.NewFile(uintptr(socks[0]), "control")
-	childSock := os.NewFile(uintptr(socks[1]), "control")
-	p.files = append(p.files, parentSock)
-	defer childSock.Close()
+	s.parentSock = os.NewFile(uintptr(socks[0]), "control")
+	s.childSock = os.NewFile(uintptr(socks[1]), "control")
+	s.p.files = append(s.p.files, s.parentSock)
+	return nil
+}
 
-	outR, outW, err := os.Pipe()
-	if err != nil {
+func (s *preparation) openPipes() (err error) {
+	if s.outR, s.outW, err = os.Pipe(); err != nil {
 		return err
 	}
-	p.files = append(p.files, outR)
-	defer outW.Close()
-	growPipe(outR)
-	errR, errW, err := os.Pipe()
-	if err != nil {
+	s.p.files = append(s.p.files, s.outR)
+	growPipe(s.outR)
+	if s.errR, s.errW, err = os.Pipe(); err != nil {
 		return err
 	}
-	p.files = append(p.files, errR)
-	defer errW.Close()
-	growPipe(errR)
+	s.p.files = append(s.p.files, s.errR)
+	growPipe(s.errR)
+	return nil
+}
 
+func (s *preparation) findInit() (err error) {
 	uncapJailQueues()
-	initExePath, initFile, err := initPath()
-	if err != nil {
+	if s.initExe, s.initFile, err = initPath(); err != nil {
 		return setupError("start jail", err)
 	}
-	if initFile != nil {
-		defer initFile.Close()
-	}
-	cmd := &exec.Cmd{
-		Path: initExePath,
+	return nil
+}
+
+// describeInit is init's command: its namespaces, the jail user's id
+// maps, the capabilities it keeps, and on cgroup v2 the cgroup it is
+// cloned into.
+func (s *preparation) describeInit() error {
+	id, cg := s.id, s.p.cg
+	s.cmd = &exec.Cmd{
+		Path: s.initExe,
 		Args: []string{jailinit.Arg0},
 		// One P for init's Go runtime: it starts threads up to GOMAXPROCS
 		// (the host's CPU count on v1, where init is placed in the run's
@@ -60,9 +65,9 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 		// of them against the payload. On a many-core host that would eat
 		// the room MinPids leaves.
 		Env:        []string{"GOMAXPROCS=1"},
-		Stdout:     outW,
-		Stderr:     errW,
-		ExtraFiles: append([]*os.File{childSock}, st.Pass...),
+		Stdout:     s.outW,
+		Stderr:     s.errW,
+		ExtraFiles: append([]*os.File{s.childSock}, s.p.st.Pass...),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
@@ -85,20 +90,31 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 	if cg != nil {
 		// cgroup v2: clone3 puts init straight into the run's cgroup.
 		if fd, ok := cg.group.CgroupFD(); ok {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+			s.cmd.SysProcAttr.UseCgroupFD, s.cmd.SysProcAttr.CgroupFD = true, fd
 			placed = true
 		}
 	}
 	// cgroup v1: init is placed after it starts and waits for that.
-	cfg.WaitPlacement = cg != nil && !placed
-	var pump *stdinPump
-	if st.Stdin != nil {
-		if pump, err = newStdinPump(st.Stdin); err != nil {
-			return setupError("start jail", err)
-		}
-		p.pump = pump // Close stops it
-		cmd.Stdin = pump.jailEnd
+	s.cfg.WaitPlacement = cg != nil && !placed
+	return nil
+}
+
+func (s *preparation) startPump() error {
+	if s.p.st.Stdin == nil {
+		return nil
 	}
+	pump, err := newStdinPump(s.p.st.Stdin)
+	if err != nil {
+		return setupError("start jail", err)
+	}
+	s.p.pump = pump // Close stops it
+	s.cmd.Stdin = pump.jailEnd
+	return nil
+}
+
+func (s *preparation) openNetwork() (err error) {
+	p := s.p
+	spec, st := p.spec, p.st
 	// Refusals are told as they happen when the run streams; with --json
 	// they are in the result alone.
 	var notices io.Writer
@@ -110,30 +126,50 @@ func (p *Prepared) launch(ctx context.Context, id identity, cfg *jailinit.Config
 	}
 	p.stdout = &capture{limit: spec.OutputLimit, stream: st.Stdout}
 	p.stderr = &capture{limit: spec.OutputLimit, stream: st.Stderr}
+	return nil
+}
 
-	sv := &supervision{cmd: cmd, sock: int(parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled()}
+// cloneInit starts init, closes stockade's copies of init's ends, and
+// starts draining its output.
+func (s *preparation) cloneInit() error {
+	p := s.p
+	spec, cg := p.spec, p.cg
+	sv := &supervision{cmd: s.cmd, sock: int(s.parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled()}
 	sv.supervisorCPUs, sv.jailCPU = supervisorCPUs(spec, cg)
 	if err := sv.launch(); err != nil {
 		return setupError("start jail", explainStart(err))
 	}
 	p.sv = sv
-	outW.Close()
-	errW.Close()
-	childSock.Close()
-	if pump != nil {
-		pump.afterStart()
+	s.outW.Close()
+	s.errW.Close()
+	s.childSock.Close()
+	if p.pump != nil {
+		p.pump.afterStart()
 	}
 	p.drained = make(chan struct{}, 2)
 	pace := newDrainPace(spec.Cgroup.CPUs, sv.jailCPU, sv.exited)
+	outR, errR := s.outR, s.errR
 	go func() { p.stdout.drain(outR, pace); p.drained <- struct{}{} }()
 	go func() { p.stderr.drain(errR, pace); p.drained <- struct{}{} }()
+	return nil
+}
 
+// sendPlan gives init its plan and, on cgroup v1, places it in the run's
+// cgroup. A failure is noted in the supervision and kills init, and
+// waitPayload collects it.
+func (s *preparation) sendPlan() error {
+	cg, cmd := s.p.cg, s.cmd
 	var place func() error
-	if cfg.WaitPlacement {
+	if s.cfg.WaitPlacement {
 		place = func() error { return cg.group.AddProc(cmd.Process.Pid) }
 	}
-	sv.sendPlan(cfg, place)
-	if !sv.waitReady(ctx, spec.Timeout) {
+	s.p.sv.sendPlan(s.cfg, place)
+	return nil
+}
+
+func (s *preparation) waitPayload() error {
+	p, sv := s.p, s.p.sv
+	if !sv.waitReady(s.ctx, p.spec.Timeout) {
 		// Setup failed or was cut short: collect init's reason (or the
 		// timeout or cancellation that ended it, which Start then reports).
 		sv.kill()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/stockade/stockade/jail/internal/jailinit"
@@ -84,34 +85,134 @@ func setError(res *Result, err error) {
 	}
 }
 
-// prepare sets up everything on the host side, then starts init (launch).
-// What it acquires is recorded in p, and Close releases it.
+// prepare sets up everything on the host side, then starts init: the
+// steps of prepareSteps, in order, each failing closed with the step the
+// user is told (SetupError.Step). What it acquires is recorded in p, and
+// Close releases it.
 func (p *Prepared) prepare(ctx context.Context) error {
-	spec, st := p.spec, p.st
+	s := &preparation{p: p, ctx: ctx}
+	defer s.closeChildEnds()
+	for _, st := range prepareSteps(s) {
+		if err := st.fn(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepStep is one line of the host side's preparation.
+type prepStep struct {
+	name string
+	fn   func() error
+}
+
+// prepareSteps is the host side's preparation, in the order its resources
+// depend on one another: the spec checked and the filter compiled before
+// anything exists on the host; the run lock before the run directory and
+// cgroup it records for a sweep; the jail's identity before the run
+// directory (its group owns it) and the root's sources (checked as the
+// caller could read them); the cgroup and every part of init's plan before
+// the clone; then init cloned, given its plan (and on cgroup v1 placed),
+// and the payload waited for. Each step's error names what the user is
+// told failed; several lines share one such name ("start jail").
+func prepareSteps(s *preparation) []prepStep {
+	return []prepStep{
+		{"check the spec", s.checkSpec},
+		{"compile seccomp", s.compileSeccomp},
+		{"take the run lock", s.takeRunLock},
+		{"choose the identity", s.chooseIdentity},
+		{"note the workdir", s.noteWorkdir},
+		{"check the read-only binds", s.checkBinds},
+		{"list the root", s.listRoot},
+		{"make the run directory", s.makeRunDir},
+		{"make the cgroup", s.makeCgroup},
+		{"render the views", s.renderViews},
+		{"plan the mounts", s.planMounts},
+		{"wait for the root check", s.waitRootCheck},
+		{"settle the workdir", s.settleWorkdir},
+		{"open the control socket", s.openControl},
+		{"open the output pipes", s.openPipes},
+		{"find init", s.findInit},
+		{"describe init", s.describeInit},
+		{"start the stdin pump", s.startPump},
+		{"open the network", s.openNetwork},
+		{"clone init", s.cloneInit},
+		{"send the plan", s.sendPlan},
+		{"wait for the payload", s.waitPayload},
+	}
+}
+
+// preparation is what the steps of one prepare hand one another.
+type preparation struct {
+	p   *Prepared
+	ctx context.Context
+
+	bpf         []byte       // the compiled filter
+	pol         sourcePolicy // what host paths the caller may bind
+	id          identity
+	root        []rootfs.Entry
+	rootChecked chan error // a custom root's check, running meanwhile
+	bootID      string
+	view        *runView
+	cfg         *jailinit.Config
+
+	// Launching init.
+	parentSock, childSock *os.File
+	outR, outW            *os.File
+	errR, errW            *os.File
+	initExe               string
+	initFile              *os.File
+	cmd                   *exec.Cmd
+}
+
+// closeChildEnds closes stockade's copies of what init was given (its
+// ends of the socket and pipes, the init binary's memfd) on every path:
+// once init has them, ours would hold the pipes open past its end.
+func (s *preparation) closeChildEnds() {
+	for _, f := range []*os.File{s.childSock, s.outW, s.errW, s.initFile} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (s *preparation) checkSpec() error {
+	spec, st := s.p.spec, s.p.st
 	if err := spec.Validate(); err != nil {
 		return setupError("spec", err)
 	}
 	if len(st.Pass) > maxPass || uint64(3+len(st.Pass)) > spec.Rlimits.OpenFiles {
 		return setupError("spec", fmt.Errorf("%d descriptors to pass: at most %d, and within the open files limit %d with stdin, stdout and stderr", len(st.Pass), maxPass, spec.Rlimits.OpenFiles))
 	}
-	bpf, err := compileSeccomp(spec.Seccomp)
-	if err != nil {
+	return nil
+}
+
+func (s *preparation) compileSeccomp() (err error) {
+	if s.bpf, err = compileSeccomp(s.p.spec.Seccomp); err != nil {
 		return setupError("seccomp", err)
 	}
-	own, err := acquireOwnership(st.Notices)
+	return nil
+}
+
+func (s *preparation) takeRunLock() error {
+	own, err := acquireOwnership(s.p.st.Notices)
 	if err != nil {
 		return setupError("run lock", err)
 	}
-	p.own = own
+	s.p.own = own
+	return nil
+}
+
+func (s *preparation) chooseIdentity() error {
+	spec := s.p.spec
 	// The bind-source policy reads /etc/passwd, the user database and the
 	// temp directory (0.5-1 ms of every start-up); only a run with a host
 	// path to check needs it. Without it every check refuses (see
 	// sourcePolicy.read), so a path that skipped this fails closed.
-	var pol sourcePolicy
 	if spec.Workdir != "" || len(spec.ReadOnly) > 0 || spec.Rootfs != RootfsHost {
-		pol = hostSourcePolicy()
+		s.pol = hostSourcePolicy()
 	}
-	id, err := chooseIdentity(spec, own.hostIDNum(), pol)
+	id, err := chooseIdentity(spec, s.p.own.hostIDNum(), s.pol)
 	if err != nil {
 		var se *SetupError
 		if errors.As(err, &se) {
@@ -119,14 +220,24 @@ func (p *Prepared) prepare(ctx context.Context) error {
 		}
 		return setupError("identity", err)
 	}
-	if spec.Workdir != "" {
-		// What DIR is, and its clock as preparing begins (see settle).
-		if p.seen, err = beginWorkSeen(spec.Workdir); err != nil {
-			return setupError("workdir", err)
-		}
+	s.id = id
+	return nil
+}
+
+func (s *preparation) noteWorkdir() (err error) {
+	if s.p.spec.Workdir == "" {
+		return nil
 	}
-	for _, b := range spec.ReadOnly {
-		st, err := pol.checkSource("--ro", b.Source)
+	// What DIR is, and its clock as preparing begins (see settle).
+	if s.p.seen, err = beginWorkSeen(s.p.spec.Workdir); err != nil {
+		return setupError("workdir", err)
+	}
+	return nil
+}
+
+func (s *preparation) checkBinds() error {
+	for _, b := range s.p.spec.ReadOnly {
+		st, err := s.pol.checkSource("--ro", b.Source)
 		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			err = checkNoMountsBelow("--ro", b.Source)
 		}
@@ -134,83 +245,113 @@ func (p *Prepared) prepare(ctx context.Context) error {
 			return setupError("bind", err)
 		}
 	}
-	var root []rootfs.Entry
-	var rootChecked chan error
+	return nil
+}
+
+func (s *preparation) listRoot() (err error) {
+	spec := s.p.spec
 	if spec.Rootfs == RootfsHost {
-		root, err = rootfs.Host()
+		s.root, err = rootfs.Host()
 	} else {
-		if _, err := pol.checkSource("--rootfs", spec.Rootfs); err != nil {
+		if _, err := s.pol.checkSource("--rootfs", spec.Rootfs); err != nil {
 			return setupError("rootfs", err)
 		}
 		// The check walks the whole tree: let it run while the run
 		// directory and the cgroup are made.
-		rootChecked = make(chan error, 1)
-		go func() { rootChecked <- checkRoot(spec.Rootfs) }()
-		root, err = rootfs.Dir(spec.Rootfs)
+		s.rootChecked = make(chan error, 1)
+		go func(ch chan<- error) { ch <- checkRoot(spec.Rootfs) }(s.rootChecked)
+		s.root, err = rootfs.Dir(spec.Rootfs)
 	}
 	if err != nil {
 		return setupError("rootfs", err)
 	}
+	return nil
+}
+
+func (s *preparation) makeRunDir() error {
 	// A fresh /work is a tmpfs inside the jail: no host directory.
-	dir, err := newRunDir(own, -1, id.hostGID)
+	dir, err := newRunDir(s.p.own, -1, s.id.hostGID)
 	if err != nil {
-		own.leftovers = true // perhaps half made; the record names it
+		s.p.own.leftovers = true // perhaps half made; the record names it
 		return setupError("run directory", err)
 	}
-	p.dir = dir
-	if !spec.Host.NoCgroup {
-		if p.cg, err = newRunCgroup(spec, own, filepath.Base(dir.path), st.Notices); err != nil {
-			own.leftovers = true // the record may name a group Create could not remove
-			return setupError("cgroup", err)
-		}
+	s.p.dir = dir
+	return nil
+}
+
+func (s *preparation) makeCgroup() (err error) {
+	p := s.p
+	if p.spec.Host.NoCgroup {
+		return nil
 	}
-	bootID, err := newBootID()
-	if err != nil {
+	if p.cg, err = newRunCgroup(p.spec, p.own, filepath.Base(p.dir.path), p.st.Notices); err != nil {
+		p.own.leftovers = true // the record may name a group Create could not remove
+		return setupError("cgroup", err)
+	}
+	return nil
+}
+
+func (s *preparation) renderViews() (err error) {
+	if s.bootID, err = newBootID(); err != nil {
 		return &SetupError{Step: "mount plan", Message: err.Error(), ExitCode: ExitJailError}
 	}
 	// The jail sees its own limits, not the host's (package procview);
 	// without a cgroup it has none, and sees the host.
-	view := &runView{}
-	if !spec.Host.NoCgroup {
-		if view, err = newRunView(spec); err != nil {
+	s.view = &runView{}
+	if !s.p.spec.Host.NoCgroup {
+		if s.view, err = newRunView(s.p.spec); err != nil {
 			return setupError("limits view", err)
 		}
 	}
+	return nil
+}
+
+func (s *preparation) planMounts() error {
+	spec, st := s.p.spec, s.p.st
 	// matplotlib's font cache, unless the payload brings its own
 	// MPLCONFIGDIR (as the run that builds the cache does).
 	var extra []jailinit.Step
 	if !hasEnv(spec.Env, "MPLCONFIGDIR") {
-		extra = fontCacheSteps(ctx, spec, st.Notices)
+		extra = fontCacheSteps(s.ctx, spec, st.Notices)
 	}
-	steps, err := buildPlan(planInput{spec: spec, root: root, workdir: spec.Workdir, views: view.steps,
-		extra: extra, custom: spec.Rootfs != RootfsHost, bootID: bootID})
+	steps, err := buildPlan(planInput{spec: spec, root: s.root, workdir: spec.Workdir, views: s.view.steps,
+		extra: extra, custom: spec.Rootfs != RootfsHost, bootID: s.bootID})
 	if err != nil {
 		return setupError("mount plan", err)
 	}
-	cfg := &jailinit.Config{
-		NewRoot: dir.root, Steps: steps, Hostname: spec.Hostname,
+	s.cfg = &jailinit.Config{
+		NewRoot: s.p.dir.root, Steps: steps, Hostname: spec.Hostname,
 		Args: spec.Args, Env: jailEnv(spec, fontCacheEnv(extra)...), Path: jailPath,
-		Rlimits: rlimitsFor(spec), SetGroups: id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: bpf,
-		CPUs: view.cpus,
+		Rlimits: rlimitsFor(spec), SetGroups: s.id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: s.bpf,
+		CPUs: s.view.cpus,
 	}
 	if spec.Network.Enabled() {
-		cfg.ProxyPort = ProxyPort
+		s.cfg.ProxyPort = ProxyPort
 	}
 	for i := range st.Pass {
-		cfg.PassFDs = append(cfg.PassFDs, jailinit.FirstPassFD+i)
+		s.cfg.PassFDs = append(s.cfg.PassFDs, jailinit.FirstPassFD+i)
 	}
-	if rootChecked != nil {
-		if err := <-rootChecked; err != nil {
-			return setupError("rootfs", err)
-		}
+	return nil
+}
+
+func (s *preparation) waitRootCheck() error {
+	if s.rootChecked == nil {
+		return nil
 	}
-	if spec.Workdir != "" {
+	if err := <-s.rootChecked; err != nil {
+		return setupError("rootfs", err)
+	}
+	return nil
+}
+
+func (s *preparation) settleWorkdir() error {
+	if s.p.spec.Workdir != "" {
 		// Just before the overlay: the clock against which copy-back
 		// tells the host's changes from the jail's.
-		if err := p.seen.settle(spec.Workdir); err != nil {
+		if err := s.p.seen.settle(s.p.spec.Workdir); err != nil {
 			return setupError("workdir", err)
 		}
 	}
-	p.id = id
-	return p.launch(ctx, id, cfg)
+	s.p.id = s.id
+	return nil
 }
