@@ -8,6 +8,7 @@ import "time"
 func (p *Prepared) collect() error {
 	<-p.drained
 	<-p.drained
+	p.trace.mark("output drained")
 	res, sv, cg := p.res, p.sv, p.cg
 	// Init is reaped: no connection can come any more, and the proxy's
 	// open tunnels end with the jail.
@@ -22,6 +23,7 @@ func (p *Prepared) collect() error {
 		// The jail is gone: nothing writes the upper layer any more. The
 		// copy counts against the run's time: it may take what --timeout
 		// left of it (copyBackGrace at least).
+		p.trace.mark("copy /work back")
 		cb, cerr := copyBack(fd, p.spec.Workdir, p.seen, copyBackLimitsFor(p.spec, p.deadline, time.Now()))
 		res.CopyBack, res.CopyBackMs = cb, cb.Ms
 		if cerr != nil && err == nil {
@@ -30,6 +32,7 @@ func (p *Prepared) collect() error {
 	}
 	res.WorkPeakBytes, res.WorkPeakInodes = sv.work.last()
 	end.DiskFull = sv.work.full
+	p.trace.mark("read the cgroup")
 	if cg != nil {
 		if cerr := cg.finish(res, &end); cerr != nil && err == nil {
 			err = setupError("cgroup", cerr)

@@ -96,6 +96,7 @@ func (s *preparation) describeInit() error {
 	}
 	// cgroup v1: init is placed after it starts and waits for that.
 	s.cfg.WaitPlacement = cg != nil && !placed
+	s.cfg.Phases = s.p.trace != nil
 	return nil
 }
 
@@ -134,7 +135,7 @@ func (s *preparation) openNetwork() (err error) {
 func (s *preparation) cloneInit() error {
 	p := s.p
 	spec, cg := p.spec, p.cg
-	sv := &supervision{cmd: s.cmd, sock: int(s.parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled()}
+	sv := &supervision{cmd: s.cmd, sock: int(s.parentSock.Fd()), cg: cg, net: p.net, proxied: spec.Network.Enabled(), trace: p.trace}
 	sv.supervisorCPUs, sv.jailCPU = supervisorCPUs(spec, cg)
 	if err := sv.launch(); err != nil {
 		return setupError("start jail", explainStart(err))
@@ -161,7 +162,10 @@ func (s *preparation) sendPlan() error {
 	cg, cmd := s.p.cg, s.cmd
 	var place func() error
 	if s.cfg.WaitPlacement {
-		place = func() error { return cg.group.AddProc(cmd.Process.Pid) }
+		place = func() error {
+			s.p.trace.mark("place init in the cgroup (v1)")
+			return cg.group.AddProc(cmd.Process.Pid)
+		}
 	}
 	s.p.sv.sendPlan(s.cfg, place)
 	return nil

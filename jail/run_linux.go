@@ -93,6 +93,7 @@ func (p *Prepared) prepare(ctx context.Context) error {
 	s := &preparation{p: p, ctx: ctx}
 	defer s.closeChildEnds()
 	for _, st := range prepareSteps(s) {
+		p.trace.mark(st.name)
 		if err := st.fn(); err != nil {
 			return err
 		}

@@ -67,6 +67,9 @@ func jailFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow-private", Usage: "let allowed hosts resolve to this private or special-purpose CIDR (never loopback, link-local or cloud metadata)"},
 		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: stockade's own cgroup)"},
 		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
+		// Where start-up time goes (docs/performance.md); for whoever
+		// measures stockade, not for a run's caller.
+		&cli.BoolFlag{Name: "phases", Hidden: true, Usage: "print when each step of the run began, on stderr"},
 	)
 }
 
@@ -224,6 +227,11 @@ func flagLayer(c *cli.Context) (*profiles.Profile, error) {
 
 func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.Writer) error {
 	asJSON := c.Bool("json")
+	var before []jail.Phase // the command line's own steps before the run's
+	if c.Bool("phases") {
+		spec.Host.TracePhases = true
+		before = append(mainPhases(), jail.PhaseAt("main: run the jail", jail.MonotonicNow()))
+	}
 	streams := jail.Streams{Stdin: stdin, Notices: stderr}
 	if !asJSON {
 		streams.Stdout, streams.Stderr = stdout, stderr
@@ -253,6 +261,10 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	}()
 	res, err := jail.Run(ctx, spec, streams)
 	res.StockadeVersion = version
+	if spec.Host.TracePhases {
+		res.Phases = append(append(before, res.Phases...), jail.PhaseAt("main: report", jail.MonotonicNow()))
+		defer func() { printPhases(stderr, res.Phases, jail.MonotonicNow()) }()
+	}
 	// The hints go to stderr with --json too, as every notice of
 	// stockade's does: stdout stays the one JSON object.
 	var tips []string

@@ -67,7 +67,7 @@ func execError(name string, err error) error {
 // reap waits for every child init has (double-forked daemons are
 // re-parented here) until the payload itself exits, then reports and exits:
 // the kernel kills what is left in the pid namespace when its init dies.
-func reap(payload int) {
+func reap(payload int, tr *trace) {
 	for {
 		var ws unix.WaitStatus
 		var ru unix.Rusage
@@ -79,7 +79,8 @@ func reap(payload int) {
 			fail("wait", err, ExitJailError)
 		}
 		if pid == payload {
-			send(Msg{Kind: MsgExit, Status: uint32(ws),
+			tr.mark("payload exited")
+			send(Msg{Kind: MsgExit, Phases: tr.take(), Status: uint32(ws),
 				UtimeUs: ru.Utime.Sec*1e6 + ru.Utime.Usec, StimeUs: ru.Stime.Sec*1e6 + ru.Stime.Usec,
 				MaxRSS: ru.Maxrss})
 			os.Exit(0)

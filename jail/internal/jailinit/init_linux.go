@@ -41,6 +41,9 @@ func IsInit() bool {
 // Main is init: it builds the jail from the parent's plan, starts the
 // payload, reaps, and exits with the payload. It never returns.
 func Main() {
+	// When init's own code began, for the phase trace: one clock read,
+	// kept only if the parent asks.
+	begun := MonoNow()
 	// The payload is forked from this thread after this thread alone has
 	// become the jail user, so the goroutine must never move.
 	runtime.LockOSThread()
@@ -86,7 +89,9 @@ func Main() {
 			fail("read config", fmt.Errorf("descriptor %d to pass: %w", fd, err), ExitJailError)
 		}
 	}
-	pid, err := contain(cfg)
+	tr := newTrace(cfg.Phases, begun)
+	tr.mark("config read")
+	pid, err := contain(cfg, tr)
 	if err != nil {
 		var se *SetupError
 		if errors.As(err, &se) {
@@ -95,7 +100,7 @@ func Main() {
 		}
 		fail("", err, ExitJailError)
 	}
-	reap(pid)
+	reap(pid, tr)
 }
 
 // contain is the jail's setup, one step per line in the order the kernel
@@ -105,10 +110,11 @@ func Main() {
 // limits, the command looked up while init can still read everything, the
 // privilege drop, descriptors marked for the exec, seccomp last, and the
 // payload forked from this thread. It returns the payload's pid.
-func contain(cfg *Config) (int, error) {
+func contain(cfg *Config, tr *trace) (int, error) {
 	var argv0 string
 	var pid int
 	for _, s := range containSteps(cfg, &argv0, &pid) {
+		tr.mark(s.name)
 		if err := s.fn(); err != nil {
 			var se *SetupError
 			if errors.As(err, &se) {
@@ -117,7 +123,8 @@ func contain(cfg *Config) (int, error) {
 			return 0, &SetupError{Step: s.name, Message: err.Error(), ExitCode: ExitJailError}
 		}
 	}
-	send(Msg{Kind: MsgStarted})
+	tr.mark("payload started")
+	send(Msg{Kind: MsgStarted, Phases: tr.take()})
 	return pid, nil
 }
 
@@ -171,4 +178,14 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		{"load seccomp", func() error { return loadSeccomp(c.Seccomp, c.SeccompBPF) }},
 		{"exec", func() (err error) { *pid, err = startPayload(*argv0, c); return err }},
 	}
+}
+
+// ContainStepNames are the names of the containment sequence's steps in
+// order, as init's phase marks carry them ("init: " and the name).
+func ContainStepNames() []string {
+	var names []string
+	for _, s := range containSteps(&Config{}, new(string), new(int)) {
+		names = append(names, s.name)
+	}
+	return names
 }
