@@ -67,10 +67,14 @@ func jailFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow-private", Usage: "let allowed hosts resolve to this private or special-purpose CIDR (never loopback, link-local or cloud metadata)"},
 		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: stockade's own cgroup)"},
 		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
-		// Where start-up time goes (docs/performance.md); for whoever
-		// measures stockade, not for a run's caller.
-		&cli.BoolFlag{Name: "phases", Hidden: true, Usage: "print when each step of the run began, on stderr"},
 	)
+}
+
+// phasesFlag is run's and python's --phases: where start-up time goes
+// (docs/performance.md), for whoever measures stockade, not for a run's
+// caller, so hidden.
+func phasesFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "phases", Hidden: true, Usage: "print when each step of the run began, on stderr"}
 }
 
 func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
@@ -78,7 +82,7 @@ func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Name:      "run",
 		Usage:     "run a command in a fresh jail",
 		ArgsUsage: "[flags] -- CMD [ARGS...]",
-		Flags: append(jailFlags(),
+		Flags: append(jailFlags(), phasesFlag(),
 			&cli.StringFlag{Name: "server", Usage: "run it through `stockade serve` listening on this unix socket"}),
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -97,7 +101,7 @@ func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 }
 
 func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
-	flags := append(jailFlags(), &cli.StringFlag{Name: "c", Usage: "the program, as a string"})
+	flags := append(jailFlags(), phasesFlag(), &cli.StringFlag{Name: "c", Usage: "the program, as a string"})
 	return &cli.Command{
 		Name:      "python",
 		Usage:     "run Python code from -c CODE, a FILE, or - (stdin) in a fresh jail",
