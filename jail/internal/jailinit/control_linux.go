@@ -9,6 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// waitPlacement waits, on cgroup v1, for the parent's "go": init is in
+// the run's cgroup then, and may root its cgroup namespace there.
 func waitPlacement(c *Config) error {
 	if !c.WaitPlacement {
 		return nil
@@ -24,6 +26,7 @@ func waitPlacement(c *Config) error {
 	return nil
 }
 
+// readConfig reads the parent's one plan.
 func readConfig() (*Config, error) {
 	buf := make([]byte, MaxMsg)
 	n, _, _, _, err := unix.Recvmsg(ctlFD, buf, nil, 0)

@@ -2,11 +2,8 @@ package jailinit
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
-	"syscall"
 	"unsafe"
 
 	"github.com/stockade/stockade/internal/fds"
@@ -51,25 +48,7 @@ func Main() {
 	// Run from a memfd, the kernel names us after its fd number; say
 	// what we are in the host's ps.
 	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte(Arg0 + "\x00")[0])), 0, 0, 0)
-	// Init is pid 1 of its namespace; signals from the payload with no
-	// handler are dropped by the kernel, but Go installs handlers (and
-	// crashes on a kill()ed SIGABRT, SIGSEGV, SIGTRAP and the like), so
-	// catch every one a payload could send and throw it away: the payload
-	// must not be able to take init down and turn its run into a setup
-	// error. Caught, not ignored: an ignored signal stays ignored across
-	// execve, and the payload would start with SIGINT, SIGTERM and the
-	// rest ignored (Python then never raises KeyboardInterrupt). Faults
-	// init itself causes are still fatal.
-	discard := make(chan os.Signal, 16)
-	signal.Notify(discard, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGTSTP,
-		syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGILL, syscall.SIGSYS, syscall.SIGSEGV, syscall.SIGBUS,
-		syscall.SIGFPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ,
-		syscall.SIGSTKFLT, syscall.SIGPWR, syscall.SIGIO)
-	go func() {
-		for range discard {
-		}
-	}()
+	discardSignals()
 	if err := defaultFaultSignals(); err != nil {
 		fail("protect init from forged faults", err, ExitJailError)
 	}
@@ -78,16 +57,8 @@ func Main() {
 	if err != nil {
 		fail("read config", err, ExitJailError)
 	}
-	// Close-on-exec before anything else runs: the payload gets them only
-	// where startPayload places them, and a step that closes what init
-	// inherited without the flag keeps them.
-	for _, fd := range cfg.PassFDs {
-		if fd < FirstPassFD {
-			fail("read config", fmt.Errorf("descriptor %d to pass: not one the parent passed (from %d up)", fd, FirstPassFD), ExitJailError)
-		}
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
-			fail("read config", fmt.Errorf("descriptor %d to pass: %w", fd, err), ExitJailError)
-		}
+	if err := markPassed(cfg.PassFDs); err != nil {
+		fail("read config", err, ExitJailError)
 	}
 	tr := newTrace(cfg.Phases, begun)
 	tr.mark("config read")

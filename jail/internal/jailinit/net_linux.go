@@ -6,6 +6,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// loopbackUp brings up the jail's one interface: a new network namespace
+// has lo, down, and the egress proxy listens on it.
 func loopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -2,6 +2,9 @@ package jailinit
 
 import (
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,4 +47,27 @@ func defaultFaultSignals() error {
 		}
 	}
 	return nil
+}
+
+// discardSignals catches every signal a payload could send init and
+// throws it away. Init is pid 1 of its namespace; signals from the payload
+// with no handler are dropped by the kernel, but Go installs handlers (and
+// crashes on a kill()ed SIGABRT, SIGSEGV, SIGTRAP and the like), so
+// catch every one a payload could send and throw it away: the payload
+// must not be able to take init down and turn its run into a setup
+// error. Caught, not ignored: an ignored signal stays ignored across
+// execve, and the payload would start with SIGINT, SIGTERM and the
+// rest ignored (Python then never raises KeyboardInterrupt). Faults
+// init itself causes are still fatal.
+func discardSignals() {
+	discard := make(chan os.Signal, 16)
+	signal.Notify(discard, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGTSTP,
+		syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGILL, syscall.SIGSYS, syscall.SIGSEGV, syscall.SIGBUS,
+		syscall.SIGFPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ,
+		syscall.SIGSTKFLT, syscall.SIGPWR, syscall.SIGIO)
+	go func() {
+		for range discard {
+		}
+	}()
 }
