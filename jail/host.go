@@ -34,6 +34,10 @@ type Host struct {
 	// matplotlib/): "" is /var/cache/stockade for host root and the
 	// user's own cache directory for anyone else (see fontCacheBase).
 	CacheDir string
+	// TracePhases times every step of a run, stockade's and its init's,
+	// into Result.Phases (`stockade run --phases`); off, no clock is read
+	// for it.
+	TracePhases bool
 }
 
 func (h Host) validate() error {

@@ -32,6 +32,7 @@ type Prepared struct {
 	stdout, stderr *capture
 	drained        chan struct{}
 	files          []*os.File
+	trace          *phaseTrace // nil unless Host.TracePhases
 
 	started, closed bool
 	ended           bool // collected during set-up: Start has nothing to wait for
@@ -43,7 +44,8 @@ type Prepared struct {
 // as it comes unless Start names other writers. Prepare fails, leaving
 // nothing behind, if the jail cannot be set up (see FailedResult).
 func Prepare(ctx context.Context, spec Spec, st Streams) (*Prepared, error) {
-	p := &Prepared{spec: spec, st: st, res: newResult(spec)}
+	p := &Prepared{spec: spec, st: st, res: newResult(spec), trace: newPhaseTrace(spec.Host.TracePhases)}
+	p.trace.mark("prepare")
 	if err := p.prepare(ctx); err != nil {
 		p.Close()
 		return nil, err
@@ -90,6 +92,7 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 		return nil, errors.New("jail: a prepared jail is started once")
 	}
 	p.started = true
+	p.trace.mark("start")
 	if p.ended {
 		return p.res, nil
 	}
@@ -110,6 +113,7 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 	// now is the one that kills it.
 	p.res.Limits = limitsOf(spec)
 	p.sv.supervise(ctx, spec)
+	p.trace.mark("init reaped")
 	p.deadline = p.sv.clock.Add(spec.Timeout)
 	err := p.collect()
 	if err != nil {
@@ -128,6 +132,7 @@ func (p *Prepared) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.trace.mark("close")
 	if !p.started && !p.ended && p.sv != nil {
 		p.sv.kill()
 		p.sv.finish()
@@ -147,6 +152,7 @@ func (p *Prepared) Close() error {
 	// run directory the host's disk. Either stays recorded in the run's
 	// lock slot for a sweep (Sweep, or the next run's start).
 	var cgErr, dirErr error
+	p.trace.mark("remove the cgroup")
 	if p.cg != nil {
 		// A no-op once finish has removed it.
 		if cgErr = p.cg.close(p.st.Notices); cgErr != nil {
@@ -156,14 +162,18 @@ func (p *Prepared) Close() error {
 	for _, f := range p.files {
 		f.Close()
 	}
+	p.trace.mark("remove the run directory")
 	if p.dir != nil {
 		if dirErr = p.dir.remove(); dirErr != nil {
 			p.leftover(dirErr)
 		}
 	}
+	p.trace.mark("release the run lock")
 	if p.own != nil {
 		p.own.release(p.st.Notices)
 	}
+	p.trace.mark("closed")
+	p.res.Phases = p.trace.phases()
 	return errors.Join(cgErr, dirErr)
 }
 

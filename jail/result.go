@@ -99,6 +99,11 @@ type Result struct {
 
 	Error           *string `json:"error"`
 	StockadeVersion string  `json:"stockade_version"`
+
+	// Phases is when each step of the run began, stockade's and init's,
+	// in order, when Host.TracePhases asked (docs/performance.md); a
+	// Prepared jail's are complete once Close returns.
+	Phases []Phase `json:"phases,omitempty"`
 }
 
 // CopyBack is what copy-back did with a --workdir's changes after the

@@ -45,6 +45,8 @@ type supervision struct {
 	net     *runNetwork
 	proxied bool
 
+	trace *phaseTrace // init's marks join it; nil: not asked
+
 	timedOut, canceled, cpuOver bool
 	cancelCause                 error // context.Cause of the cancelled context
 	state                       *os.ProcessState
@@ -244,6 +246,9 @@ func (sv *supervision) readMessages() {
 		}
 		fds := parseFDs(oob[:oobn])
 		sv.mu.Lock()
+		if sv.trace != nil && (m.Kind == jailinit.MsgStarted || m.Kind == jailinit.MsgExit) {
+			sv.trace.add(m.Phases)
+		}
 		switch m.Kind {
 		case jailinit.MsgStarted:
 			if sv.started.IsZero() {

@@ -59,3 +59,14 @@ func newRunView(spec Spec) (*runView, error) {
 	}
 	return v, nil
 }
+
+// newBootID is a random version 4 UUID in the kernel's boot_id format.
+func newBootID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("boot id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}

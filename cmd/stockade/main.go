@@ -28,6 +28,7 @@ func docsHelp() string {
 }
 
 func main() {
+	startedMain = jail.MonotonicNow()
 	// A jail's init never gets here: without the embedded init, jail.Run
 	// starts this binary again as init, and package jail's init takes
 	// that process over before main.
@@ -38,6 +39,7 @@ func main() {
 		printError(os.Stderr, err.Error())
 		os.Exit(jail.ExitJailError)
 	}
+	parsing = jail.MonotonicNow()
 	code := realMain(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr)
 	restoreCgroup(os.Stderr)
 	os.Exit(code)

@@ -70,12 +70,19 @@ func jailFlags() []cli.Flag {
 	)
 }
 
+// phasesFlag is run's and python's --phases: where start-up time goes
+// (docs/performance.md), for whoever measures stockade, not for a run's
+// caller, so hidden.
+func phasesFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "phases", Hidden: true, Usage: "print when each step of the run began, on stderr"}
+}
+
 func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run a command in a fresh jail",
 		ArgsUsage: "[flags] -- CMD [ARGS...]",
-		Flags: append(jailFlags(),
+		Flags: append(jailFlags(), phasesFlag(),
 			&cli.StringFlag{Name: "server", Usage: "run it through `stockade serve` listening on this unix socket"}),
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -94,7 +101,7 @@ func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 }
 
 func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
-	flags := append(jailFlags(), &cli.StringFlag{Name: "c", Usage: "the program, as a string"})
+	flags := append(jailFlags(), phasesFlag(), &cli.StringFlag{Name: "c", Usage: "the program, as a string"})
 	return &cli.Command{
 		Name:      "python",
 		Usage:     "run Python code from -c CODE, a FILE, or - (stdin) in a fresh jail",
@@ -224,6 +231,11 @@ func flagLayer(c *cli.Context) (*profiles.Profile, error) {
 
 func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.Writer) error {
 	asJSON := c.Bool("json")
+	var before []jail.Phase // the command line's own steps before the run's
+	if c.Bool("phases") {
+		spec.Host.TracePhases = true
+		before = append(mainPhases(), jail.PhaseAt("main: run the jail", jail.MonotonicNow()))
+	}
 	streams := jail.Streams{Stdin: stdin, Notices: stderr}
 	if !asJSON {
 		streams.Stdout, streams.Stderr = stdout, stderr
@@ -253,6 +265,10 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 	}()
 	res, err := jail.Run(ctx, spec, streams)
 	res.StockadeVersion = version
+	if spec.Host.TracePhases {
+		res.Phases = append(append(before, res.Phases...), jail.PhaseAt("main: report", jail.MonotonicNow()))
+		defer func() { printPhases(stderr, res.Phases, jail.MonotonicNow()) }()
+	}
 	// The hints go to stderr with --json too, as every notice of
 	// stockade's does: stdout stays the one JSON object.
 	var tips []string

@@ -66,6 +66,9 @@ type Config struct {
 	// driver talks to the host on one). Every other inherited descriptor
 	// is the caller's accident and never reaches the payload.
 	PassFDs []int `json:"pass_fds,omitempty"`
+	// Phases asks init to time its steps (see Mark); off, it reads no
+	// clock for them.
+	Phases bool `json:"phases,omitempty"`
 }
 
 // FirstPassFD is where the parent puts the first of Config.PassFDs in
@@ -103,6 +106,18 @@ type Msg struct {
 	Step     string `json:"step,omitempty"`
 	Message  string `json:"msg,omitempty"`
 	ExitCode int    `json:"exit_code,omitempty"` // 125, 126 or 127
+	// started, exit: when init's steps began and the payload started or
+	// ended, with Config.Phases.
+	Phases []Mark `json:"phases,omitempty"`
+}
+
+// Mark is when a step began: CLOCK_MONOTONIC in nanoseconds, which init
+// and stockade read alike (the jail's time namespace moves only
+// CLOCK_BOOTTIME, and only for the payload), so their marks order on one
+// line.
+type Mark struct {
+	Name string `json:"n"`
+	Mono int64  `json:"t"`
 }
 
 // MaxMsg bounds one message.
