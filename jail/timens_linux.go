@@ -19,9 +19,10 @@ import (
 // a boot that finds it yes leaves a note, and later runs of the same boot
 // and kernel tell init, which then skips its probe.
 //
-// Only a yes is noted. A wrong yes fails closed (the payload cannot be
-// started, and the run says so); a wrong no would quietly give the
-// payload the host's uptime, so a no is never taken from a file. The note
+// Only a yes lets init skip its probe. A wrong yes fails closed (the
+// payload cannot be started, and the run says so); a wrong no would
+// quietly give the payload the host's uptime, so a no is never taken from
+// a file: its note only spares this process its own probe. The note
 // is trusted only as the run locks are: in the directory that holds the
 // lock directory, both levels owned by this user and writable by nobody
 // else (runlock.EnsureOwnedDir), a regular file of this user's, writable
@@ -71,24 +72,37 @@ func timeNSKnownUsableIn(dir, name string, probe func() bool) bool {
 	if trustedNote(path) {
 		return true
 	}
-	// The directory's own trust (both levels ours, writable by nobody
-	// else), made if missing as the run locks would make it.
-	if runlock.EnsureOwnedDir(dir, 0o700, 0) != nil || !probe() {
+	// A no is noted too, but only so that this process does not probe
+	// again on every run of the boot (a kernel that refuses, or a parent
+	// without the privilege to ask): it answers "probe", never "no", so
+	// init still asks the kernel itself, as it always did.
+	probed := filepath.Join(dir, "timens-probed-"+strings.TrimPrefix(name, "timens-usable-"))
+	if trustedNote(probed) {
 		return false
 	}
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// The directory's own trust (both levels ours, writable by nobody
+	// else), made if missing as the run locks would make it.
+	if runlock.EnsureOwnedDir(dir, 0o700, 0) != nil {
+		return false
+	}
+	yes := probe()
+	note := probed
+	if yes {
+		note = path
+	}
+	fd, err := unix.Open(note, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err == nil {
 		unix.Close(fd)
 		// Where /run is not a tmpfs, an earlier boot's note is still
 		// there: one note at a time is left behind, never one per boot.
-		old, _ := filepath.Glob(filepath.Join(dir, "timens-usable-*"))
+		old, _ := filepath.Glob(filepath.Join(dir, "timens-*"))
 		for _, o := range old {
-			if o != path {
+			if o != note {
 				os.Remove(o)
 			}
 		}
 	}
-	return true
+	return yes
 }
 
 // trustedNote: path is a regular file (not a link) of this user's,

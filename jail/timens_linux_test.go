@@ -30,9 +30,16 @@ func TestAttackTimeNSNotePlanted(t *testing.T) {
 		t.Errorf("no note and a probe that says no: want no")
 	}
 	if _, err := os.Lstat(filepath.Join(d, name)); err == nil {
-		t.Errorf("a no was noted")
+		t.Errorf("a no was noted as a yes")
 	}
-	earlier := filepath.Join(d, "timens-usable-earlier-boot-6.1.0")
+	// This boot's no spares this process its probe, and still says "probe"
+	// to init (false), never "no time namespace".
+	probes = 0
+	if timeNSKnownUsableIn(d, name, yes) || probes != 0 {
+		t.Errorf("a second run after a no: want init to probe, without a probe here (probes %d)", probes)
+	}
+	d = fresh()
+	earlier := filepath.Join(d, "timens-probed-earlier-boot-6.1.0")
 	os.WriteFile(earlier, nil, 0o600)
 	if !timeNSKnownUsableIn(d, name, yes) {
 		t.Errorf("a probe that says yes: want yes")
