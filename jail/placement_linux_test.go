@@ -10,10 +10,10 @@ import (
 	"github.com/stockade/stockade/internal/testenv"
 )
 
-// TestOversizedPlanLeavesNothingBehind: on cgroup v1 the move of init into
-// the run's cgroup starts before the plan is sent (sendPlan); a plan that
-// cannot be sent ends the run, and the teardown must wait for the move, so
-// that no cgroup, run directory or process of the run is left.
+// TestOversizedPlanLeavesNothingBehind: a plan too large to send
+// (sendPlan) ends the run after init has started and the run's cgroup is
+// made (on v1, before init is moved into it): no cgroup, run directory or
+// process of the run may be left.
 func TestOversizedPlanLeavesNothingBehind(t *testing.T) {
 	testenv.NeedJail(t)
 	ours := func() []string {

@@ -187,19 +187,13 @@ func (sv *supervision) noteBad(err error) {
 	}
 }
 
-// sendPlan gives init its plan and, on cgroup v1, places init in the
-// run's cgroup, then tells it to go on. Moving a task between v1 cgroups
-// waits for an RCU grace period (milliseconds, far more under load), so the
-// move starts first, on a thread of its own, and overlaps the plan's
-// encoding and sending and init's decoding and mount work. Init waits for
-// "go", sent only once the move is done, before it unshares its cgroup
-// namespace and before anything of the payload runs.
+// sendPlan gives init its plan, then, on cgroup v1, places init in the
+// run's cgroup while init builds the root, and tells it to go on. Moving a
+// task between v1 cgroups waits for an RCU grace period (milliseconds, far
+// more under load); doing it beside init's mount work hides most of that.
+// Init waits for "go" before it unshares its cgroup namespace and before
+// anything of the payload runs.
 func (sv *supervision) sendPlan(cfg *jailinit.Config, place func() error) {
-	var placed chan error
-	if place != nil {
-		placed = make(chan error, 1)
-		go func() { placed <- place() }()
-	}
 	b, err := json.Marshal(cfg)
 	if err == nil && len(b) > jailinit.MaxMsg {
 		err = fmt.Errorf("the command, its environment and the mount plan take %d bytes, more than the %d a jail's plan may", len(b), jailinit.MaxMsg)
@@ -215,15 +209,12 @@ func (sv *supervision) sendPlan(cfg *jailinit.Config, place func() error) {
 	if err != nil {
 		sv.noteBad(fmt.Errorf("send plan to init: %w", err))
 		sv.kill()
-		if placed != nil {
-			<-placed // the teardown that follows must not race the move
-		}
 		return
 	}
 	if place == nil {
 		return
 	}
-	if err := <-placed; err != nil {
+	if err := place(); err != nil {
 		sv.noteBad(fmt.Errorf("place jail in its cgroup: %w", err))
 		sv.kill()
 		return
