@@ -96,6 +96,7 @@ func (s *preparation) describeInit() error {
 	}
 	// cgroup v1: init is placed after it starts and waits for that.
 	s.cfg.WaitPlacement = cg != nil && !placed
+	s.cfg.TimeNSUsable = timeNSKnownUsable()
 	s.cfg.Phases = s.p.trace != nil
 	return nil
 }

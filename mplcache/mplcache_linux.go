@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"sync"
 
 	"github.com/stockade/stockade/internal/lockfile"
 	"golang.org/x/sys/unix"
@@ -140,7 +141,9 @@ func UserBaseDir() string {
 
 // fileName is what matplotlib calls its font cache: fontlist-v330.json for
 // 3.6, the number being the cache format's version.
-var fileName = regexp.MustCompile(`^fontlist-v[0-9]{1,6}\.json$`)
+// Compiled on first use: {1,6} compiles to six copies, and every start of
+// stockade would pay for it at package initialisation (issue 20).
+var fileName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^fontlist-v[0-9]{1,6}\.json$`) })
 
 // maxFile bounds one cache file: matplotlib's is about 30 KiB for the
 // fonts of a desktop; tens of thousands of fonts stay far below this.
@@ -169,7 +172,7 @@ func Lookup(base, key string) (files []string, ok bool, err error) {
 		return nil, false, err
 	}
 	for _, e := range ents {
-		if !fileName.MatchString(e.Name()) {
+		if !fileName().MatchString(e.Name()) {
 			return nil, false, fmt.Errorf("font cache %s: unexpected entry %s", dir, e.Name())
 		}
 		if err := checkOwned(filepath.Join(dir, e.Name()), false); err != nil {
@@ -212,7 +215,7 @@ func Parse(out []byte) (map[string][]byte, error) {
 	}
 	files := map[string][]byte{}
 	for name, data := range m {
-		if !fileName.MatchString(name) {
+		if !fileName().MatchString(name) {
 			return nil, fmt.Errorf("builder output: unexpected file name %q", name)
 		}
 		var list map[string]any

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -27,7 +28,10 @@ func hints(spec jail.Spec, res *jail.Result, cwd string) []string {
 
 // cantOpen is CPython's message for a script it cannot open, naming the
 // path as it resolved it against the working directory (/work).
-var cantOpen = regexp.MustCompile(`(?m)^python[0-9.]*: can't open file '(/work/[^'\n]+)': \[Errno 2\]`)
+// Compiled on first use, not by every start of stockade (issue 20).
+var cantOpen = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^python[0-9.]*: can't open file '(/work/[^'\n]+)': \[Errno 2\]`)
+})
 
 // missingScriptHint: `stockade run -- python3 task.py` from the directory
 // holding task.py. The jail's /work is fresh, so python3 exits 2 without
@@ -36,7 +40,7 @@ func missingScriptHint(spec jail.Spec, res *jail.Result, cwd string) string {
 	if cwd == "" || spec.Workdir != "" || res.Verdict != jail.VerdictExit || res.ExitCode != 2 {
 		return ""
 	}
-	m := cantOpen.FindStringSubmatch(res.Stderr)
+	m := cantOpen().FindStringSubmatch(res.Stderr)
 	if m == nil {
 		return ""
 	}

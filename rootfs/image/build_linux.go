@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,8 +41,9 @@ const DefaultSuite = "bookworm"
 const stampFile = "etc/stockade-build"
 
 var (
-	suiteName   = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
-	packageName = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`) // Debian policy 5.6.1
+	// Compiled on first use, not by every start of stockade (issue 20).
+	suiteName   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]*$`) })
+	packageName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`) }) // Debian policy 5.6.1
 )
 
 // Build bootstraps a minimal Debian (debootstrap --variant=minbase) with
@@ -126,11 +128,11 @@ func (o BuildOptions) withDefaults() (BuildOptions, error) {
 	if o.Suite == "" {
 		o.Suite = DefaultSuite
 	}
-	if !suiteName.MatchString(o.Suite) {
+	if !suiteName().MatchString(o.Suite) {
 		return o, fmt.Errorf("suite %q is not a Debian suite name", o.Suite)
 	}
 	for _, p := range o.Packages {
-		if !packageName.MatchString(p) {
+		if !packageName().MatchString(p) {
 			return o, fmt.Errorf("package %q is not a Debian package name", p)
 		}
 	}

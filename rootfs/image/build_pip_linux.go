@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -16,7 +17,9 @@ import (
 // pipRequirement is what --pip accepts besides a wheel file: a PyPI name,
 // optionally pinned (numpy, requests==2.31.0). Nothing that pip would read
 // as an option, a URL or a requirements file.
-var pipRequirement = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*(==[A-Za-z0-9.+!_-]+)?$`)
+var pipRequirement = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*(==[A-Za-z0-9.+!_-]+)?$`)
+})
 
 // checkPip refuses a --pip entry that is neither a requirement nor an
 // absolute path to a wheel file on the host.
@@ -34,7 +37,7 @@ func checkPip(p string) error {
 		}
 		return nil
 	}
-	if !pipRequirement.MatchString(p) {
+	if !pipRequirement().MatchString(p) {
 		return fmt.Errorf("pip package %q is not a package name (NAME or NAME==VERSION) or a .whl file", p)
 	}
 	return nil

@@ -130,7 +130,7 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		// After placement: a cgroup namespace is rooted where its creator
 		// stands when it is made, so the jail sees its own cgroup as /.
 		{"unshare cgroup namespace", func() error { return unix.Unshare(unix.CLONE_NEWCGROUP) }},
-		{"unshare time namespace", unshareTime},
+		{"unshare time namespace", func() error { return unshareTime(c.TimeNSUsable) }},
 		// It also forbids new namespaces, init's own included.
 		{"limit per-user kernel objects", limitUserCounts},
 		{"find command", func() (err error) { *argv0, err = lookPath(c.Args[0], c.Path); return err }},

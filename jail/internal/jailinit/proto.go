@@ -53,6 +53,10 @@ type Config struct {
 	// WaitPlacement: the parent still has to move init into the run's
 	// cgroup (v1) and says "go" when it has.
 	WaitPlacement bool `json:"wait_placement"`
+	// TimeNSUsable: the parent knows, from this boot's note, that this
+	// kernel can start a process with a time namespace pending, and init
+	// need not probe (see jail/timens_linux.go). False means "probe".
+	TimeNSUsable bool `json:"time_ns_usable,omitempty"`
 	// ProxyPort, when not 0, is where init opens the listening sockets of
 	// the jail's egress proxy (127.0.0.1 and [::1], inside the jail's
 	// network namespace) and hands them to the parent.
