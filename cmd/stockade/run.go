@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/pydata"
 	"github.com/urfave/cli/v2"
 )
 
@@ -162,6 +163,8 @@ func specFromFlags(c *cli.Context, argv []string, code *profiles.Bind) (jail.Spe
 // (--cgroup-parent, --no-cgroup, where a command has them).
 func hostOf(c *cli.Context) jail.Host {
 	h := jail.DefaultHost()
+	// Every jail of a root with matplotlib gets that root's font cache.
+	h.Providers = []jail.Provider{pydata.FontCache{}}
 	h.CgroupParent = c.String("cgroup-parent")
 	h.NoCgroup = c.Bool("no-cgroup")
 	return h
