@@ -260,6 +260,3 @@ var limitReports = sync.OnceValue(func() []limitReport {
 	}
 	return rs
 })
-
-// limitsOf is LimitsOf, by the name the run's code calls it.
-func limitsOf(s Spec) Limits { return LimitsOf(s) }

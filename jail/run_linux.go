@@ -52,7 +52,7 @@ func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
 // the run says otherwise, with the isolation it goes without.
 func newResult(spec Spec) *Result {
 	res := &Result{Verdict: VerdictError, Cgroup: "none", Seccomp: spec.Seccomp,
-		Limits: limitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}, Network: []NetworkDecision{}}
+		Limits: LimitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}, Network: []NetworkDecision{}}
 	if spec.Seccomp == SeccompOff {
 		res.Degraded = append(res.Degraded, "seccomp: off (every system call allowed)")
 	}
