@@ -41,12 +41,3 @@ func jailEnv(spec Spec, run ...string) []string {
 	}
 	return env
 }
-
-func hasEnv(env []string, key string) bool {
-	for _, kv := range env {
-		if strings.HasPrefix(kv, key+"=") {
-			return true
-		}
-	}
-	return false
-}

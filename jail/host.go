@@ -30,14 +30,20 @@ type Host struct {
 	// fixtures this way; every address still passes every check).
 	HostsFile string
 	// CacheDir is where stockade keeps what it builds once per host and
-	// binds read-only into jails (matplotlib's font cache, in its
-	// matplotlib/): "" is /var/cache/stockade for host root and the
-	// user's own cache directory for anyone else (see fontCacheBase).
+	// binds read-only into jails (package pydata's matplotlib font cache,
+	// in its matplotlib/): "" is /var/cache/stockade for host root and the
+	// user's own cache directory for anyone else.
 	CacheDir string
 	// TracePhases times every step of a run, stockade's and its init's,
 	// into Result.Phases (`stockade run --phases`); off, no clock is read
 	// for it.
 	TracePhases bool
+	// Providers add what the host keeps for a jail (package pydata's
+	// font cache) to every jail, as plain mount steps (see Provider).
+	// stockade's commands set pydata's; a library caller adds it for the
+	// same plots, or leaves it out (matplotlib then builds its cache in
+	// each run).
+	Providers []Provider
 }
 
 func (h Host) validate() error {

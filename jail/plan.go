@@ -22,7 +22,7 @@ type planInput struct {
 	custom  bool            // root is a prepared directory (not host-derived)
 	bootID  string          // the run's own /proc/sys/kernel/random/boot_id
 	views   []jailinit.Step // the jail's own limits (runView), after /proc exists
-	extra   []jailinit.Step // more of stockade's own steps, after /proc and /tmp exist
+	extra   []jailinit.Step // the host's provisions (Host.Providers), after /proc and /tmp exist
 }
 
 // buildPlan returns the steps that make the jail's root, in order. It is

@@ -111,7 +111,7 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 	}
 	// The result says what this run is held to: a shorter timeout chosen
 	// now is the one that kills it.
-	p.res.Limits = limitsOf(spec)
+	p.res.Limits = LimitsOf(spec)
 	p.sv.supervise(ctx, spec)
 	p.trace.mark("init reaped")
 	p.deadline = p.sv.clock.Add(spec.Timeout)

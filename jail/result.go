@@ -2,7 +2,11 @@ package jail
 
 import (
 	"fmt"
+	"reflect"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/stockade/stockade/jail/internal/jailinit"
 	"golang.org/x/sys/unix"
@@ -133,49 +137,126 @@ type BlockedSyscall struct {
 	Example string `json:"example"`
 }
 
-// Limits are the effective limits of a run, taken from the Spec that Run
-// enforced, so that a report never recomputes them. A null (nil) limit was
-// not applied: no CPU-time or file-size limit was asked for, or there is no
-// cgroup (--no-cgroup) to hold memory, CPU, CPU time and pids.
+// Limits are the effective limits of a run, read from the Spec that Run
+// enforced (LimitsOf), so that a report never recomputes them. A null (nil)
+// limit was not applied: no CPU-time or file-size limit was asked for, or
+// there is no cgroup (--no-cgroup) to hold memory, CPU, CPU time and pids.
+//
+// Each field's spec tag names the Spec field it reports, and its null tag
+// when it is null: "nocgroup" (Host.NoCgroup), "zero" (the Spec field is
+// 0, no limit), "noworkdir" (no writable /work). A duration is reported in
+// milliseconds. A new limit is its field here with those tags: LimitsOf
+// needs no line of its own (TestLimitsReportTheirSpecFields).
 type Limits struct {
-	TimeoutMs     int64    `json:"timeout_ms"`
-	CPUTimeMs     *int64   `json:"cpu_time_ms"`
-	MemoryBytes   *int64   `json:"memory_bytes"`
-	SwapBytes     *int64   `json:"swap_bytes"`
-	CPUs          *float64 `json:"cpus"`
-	Pids          *int64   `json:"pids"`
-	OpenFiles     uint64   `json:"open_files"`
-	FileSizeBytes *uint64  `json:"file_size_bytes"`
-	OutputBytes   int64    `json:"output_bytes"`
-	TmpfsBytes    int64    `json:"tmpfs_bytes"`
-	WorkBytes     *int64   `json:"work_bytes"` // what /work may hold; null for --no-workdir
+	TimeoutMs     int64    `json:"timeout_ms" spec:"Timeout"`
+	CPUTimeMs     *int64   `json:"cpu_time_ms" spec:"Cgroup.CPUTime" null:"zero,nocgroup"`
+	MemoryBytes   *int64   `json:"memory_bytes" spec:"Cgroup.MemoryMax" null:"nocgroup"`
+	SwapBytes     *int64   `json:"swap_bytes" spec:"Cgroup.SwapMax" null:"nocgroup"`
+	CPUs          *float64 `json:"cpus" spec:"Cgroup.CPUs" null:"nocgroup"`
+	Pids          *int64   `json:"pids" spec:"Cgroup.PidsMax" null:"nocgroup"`
+	OpenFiles     uint64   `json:"open_files" spec:"Rlimits.OpenFiles"`
+	FileSizeBytes *uint64  `json:"file_size_bytes" spec:"Rlimits.FileSize" null:"zero"`
+	OutputBytes   int64    `json:"output_bytes" spec:"OutputLimit"`
+	TmpfsBytes    int64    `json:"tmpfs_bytes" spec:"TmpfsSize"`
+	WorkBytes     *int64   `json:"work_bytes" spec:"WorkSize" null:"noworkdir"` // what /work may hold; null for --no-workdir
 }
 
-// limitsOf is what a run under s is held to.
-func limitsOf(s Spec) Limits {
-	l := Limits{
-		TimeoutMs:   s.Timeout.Milliseconds(),
-		OpenFiles:   s.Rlimits.OpenFiles,
-		OutputBytes: s.OutputLimit,
-		TmpfsBytes:  s.TmpfsSize,
-	}
-	if s.Workdir != "" || s.WorkdirMode == WorkdirFresh {
-		w := s.WorkSize
-		l.WorkBytes = &w
-	}
-	// Without a cgroup nothing counts the tree's CPU time (newResult says
-	// what holds instead, in Degraded).
-	if s.Cgroup.CPUTime > 0 && !s.Host.NoCgroup {
-		ms := s.Cgroup.CPUTime.Milliseconds()
-		l.CPUTimeMs = &ms
-	}
-	if s.Rlimits.FileSize > 0 {
-		fs := s.Rlimits.FileSize
-		l.FileSizeBytes = &fs
-	}
-	if !s.Host.NoCgroup {
-		c := s.Cgroup
-		l.MemoryBytes, l.SwapBytes, l.CPUs, l.Pids = &c.MemoryMax, &c.SwapMax, &c.CPUs, &c.PidsMax
+// LimitsOf is what a run under s is held to: each Limits field set from
+// the Spec field its tag names, or left null when its null tag says the
+// limit is not applied. Without a cgroup nothing counts the tree's CPU
+// time (newResult says what holds instead, in Degraded).
+func LimitsOf(s Spec) Limits {
+	var l Limits
+	out := reflect.ValueOf(&l).Elem()
+	in := reflect.ValueOf(s)
+	for _, r := range limitReports() {
+		v := in.FieldByIndex(r.spec)
+		if r.null(s, v) {
+			continue
+		}
+		if v.Type() == durationType {
+			v = reflect.ValueOf(v.Interface().(time.Duration).Milliseconds())
+		}
+		f := out.Field(r.field)
+		if f.Kind() == reflect.Pointer {
+			f.Set(reflect.New(f.Type().Elem()))
+			f = f.Elem()
+		}
+		f.Set(v.Convert(f.Type()))
 	}
 	return l
 }
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// limitReport is one Limits field's tags, resolved.
+type limitReport struct {
+	field int   // index in Limits
+	spec  []int // index path in Spec
+	nulls []string
+}
+
+func (r limitReport) null(s Spec, v reflect.Value) bool {
+	for _, n := range r.nulls {
+		switch {
+		case n == "zero" && v.IsZero(),
+			n == "nocgroup" && s.Host.NoCgroup,
+			n == "noworkdir" && s.Workdir == "" && s.WorkdirMode != WorkdirFresh:
+			return true
+		}
+	}
+	return false
+}
+
+// limitReports resolves the tags once. A tag that names no Spec field, a
+// null condition no one knows, a value that cannot be converted or a null
+// tag on a field that cannot be null is a mistake in this file, which the
+// tests (and the first run) find: it panics.
+var limitReports = sync.OnceValue(func() []limitReport {
+	lt, st := reflect.TypeOf(Limits{}), reflect.TypeOf(Spec{})
+	var rs []limitReport
+	for i := range lt.NumField() {
+		f := lt.Field(i)
+		r := limitReport{field: i}
+		t, ok := st, false
+		for _, name := range strings.Split(f.Tag.Get("spec"), ".") {
+			var sf reflect.StructField
+			if t.Kind() != reflect.Struct {
+				ok = false
+				break
+			}
+			if sf, ok = t.FieldByName(name); !ok {
+				break
+			}
+			r.spec = append(r.spec, sf.Index...)
+			t = sf.Type
+		}
+		if !ok {
+			panic(fmt.Sprintf("jail.Limits.%s: spec tag %q names no Spec field", f.Name, f.Tag.Get("spec")))
+		}
+		want := f.Type
+		if want.Kind() == reflect.Pointer {
+			want = want.Elem()
+		}
+		from := t
+		if from == durationType {
+			from = reflect.TypeOf(int64(0))
+		}
+		if from.Kind() != want.Kind() {
+			panic(fmt.Sprintf("jail.Limits.%s: cannot report Spec.%s (%v) as %v", f.Name, f.Tag.Get("spec"), t, want))
+		}
+		if nulls := f.Tag.Get("null"); nulls != "" {
+			if f.Type.Kind() != reflect.Pointer {
+				panic(fmt.Sprintf("jail.Limits.%s: null tag on a field that cannot be null", f.Name))
+			}
+			for _, n := range strings.Split(nulls, ",") {
+				if n != "zero" && n != "nocgroup" && n != "noworkdir" {
+					panic(fmt.Sprintf("jail.Limits.%s: unknown null condition %q", f.Name, n))
+				}
+				r.nulls = append(r.nulls, n)
+			}
+		}
+		rs = append(rs, r)
+	}
+	return rs
+})

@@ -52,7 +52,7 @@ func Run(ctx context.Context, spec Spec, st Streams) (*Result, error) {
 // the run says otherwise, with the isolation it goes without.
 func newResult(spec Spec) *Result {
 	res := &Result{Verdict: VerdictError, Cgroup: "none", Seccomp: spec.Seccomp,
-		Limits: limitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}, Network: []NetworkDecision{}}
+		Limits: LimitsOf(spec), BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}, Network: []NetworkDecision{}}
 	if spec.Seccomp == SeccompOff {
 		res.Degraded = append(res.Degraded, "seccomp: off (every system call allowed)")
 	}
@@ -309,11 +309,10 @@ func (s *preparation) renderViews() (err error) {
 
 func (s *preparation) planMounts() error {
 	spec, st := s.p.spec, s.p.st
-	// matplotlib's font cache, unless the payload brings its own
-	// MPLCONFIGDIR (as the run that builds the cache does).
-	var extra []jailinit.Step
-	if !hasEnv(spec.Env, "MPLCONFIGDIR") {
-		extra = fontCacheSteps(s.ctx, spec, st.Notices)
+	// What the host keeps for the jail (such as matplotlib's font cache).
+	extra, extraEnv, err := provisions(s.ctx, spec, st.Notices)
+	if err != nil {
+		return setupError("host provision", err)
 	}
 	steps, err := buildPlan(planInput{spec: spec, root: s.root, workdir: spec.Workdir, views: s.view.steps,
 		extra: extra, custom: spec.Rootfs != RootfsHost, bootID: s.bootID})
@@ -322,7 +321,7 @@ func (s *preparation) planMounts() error {
 	}
 	s.cfg = &jailinit.Config{
 		NewRoot: s.p.dir.root, Steps: steps, Hostname: spec.Hostname,
-		Args: spec.Args, Env: jailEnv(spec, fontCacheEnv(extra)...), Path: jailPath,
+		Args: spec.Args, Env: jailEnv(spec, extraEnv...), Path: jailPath,
 		Rlimits: rlimitsFor(spec), SetGroups: s.id.setGroups, Seccomp: spec.Seccomp, SeccompBPF: s.bpf,
 		CPUs: s.view.cpus,
 	}

@@ -23,7 +23,7 @@ var errNotLinux = errors.New("stockade runs jails on Linux only")
 // Run fails: there is no jail off Linux.
 func Run(_ context.Context, spec Spec, _ Streams) (*Result, error) {
 	msg := errNotLinux.Error()
-	return &Result{Verdict: VerdictError, ExitCode: ExitJailError, Error: &msg, Limits: limitsOf(spec),
+	return &Result{Verdict: VerdictError, ExitCode: ExitJailError, Error: &msg, Limits: LimitsOf(spec),
 		BlockedSyscalls: []BlockedSyscall{}, Degraded: []string{}}, setupError("start jail", errNotLinux)
 }
 

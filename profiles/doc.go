@@ -59,9 +59,11 @@
 // server's profile by [Tighten], which works as Merge does but refuses a
 // value looser than the profile's (the server's ceiling) and any field that
 // is not a limit; the result is validated as a flag's would be. Each schema
-// row names the jail.Spec field its value becomes and how it tightens, so a
-// limit is declared once: its field here, its row, its Spec field and the
-// code that enforces it.
+// row names its bounds, the jail.Spec field its value becomes, the result
+// entry that reports it, how it tightens and its flag ([Flags]), so a limit
+// is declared once, in its row; what the row points at (its field here, its
+// default in the built-in python profile, its Spec and result fields and
+// the code that enforces it) is docs/design.md's "A new limit".
 //
 // # Errors
 //

@@ -67,21 +67,39 @@ const (
 	kindStrings // a list that a later layer replaces whole
 )
 
-// fieldSpec ties a Field to its kind, to where its value lives in a
-// Profile (ptr returns a pointer of the Go type the kind implies), to the
-// jail.Spec field it becomes, and to how a tighten-only layer may change it.
+// fieldSpec is one row of the schema: everything stockade knows about a
+// field, so that a limit is declared once, here, and every door derives
+// from the row: how a file, a flag or a request's value is read (kind),
+// where it lives in a Profile (ptr), its bounds (check, for Validate), the
+// jail.Spec field it becomes (spec, for Profile.Spec), the Result.Limits
+// entry that reports it (result), how a tighten-only layer may change it
+// (tighten, for Tighten and so for server requests and `run --server`) and
+// its command-line flag (flag, usage). TestEverySchemaRowIsWired walks the
+// rows and holds each to all of them.
 type fieldSpec struct {
 	field Field
 	kind  kind
 	ptr   func(p *Profile) any
+	// check says what is wrong with the value (ptr's pointer), if
+	// anything; Validate calls it for every row, set or not. nil only for
+	// the fields any value of which is fine.
+	check func(v any) []problem
 	// spec points at the jail.Spec field that Profile.Spec copies the value
-	// into (converted to that field's type), so that a limit is declared
-	// here once; nil for the fields with no single counterpart there,
-	// which Profile.Spec turns into Spec fields itself.
+	// into (converted to that field's type); nil for the fields with no
+	// single counterpart there, which Profile.Spec turns into Spec fields
+	// itself.
 	spec func(s *jail.Spec) any
+	// result is the JSON name of the jail.Limits entry that reports the
+	// Spec field (jail.Limits says which Spec field each entry reads); ""
+	// for a field the result does not list among its limits.
+	result string
 	// tighten is how Tighten judges a value: only a field with a rule may
 	// be set by a tighten-only layer (a server request).
 	tighten tightenRule
+	// flag is the name of the command-line flag that sets the field from
+	// one value ("" when the field has none, or a flag of its own shape:
+	// --ro, --env, --allow-net, --workdir); usage is its help.
+	flag, usage string
 }
 
 // tightenRule says which of two values of a field is the tighter.
@@ -95,49 +113,91 @@ const (
 
 // schema is every field, in output order. It is never modified.
 var schema = []fieldSpec{
-	{FieldExtends, kindString, func(p *Profile) any { return &p.Extends }, nil, notTightenable},
-	{FieldDescription, kindString, func(p *Profile) any { return &p.Description }, nil, notTightenable},
-	{FieldTimeout, kindDuration, func(p *Profile) any { return &p.Limits.Timeout },
-		func(s *jail.Spec) any { return &s.Timeout }, lowerIsTighter},
-	{FieldCPUTime, kindDuration, func(p *Profile) any { return &p.Limits.CPUTime },
-		func(s *jail.Spec) any { return &s.Cgroup.CPUTime }, lowerZeroIsNone},
-	{FieldMemory, kindSize, func(p *Profile) any { return &p.Limits.Memory },
-		func(s *jail.Spec) any { return &s.Cgroup.MemoryMax }, lowerIsTighter},
-	{FieldSwap, kindSize, func(p *Profile) any { return &p.Limits.Swap },
-		func(s *jail.Spec) any { return &s.Cgroup.SwapMax }, lowerIsTighter},
-	{FieldCPUs, kindFloat, func(p *Profile) any { return &p.Limits.CPUs },
-		func(s *jail.Spec) any { return &s.Cgroup.CPUs }, lowerIsTighter},
-	{FieldPids, kindInt, func(p *Profile) any { return &p.Limits.Pids },
-		func(s *jail.Spec) any { return &s.Cgroup.PidsMax }, lowerIsTighter},
-	{FieldOpenFiles, kindInt, func(p *Profile) any { return &p.Limits.OpenFiles },
-		func(s *jail.Spec) any { return &s.Rlimits.OpenFiles }, lowerIsTighter},
-	{FieldFileSize, kindSize, func(p *Profile) any { return &p.Limits.FileSize },
-		func(s *jail.Spec) any { return &s.Rlimits.FileSize }, lowerZeroIsNone},
-	{FieldOutput, kindSize, func(p *Profile) any { return &p.Limits.Output },
-		func(s *jail.Spec) any { return &s.OutputLimit }, lowerIsTighter},
-	{FieldRootfs, kindString, func(p *Profile) any { return &p.Filesystem.Rootfs },
-		func(s *jail.Spec) any { return &s.Rootfs }, notTightenable},
-	{FieldTmpfsSize, kindSize, func(p *Profile) any { return &p.Filesystem.TmpfsSize },
-		func(s *jail.Spec) any { return &s.TmpfsSize }, notTightenable},
-	{FieldWorkSize, kindSize, func(p *Profile) any { return &p.Filesystem.WorkSize },
-		func(s *jail.Spec) any { return &s.WorkSize }, notTightenable},
-	{FieldWorkdir, kindString, func(p *Profile) any { return &p.Filesystem.Workdir }, nil, notTightenable},
-	{FieldNoexec, kindBool, func(p *Profile) any { return &p.Filesystem.Noexec }, nil, notTightenable},
-	{FieldRO, kindBinds, func(p *Profile) any { return &p.Filesystem.RO }, nil, notTightenable},
-	{FieldEnvVars, kindVars, func(p *Profile) any { return &p.Environment.Vars }, nil, notTightenable},
-	{FieldSeccompPolicy, kindString, func(p *Profile) any { return &p.Seccomp.Policy },
-		func(s *jail.Spec) any { return &s.Seccomp }, notTightenable},
-	{FieldNetworkMode, kindString, func(p *Profile) any { return &p.Network.Mode }, nil, notTightenable},
-	{FieldNetworkAllow, kindStrings, func(p *Profile) any { return &p.Network.Allow },
-		func(s *jail.Spec) any { return &s.Network.Allow }, notTightenable},
-	{FieldNetworkAllowPrivate, kindStrings, func(p *Profile) any { return &p.Network.AllowPrivate },
-		func(s *jail.Spec) any { return &s.Network.AllowPrivate }, notTightenable},
-	{FieldNetworkMaxTunnels, kindInt, func(p *Profile) any { return &p.Network.MaxTunnels },
-		func(s *jail.Spec) any { return &s.Network.MaxTunnels }, notTightenable},
-	{FieldNetworkMaxUpload, kindSize, func(p *Profile) any { return &p.Network.MaxUpload },
-		func(s *jail.Spec) any { return &s.Network.MaxUpload }, notTightenable},
-	{FieldNetworkMaxDownload, kindSize, func(p *Profile) any { return &p.Network.MaxDownload },
-		func(s *jail.Spec) any { return &s.Network.MaxDownload }, notTightenable},
+	{field: FieldExtends, kind: kindString, ptr: func(p *Profile) any { return &p.Extends }},
+	{field: FieldDescription, kind: kindString, ptr: func(p *Profile) any { return &p.Description }},
+
+	{field: FieldTimeout, kind: kindDuration, ptr: func(p *Profile) any { return &p.Limits.Timeout },
+		check: positive, spec: func(s *jail.Spec) any { return &s.Timeout }, result: "timeout_ms",
+		tighten: lowerIsTighter, flag: "timeout", usage: "wall-clock limit (e.g. 500ms, 2s, 1m)"},
+	{field: FieldCPUTime, kind: kindDuration, ptr: func(p *Profile) any { return &p.Limits.CPUTime },
+		check: nonNegative, spec: func(s *jail.Spec) any { return &s.Cgroup.CPUTime }, result: "cpu_time_ms",
+		tighten: lowerZeroIsNone, flag: "cpu-time", usage: "CPU time of the whole tree (0: none)"},
+	{field: FieldMemory, kind: kindSize, ptr: func(p *Profile) any { return &p.Limits.Memory },
+		check: sizeAtLeast(MinMemory), spec: func(s *jail.Spec) any { return &s.Cgroup.MemoryMax }, result: "memory_bytes",
+		tighten: lowerIsTighter, flag: "memory", usage: "memory limit of the whole jail (cgroup)"},
+	{field: FieldSwap, kind: kindSize, ptr: func(p *Profile) any { return &p.Limits.Swap },
+		check: nonNegative, spec: func(s *jail.Spec) any { return &s.Cgroup.SwapMax }, result: "swap_bytes",
+		tighten: lowerIsTighter, flag: "swap", usage: "swap allowed on top of --memory"},
+	{field: FieldCPUs, kind: kindFloat, ptr: func(p *Profile) any { return &p.Limits.CPUs },
+		check: floatIn(MinCPUs, MaxCPUs), spec: func(s *jail.Spec) any { return &s.Cgroup.CPUs }, result: "cpus",
+		tighten: lowerIsTighter, flag: "cpus", usage: "CPU bandwidth in cores (cgroup quota)"},
+	{field: FieldPids, kind: kindInt, ptr: func(p *Profile) any { return &p.Limits.Pids },
+		check: intIn(MinPids, MaxPids), spec: func(s *jail.Spec) any { return &s.Cgroup.PidsMax }, result: "pids",
+		tighten: lowerIsTighter, flag: "pids", usage: "most tasks (processes and threads) at once"},
+	{field: FieldOpenFiles, kind: kindInt, ptr: func(p *Profile) any { return &p.Limits.OpenFiles },
+		check: intIn(MinOpenFiles, MaxOpenFiles), spec: func(s *jail.Spec) any { return &s.Rlimits.OpenFiles }, result: "open_files",
+		tighten: lowerIsTighter, flag: "open-files", usage: "RLIMIT_NOFILE"},
+	{field: FieldFileSize, kind: kindSize, ptr: func(p *Profile) any { return &p.Limits.FileSize },
+		check: nonNegative, spec: func(s *jail.Spec) any { return &s.Rlimits.FileSize }, result: "file_size_bytes",
+		tighten: lowerZeroIsNone, flag: "file-size", usage: "largest file the jail may write (RLIMIT_FSIZE; 0: no limit)"},
+	{field: FieldOutput, kind: kindSize, ptr: func(p *Profile) any { return &p.Limits.Output },
+		check: positive, spec: func(s *jail.Spec) any { return &s.OutputLimit }, result: "output_bytes",
+		tighten: lowerIsTighter, flag: "output-limit", usage: "bytes kept per output stream; the rest is dropped"},
+
+	{field: FieldRootfs, kind: kindString, ptr: func(p *Profile) any { return &p.Filesystem.Rootfs },
+		check: rootfsValue, spec: func(s *jail.Spec) any { return &s.Rootfs },
+		flag: "rootfs", usage: `root filesystem: "host" (derived from the host) or a prepared directory`},
+	{field: FieldTmpfsSize, kind: kindSize, ptr: func(p *Profile) any { return &p.Filesystem.TmpfsSize },
+		check: positive, spec: func(s *jail.Spec) any { return &s.TmpfsSize }, result: "tmpfs_bytes",
+		flag: "tmpfs-size", usage: "size of /tmp (and /dev/shm)"},
+	{field: FieldWorkSize, kind: kindSize, ptr: func(p *Profile) any { return &p.Filesystem.WorkSize },
+		check: positive, spec: func(s *jail.Spec) any { return &s.WorkSize }, result: "work_bytes",
+		flag: "work-size", usage: "most a fresh /work holds: a tmpfs, counted in --memory"},
+	{field: FieldWorkdir, kind: kindString, ptr: func(p *Profile) any { return &p.Filesystem.Workdir }, check: workdirValue},
+	{field: FieldNoexec, kind: kindBool, ptr: func(p *Profile) any { return &p.Filesystem.Noexec }},
+	{field: FieldRO, kind: kindBinds, ptr: func(p *Profile) any { return &p.Filesystem.RO }, check: bindsValue},
+
+	{field: FieldEnvVars, kind: kindVars, ptr: func(p *Profile) any { return &p.Environment.Vars }, check: varsValue},
+
+	{field: FieldSeccompPolicy, kind: kindString, ptr: func(p *Profile) any { return &p.Seccomp.Policy },
+		check: seccompValue, spec: func(s *jail.Spec) any { return &s.Seccomp },
+		flag: "seccomp", usage: `system call policy (python, strict), or "off"`},
+	{field: FieldNetworkMode, kind: kindString, ptr: func(p *Profile) any { return &p.Network.Mode }, check: networkModeValue},
+
+	{field: FieldNetworkAllow, kind: kindStrings, ptr: func(p *Profile) any { return &p.Network.Allow },
+		check: allowValue, spec: func(s *jail.Spec) any { return &s.Network.Allow }},
+	{field: FieldNetworkAllowPrivate, kind: kindStrings, ptr: func(p *Profile) any { return &p.Network.AllowPrivate },
+		check: allowPrivateValue, spec: func(s *jail.Spec) any { return &s.Network.AllowPrivate }},
+	{field: FieldNetworkMaxTunnels, kind: kindInt, ptr: func(p *Profile) any { return &p.Network.MaxTunnels },
+		check: intIn(1, 4096), spec: func(s *jail.Spec) any { return &s.Network.MaxTunnels },
+		flag: "net-max-tunnels", usage: "most proxy connections at once"},
+	{field: FieldNetworkMaxUpload, kind: kindSize, ptr: func(p *Profile) any { return &p.Network.MaxUpload },
+		check: positive, spec: func(s *jail.Spec) any { return &s.Network.MaxUpload },
+		flag: "net-max-upload", usage: "bytes the jail may send through the proxy over the run"},
+	{field: FieldNetworkMaxDownload, kind: kindSize, ptr: func(p *Profile) any { return &p.Network.MaxDownload },
+		check: positive, spec: func(s *jail.Spec) any { return &s.Network.MaxDownload },
+		flag: "net-max-download", usage: "bytes the jail may receive through the proxy over the run"},
+}
+
+// Flag is a command-line flag that sets one field from one value, as
+// Profile.Set takes it.
+type Flag struct {
+	Name  string // without the dashes: "memory"
+	Field Field
+	Usage string
+}
+
+// Flags returns the flags the schema gives its fields, in schema order:
+// the CLI makes one flag of each, so a field with a flag in its row is a
+// flag of `stockade run` the day the row is written.
+func Flags() []Flag {
+	var fs []Flag
+	for _, row := range schema {
+		if row.flag != "" {
+			fs = append(fs, Flag{Name: row.flag, Field: row.field, Usage: row.usage})
+		}
+	}
+	return fs
 }
 
 // Fields returns every profile field in schema order.

@@ -1,13 +1,15 @@
 package profiles
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path"
 	"slices"
-	"sort"
 	"strings"
+	"time"
 
 	"github.com/stockade/stockade/cgroup"
 	"github.com/stockade/stockade/jail"
@@ -34,86 +36,180 @@ const (
 )
 
 // Validate checks every field's value, whether set or not (an unset field
-// is zero, and a zero timeout is as dangerous unset as set), and returns all
-// the problems joined, each an *Error naming where the bad value came from.
-// Load validates what it returns; call Validate again after merging flags.
+// is zero, and a zero timeout is as dangerous unset as set), by its schema
+// row's check, and returns all the problems joined, in schema order, each
+// an *Error naming where the bad value came from. Load validates what it
+// returns; call Validate again after merging flags.
 func (p *Profile) Validate() error {
-	v := validator{p: p}
-	l := p.Limits
-	v.check(FieldTimeout, l.Timeout > 0, "must be more than 0")
-	v.check(FieldMemory, l.Memory >= MinMemory, "%s is below the minimum of %s (a missing unit?)", FormatSize(l.Memory), FormatSize(MinMemory))
-	v.check(FieldCPUs, l.CPUs >= MinCPUs && l.CPUs <= MaxCPUs && !math.IsNaN(l.CPUs), "%v is not in [%v, %d]", l.CPUs, MinCPUs, MaxCPUs)
-	v.check(FieldPids, l.Pids >= MinPids && l.Pids <= MaxPids, "%d is not in [%d, %d]", l.Pids, MinPids, MaxPids)
-	v.check(FieldOpenFiles, l.OpenFiles >= MinOpenFiles && l.OpenFiles <= MaxOpenFiles, "%d is not in [%d, %d]", l.OpenFiles, MinOpenFiles, MaxOpenFiles)
-	v.check(FieldOutput, l.Output > 0, "must be more than 0")
-	// Negative sizes and durations cannot be parsed, but Go code can set them.
-	v.check(FieldCPUTime, l.CPUTime >= 0, "must not be negative")
-	v.check(FieldSwap, l.Swap >= 0, "must not be negative")
-	v.check(FieldFileSize, l.FileSize >= 0, "must not be negative")
-
-	fs := p.Filesystem
-	v.check(FieldRootfs, fs.Rootfs == RootfsHost || isAbsClean(fs.Rootfs), "%q must be %q or an absolute, clean path", fs.Rootfs, RootfsHost)
-	v.check(FieldTmpfsSize, fs.TmpfsSize > 0, "must be more than 0")
-	v.check(FieldWorkSize, fs.WorkSize > 0, "must be more than 0")
-	v.check(FieldWorkdir, fs.Workdir == WorkdirFresh || fs.Workdir == WorkdirNone || (isAbsClean(fs.Workdir) && fs.Workdir != "/"),
-		"%q must be %q, %q or an absolute, clean path other than /", fs.Workdir, WorkdirFresh, WorkdirNone)
-	v.binds(fs.RO)
-	v.vars(p.Environment.Vars)
-
-	v.check(FieldSeccompPolicy, slices.Contains(SeccompPolicies(), p.Seccomp.Policy),
-		"%q must be one of %s", p.Seccomp.Policy, quoteList(SeccompPolicies()))
-	v.check(FieldNetworkMode, p.Network.Mode == NetworkNone, "%q must be %q (the only mode for now)", p.Network.Mode, NetworkNone)
-	v.network(p.Network)
-	return errors.Join(v.errs...)
+	var errs []error
+	for _, row := range schema {
+		if row.check == nil {
+			continue
+		}
+		o, _ := p.Origin(row.field)
+		for _, pr := range row.check(row.ptr(p)) {
+			errs = append(errs, &Error{Origin: o, Field: string(row.field) + pr.at, Msg: pr.msg})
+		}
+	}
+	return errors.Join(errs...)
 }
 
-type validator struct {
-	p    *Profile
-	errs []error
+// problem is what a check found wrong: at names the element of a
+// collection ("[1]", ".NAME"; "" for the field itself).
+type problem struct{ at, msg string }
+
+func fail(format string, args ...any) []problem {
+	return []problem{{msg: fmt.Sprintf(format, args...)}}
 }
 
-func (v *validator) check(f Field, ok bool, format string, args ...any) {
-	if !ok {
-		v.fail(string(f), f, fmt.Sprintf(format, args...))
+// signOf is -1, 0 or 1 as a size, count, duration or number is negative,
+// zero or positive; NaN counts as negative.
+func signOf(v any) int {
+	switch x := v.(type) {
+	case *int64:
+		return cmp.Compare(*x, 0)
+	case *time.Duration:
+		return cmp.Compare(*x, 0)
+	case *float64:
+		if math.IsNaN(*x) {
+			return -1
+		}
+		return cmp.Compare(*x, 0)
+	}
+	panic(fmt.Sprintf("internal: no sign of %T", v))
+}
+
+// positive is the check of a size, duration or count that must be more
+// than 0.
+func positive(v any) []problem {
+	if signOf(v) <= 0 {
+		return fail("must be more than 0")
+	}
+	return nil
+}
+
+// nonNegative is the check of a value whose 0 means none (no swap, no
+// limit). Negative values cannot be parsed, but Go code can set them.
+func nonNegative(v any) []problem {
+	if signOf(v) < 0 {
+		return fail("must not be negative")
+	}
+	return nil
+}
+
+// sizeAtLeast is the check of a size with a minimum, which catches a
+// forgotten unit ("memory = 512" is 512 bytes).
+func sizeAtLeast(lowest int64) func(any) []problem {
+	return func(v any) []problem {
+		if n := *v.(*int64); n < lowest {
+			return fail("%s is below the minimum of %s (a missing unit?)", FormatSize(n), FormatSize(lowest))
+		}
+		return nil
 	}
 }
 
-func (v *validator) fail(name string, f Field, msg string) {
-	o, _ := v.p.Origin(f)
-	v.errs = append(v.errs, &Error{Origin: o, Field: name, Msg: msg})
+// intIn is the check of a count in [lo, hi].
+func intIn(lo, hi int64) func(any) []problem {
+	return func(v any) []problem {
+		if n := *v.(*int64); n < lo || n > hi {
+			return fail("%d is not in [%d, %d]", n, lo, hi)
+		}
+		return nil
+	}
 }
 
-func (v *validator) binds(binds []Bind) {
+// floatIn is the check of a number in [lo, hi].
+func floatIn(lo, hi float64) func(any) []problem {
+	return func(v any) []problem {
+		if n := *v.(*float64); !(n >= lo && n <= hi) {
+			return fail("%v is not in [%v, %v]", n, lo, hi)
+		}
+		return nil
+	}
+}
+
+func rootfsValue(v any) []problem {
+	if r := *v.(*string); r != RootfsHost && !isAbsClean(r) {
+		return fail("%q must be %q or an absolute, clean path", r, RootfsHost)
+	}
+	return nil
+}
+
+func workdirValue(v any) []problem {
+	if w := *v.(*string); w != WorkdirFresh && w != WorkdirNone && !(isAbsClean(w) && w != "/") {
+		return fail("%q must be %q, %q or an absolute, clean path other than /", w, WorkdirFresh, WorkdirNone)
+	}
+	return nil
+}
+
+func seccompValue(v any) []problem {
+	if s := *v.(*string); !slices.Contains(SeccompPolicies(), s) {
+		return fail("%q must be one of %s", s, quoteList(SeccompPolicies()))
+	}
+	return nil
+}
+
+func networkModeValue(v any) []problem {
+	if m := *v.(*string); m != NetworkNone {
+		return fail("%q must be %q (the only mode for now)", m, NetworkNone)
+	}
+	return nil
+}
+
+// bindsValue asks jail.CheckBindDest, the one list of the paths stockade
+// manages, so that a flag and a file are refused alike.
+func bindsValue(v any) []problem {
+	var probs []problem
 	seen := make(map[string]bool)
-	for i, b := range binds {
-		name := fmt.Sprintf("%s[%d]", FieldRO, i)
+	for i, b := range *v.(*[]Bind) {
+		at := fmt.Sprintf("[%d]", i)
 		switch {
 		case !isAbsClean(b.Source):
-			v.fail(name, FieldRO, fmt.Sprintf("source %q must be an absolute, clean path", b.Source))
+			probs = append(probs, problem{at, fmt.Sprintf("source %q must be an absolute, clean path", b.Source)})
 		case jail.CheckBindDest(b.Dest) != nil:
-			v.fail(name, FieldRO, jail.CheckBindDest(b.Dest).Error())
+			probs = append(probs, problem{at, jail.CheckBindDest(b.Dest).Error()})
 		case seen[b.Dest]:
-			v.fail(name, FieldRO, fmt.Sprintf("destination %q is bound twice", b.Dest))
+			probs = append(probs, problem{at, fmt.Sprintf("destination %q is bound twice", b.Dest)})
 		}
 		seen[b.Dest] = true
 	}
+	return probs
 }
 
-func (v *validator) vars(vars map[string]string) {
-	names := make([]string, 0, len(vars))
-	for n := range vars {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		name := fmt.Sprintf("%s.%s", FieldEnvVars, n)
+func varsValue(v any) []problem {
+	vars := *v.(*map[string]string)
+	var probs []problem
+	for _, n := range slices.Sorted(maps.Keys(vars)) {
 		switch {
 		case !isEnvName(n):
-			v.fail(name, FieldEnvVars, fmt.Sprintf("%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", n))
+			probs = append(probs, problem{"." + n, fmt.Sprintf("%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", n)})
 		case strings.IndexByte(vars[n], 0) >= 0:
-			v.fail(name, FieldEnvVars, "value contains a NUL byte")
+			probs = append(probs, problem{"." + n, "value contains a NUL byte"})
 		}
 	}
+	return probs
+}
+
+// allowValue checks the allowlist with the proxy's own parser, so that a
+// rule is judged the same here as where it is enforced.
+func allowValue(v any) []problem {
+	var probs []problem
+	for i, e := range *v.(*[]string) {
+		if _, err := netproxy.ParseRule(e); err != nil {
+			probs = append(probs, problem{fmt.Sprintf("[%d]", i), err.Error()})
+		}
+	}
+	return probs
+}
+
+func allowPrivateValue(v any) []problem {
+	var probs []problem
+	for i, e := range *v.(*[]string) {
+		if _, err := netproxy.ParsePrivate([]string{e}); err != nil {
+			probs = append(probs, problem{fmt.Sprintf("[%d]", i), err.Error()})
+		}
+	}
+	return probs
 }
 
 func isAbsClean(p string) bool {
@@ -138,22 +234,4 @@ func quoteList(xs []string) string {
 		q[i] = fmt.Sprintf("%q", x)
 	}
 	return strings.Join(q, ", ")
-}
-
-// network checks the allowlist with the proxy's own parser, so that a rule
-// is judged the same here as where it is enforced.
-func (v *validator) network(n Network) {
-	for i, e := range n.Allow {
-		if _, err := netproxy.ParseRule(e); err != nil {
-			v.fail(fmt.Sprintf("%s[%d]", FieldNetworkAllow, i), FieldNetworkAllow, err.Error())
-		}
-	}
-	for i, e := range n.AllowPrivate {
-		if _, err := netproxy.ParsePrivate([]string{e}); err != nil {
-			v.fail(fmt.Sprintf("%s[%d]", FieldNetworkAllowPrivate, i), FieldNetworkAllowPrivate, err.Error())
-		}
-	}
-	v.check(FieldNetworkMaxTunnels, n.MaxTunnels >= 1 && n.MaxTunnels <= 4096, "%d is not in [1, 4096]", n.MaxTunnels)
-	v.check(FieldNetworkMaxUpload, n.MaxUpload > 0, "must be more than 0")
-	v.check(FieldNetworkMaxDownload, n.MaxDownload > 0, "must be more than 0")
 }

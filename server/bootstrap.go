@@ -28,7 +28,7 @@ import (
 // driver's channel, which every jail of the server is given so that any
 // of them can become a session. The modules it needs are imported before
 // it blocks, while the jail waits in the pool. matplotlib's font cache is
-// the jail's own (package mplcache, bound by every jail). It runs as the
+// the jail's own (package pydata, bound by every jail). It runs as the
 // jail user, inside the jail: nothing it does is trusted.
 const bootstrap = `import os, sys, json, linecache, traceback
 def _stockade_chunks(n):

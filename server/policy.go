@@ -111,7 +111,7 @@ func LimitsOf(p *profiles.Profile) Limits {
 // offers, as a profile layer the offered one is merged over (so a profile
 // that sets one of these variables itself keeps its own value).
 // matplotlib draws without a display. Its font cache and config directory
-// are the jail's own (package mplcache: MPLCONFIGDIR on the jail's /tmp,
+// are the jail's own (package pydata: MPLCONFIGDIR on the jail's /tmp,
 // the cache bound read-only), which a MPLCONFIGDIR set here would turn
 // off. The XDG directories keep what other libraries cache (and
 // matplotlib's, should a root's cache be missing) out of /work, where it

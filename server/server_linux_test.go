@@ -22,7 +22,7 @@ import (
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
-	"github.com/stockade/stockade/mplcache"
+	"github.com/stockade/stockade/pydata"
 )
 
 func TestServeHealthAndEndpoints(t *testing.T) {
@@ -203,7 +203,7 @@ func TestServePlotReturnsPNG(t *testing.T) {
 		t.Errorf("matplotlib's caches came back as files: %v", keys(r.Files))
 	}
 	// The server's jails use the font cache every jail gets (package
-	// mplcache): matplotlib's config directory on the jail's /tmp, its
+	// pydata): matplotlib's config directory on the jail's /tmp, its
 	// font list a link to the read-only cache, so a plot does not scan the
 	// host's fonts in every run. A server that set its own MPLCONFIGDIR
 	// would turn that cache off.
@@ -214,8 +214,8 @@ for f in glob.glob(os.path.join(os.environ.get("MPLCONFIGDIR", "/nonexistent"), 
     print(os.readlink(f))
 `)})
 	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	if r.Verdict != "ok" || len(lines) != 2 || lines[0] != mplcache.ConfigDir || !strings.HasPrefix(lines[1], mplcache.BoundDir+"/fontlist-") {
-		t.Errorf("want MPLCONFIGDIR=%s holding a link into %s: verdict %s, stdout %q, stderr %q", mplcache.ConfigDir, mplcache.BoundDir, r.Verdict, r.Stdout, r.Stderr)
+	if r.Verdict != "ok" || len(lines) != 2 || lines[0] != pydata.MPLConfigDir || !strings.HasPrefix(lines[1], pydata.FontCacheDir+"/fontlist-") {
+		t.Errorf("want MPLCONFIGDIR=%s holding a link into %s: verdict %s, stdout %q, stderr %q", pydata.MPLConfigDir, pydata.FontCacheDir, r.Verdict, r.Stdout, r.Stderr)
 	}
 }
 

@@ -14,36 +14,30 @@ import (
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/pydata"
 	"github.com/urfave/cli/v2"
 )
 
 // policyFlag is a flag that sets one profile field. Flags are one more
 // profile layer, built with the profile's own setter, merged over --profile
 // and validated with it: a bad value gets the same check and message from a
-// flag as from a file, and a new field needs only its line here.
+// flag as from a file. The flags that take one value come from the profile
+// schema's rows (profiles.Flags), so a field with a flag in its row needs
+// no line here.
 type policyFlag struct {
 	name  string
 	field profiles.Field
 	usage string
 }
 
-var policyFlags = []policyFlag{
-	{"timeout", profiles.FieldTimeout, "wall-clock limit (e.g. 500ms, 2s, 1m)"},
-	{"cpu-time", profiles.FieldCPUTime, "CPU time of the whole tree (0: none)"},
-	{"memory", profiles.FieldMemory, "memory limit of the whole jail (cgroup)"},
-	{"swap", profiles.FieldSwap, "swap allowed on top of --memory"},
-	{"cpus", profiles.FieldCPUs, "CPU bandwidth in cores (cgroup quota)"},
-	{"pids", profiles.FieldPids, "most tasks (processes and threads) at once"},
-	{"output-limit", profiles.FieldOutput, "bytes kept per output stream; the rest is dropped"},
-	{"open-files", profiles.FieldOpenFiles, "RLIMIT_NOFILE"},
-	{"file-size", profiles.FieldFileSize, "largest file the jail may write (RLIMIT_FSIZE; 0: no limit)"},
-	{"tmpfs-size", profiles.FieldTmpfsSize, "size of /tmp (and /dev/shm)"},
-	{"work-size", profiles.FieldWorkSize, "most a fresh /work holds: a tmpfs, counted in --memory"},
-	{"rootfs", profiles.FieldRootfs, `root filesystem: "host" (derived from the host) or a prepared directory`},
-	{"seccomp", profiles.FieldSeccompPolicy, `system call policy (python, strict), or "off"`},
-	{"net-max-tunnels", profiles.FieldNetworkMaxTunnels, "most proxy connections at once"},
-	{"net-max-upload", profiles.FieldNetworkMaxUpload, "bytes the jail may send through the proxy over the run"},
-	{"net-max-download", profiles.FieldNetworkMaxDownload, "bytes the jail may receive through the proxy over the run"},
+var policyFlags = schemaFlags()
+
+func schemaFlags() []policyFlag {
+	var fs []policyFlag
+	for _, f := range profiles.Flags() {
+		fs = append(fs, policyFlag{f.Name, f.Field, f.Usage})
+	}
+	return fs
 }
 
 // jailFlags are the flags of run and python. Only a flag that is given
@@ -169,6 +163,8 @@ func specFromFlags(c *cli.Context, argv []string, code *profiles.Bind) (jail.Spe
 // (--cgroup-parent, --no-cgroup, where a command has them).
 func hostOf(c *cli.Context) jail.Host {
 	h := jail.DefaultHost()
+	// Every jail of a root with matplotlib gets that root's font cache.
+	h.Providers = []jail.Provider{pydata.FontCache{}}
 	h.CgroupParent = c.String("cgroup-parent")
 	h.NoCgroup = c.Bool("no-cgroup")
 	return h

@@ -1,4 +1,4 @@
-package mplcache
+package pydata
 
 import (
 	"os"
@@ -34,45 +34,45 @@ func TestKeyFollowsPythonMatplotlibAndFonts(t *testing.T) {
 		"usr/lib/python3/dist-packages/matplotlib/__init__.py": "3.6.3",
 		"usr/share/fonts/truetype/dejavu/DejaVuSans.ttf":       "font",
 	})
-	k1, ok, err := Key(root)
+	k1, ok, err := fontCacheKey(root)
 	if err != nil || !ok || !strings.HasPrefix(k1, "python3.11-") {
 		t.Fatalf("Key = %q %v %v", k1, ok, err)
 	}
-	if k, _, _ := Key(root); k != k1 {
+	if k, _, _ := fontCacheKey(root); k != k1 {
 		t.Fatalf("Key not stable: %s then %s", k1, k)
 	}
 	// A font installed: the font directory changes, and so does the key.
 	os.MkdirAll(filepath.Join(root, "usr/share/fonts/truetype/lyx"), 0o755)
-	k2, _, _ := Key(root)
+	k2, _, _ := fontCacheKey(root)
 	if k2 == k1 {
 		t.Fatal("a new font directory did not change the key")
 	}
 	// matplotlib upgraded.
 	os.WriteFile(filepath.Join(root, "usr/lib/python3/dist-packages/matplotlib/__init__.py"), []byte("3.7.0 and more"), 0o644)
-	if k3, _, _ := Key(root); k3 == k2 {
+	if k3, _, _ := fontCacheKey(root); k3 == k2 {
 		t.Fatal("a new matplotlib did not change the key")
 	}
-	if _, ok, err := Key(tree(t, map[string]string{"usr/bin/python3": "elf"})); ok || err != nil {
+	if _, ok, err := fontCacheKey(tree(t, map[string]string{"usr/bin/python3": "elf"})); ok || err != nil {
 		t.Fatalf("a root without matplotlib: ok %v, err %v", ok, err)
 	}
 }
 
 func TestStoreThenLookup(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "matplotlib")
-	if _, ok, err := Lookup(base, "k"); ok || err != nil {
+	if _, ok, err := lookupFontCache(base, "k"); ok || err != nil {
 		t.Fatalf("empty base: ok %v err %v", ok, err)
 	}
-	files, err := Parse([]byte(`{"fontlist-v330.json": "{\"_version\": 330, \"ttflist\": []}"}`))
+	files, err := parseFontCache([]byte(`{"fontlist-v330.json": "{\"_version\": 330, \"ttflist\": []}"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Store(base, "k", files); err != nil {
+	if err := storeFontCache(base, "k", files); err != nil {
 		t.Fatal(err)
 	}
-	if err := Store(base, "k", files); err != nil { // a concurrent builder lost the race
+	if err := storeFontCache(base, "k", files); err != nil { // a concurrent builder lost the race
 		t.Fatal(err)
 	}
-	got, ok, err := Lookup(base, "k")
+	got, ok, err := lookupFontCache(base, "k")
 	if err != nil || !ok || len(got) != 1 || got[0] != "fontlist-v330.json" {
 		t.Fatalf("Lookup = %v %v %v", got, ok, err)
 	}
@@ -100,14 +100,14 @@ func TestAttackPoisonedCacheIsNotUsed(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			base := t.TempDir()
-			files, _ := Parse([]byte(`{"fontlist-v330.json": "{}"}`))
-			if err := Store(base, "k", files); err != nil {
+			files, _ := parseFontCache([]byte(`{"fontlist-v330.json": "{}"}`))
+			if err := storeFontCache(base, "k", files); err != nil {
 				t.Fatal(err)
 			}
 			if err := loosen(base); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, err := Lookup(base, "k"); ok || err == nil {
+			if _, ok, err := lookupFontCache(base, "k"); ok || err == nil {
 				t.Fatalf("a %s was accepted (ok %v, err %v)", name, ok, err)
 			}
 		})
@@ -119,8 +119,8 @@ func TestParseRefusesWhatIsNotAFontList(t *testing.T) {
 		``, `[]`, `{}`, `{"../../etc/passwd": "{}"}`, `{"fontlist-v330.json": "not json"}`,
 		`{"fontlist-v330.json/../x": "{}"}`, `{"fontlist-v330.json": "[1]"}`,
 	} {
-		if _, err := Parse([]byte(out)); err == nil {
-			t.Errorf("Parse(%q) accepted", out)
+		if _, err := parseFontCache([]byte(out)); err == nil {
+			t.Errorf("parseFontCache(%q) accepted", out)
 		}
 	}
 }
@@ -130,7 +130,7 @@ func TestParseRefusesWhatIsNotAFontList(t *testing.T) {
 // rather than waited on, and the base stays lockable by the owner alone.
 func TestLockIsAFileOnlyTheOwnerCanOpen(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "matplotlib")
-	unlock, err := Lock(base)
+	unlock, err := lockFontCache(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +140,12 @@ func TestLockIsAFileOnlyTheOwnerCanOpen(t *testing.T) {
 		t.Fatalf("lock file: %v %v, want a regular file 0600", fi, err)
 	}
 	os.Chmod(filepath.Join(base, lockName), 0o644)
-	if _, err := Lock(base); err == nil {
+	if _, err := lockFontCache(base); err == nil {
 		t.Error("a lock file others can open was used")
 	}
 	os.Remove(filepath.Join(base, lockName))
 	os.Symlink("/etc/passwd", filepath.Join(base, lockName))
-	if _, err := Lock(base); err == nil {
+	if _, err := lockFontCache(base); err == nil {
 		t.Error("a symlink in the lock file's place was followed")
 	}
 }

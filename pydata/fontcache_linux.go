@@ -1,4 +1,4 @@
-package mplcache
+package pydata
 
 import (
 	"crypto/sha256"
@@ -17,12 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ConfigDir is matplotlib's config and cache directory in the jail
+// MPLConfigDir is matplotlib's config and cache directory in the jail
 // (MPLCONFIGDIR): writable, on the jail's /tmp.
-const ConfigDir = "/tmp/matplotlib"
+const MPLConfigDir = "/tmp/matplotlib"
 
-// BoundDir is where the stored cache is bound read-only in the jail.
-const BoundDir = "/run/stockade/matplotlib"
+// FontCacheDir is where the stored cache is bound read-only in the jail.
+const FontCacheDir = "/run/stockade/matplotlib"
 
 // packageDirs are where a root's python3 finds matplotlib: Debian's
 // package, then pip's. The first match is the one Python imports.
@@ -41,12 +41,12 @@ var fontDirs = []string{"/usr/share/fonts", "/usr/local/share/fonts", "/etc/font
 // every run.
 const maxFontDirs = 4096
 
-// Key names the cache a root needs: its Python (the interpreter python3
+// fontCacheKey names the cache a root needs: its Python (the interpreter python3
 // resolves to), its matplotlib and its fonts, each identified by path, size
 // and modification time, so an upgrade of any of them (a new file) gives a
 // new key. ok is false when the root has no matplotlib. root is "/" for the
 // host-derived root or a prepared root directory.
-func Key(root string) (key string, ok bool, err error) {
+func fontCacheKey(root string) (key string, ok bool, err error) {
 	var mpl string
 	for _, pat := range packageDirs {
 		m, _ := filepath.Glob(filepath.Join(root, pat, "__init__.py"))
@@ -119,15 +119,15 @@ func resolve(root, p string) (string, error) {
 	return "", fmt.Errorf("%s: too many symlinks", p)
 }
 
-// RootBaseDir is where host root's caches live.
-const RootBaseDir = "/var/cache/stockade/matplotlib"
+// rootFontCacheDir is where host root's caches live.
+const rootFontCacheDir = "/var/cache/stockade/matplotlib"
 
-// UserBaseDir is where a user's caches live: $XDG_CACHE_HOME/stockade/
+// userFontCacheDir is where a user's caches live: $XDG_CACHE_HOME/stockade/
 // matplotlib, else ~/.cache/stockade/matplotlib when the home directory is
 // a directory of theirs; "" otherwise (a system account whose home is
 // /nonexistent or someone else's, as for cron jobs and systemd units),
 // for the caller to choose a directory of its own.
-func UserBaseDir() string {
+func userFontCacheDir() string {
 	if x := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(x) {
 		return filepath.Join(x, "stockade", "matplotlib")
 	}
@@ -149,11 +149,11 @@ var fileName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(
 // fonts of a desktop; tens of thousands of fonts stay far below this.
 const maxFile = 16 << 20
 
-// Lookup returns the files of the cache stored for key in base, or ok false
+// lookupFontCache returns the files of the cache stored for key in base, or ok false
 // when there is none. A cache that is not a directory owned by this user and
 // writable by nobody else, holding only such regular files, is an error:
 // something else wrote it, and it is not bound into any jail.
-func Lookup(base, key string) (files []string, ok bool, err error) {
+func lookupFontCache(base, key string) (files []string, ok bool, err error) {
 	dir := filepath.Join(base, key)
 	if err := checkOwned(base, true); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -203,9 +203,9 @@ func checkOwned(p string, dir bool) error {
 	return nil
 }
 
-// Parse checks what the builder printed: a JSON object of cache file names
+// parseFontCache checks what the builder printed: a JSON object of cache file names
 // to their contents, each a matplotlib font list (a JSON object).
-func Parse(out []byte) (map[string][]byte, error) {
+func parseFontCache(out []byte) (map[string][]byte, error) {
 	var m map[string]string
 	if err := json.Unmarshal(out, &m); err != nil {
 		return nil, fmt.Errorf("builder output: %w", err)
@@ -227,10 +227,10 @@ func Parse(out []byte) (map[string][]byte, error) {
 	return files, nil
 }
 
-// Store writes files as the cache for key in base, all at once: into a
+// storeFontCache writes files as the cache for key in base, all at once: into a
 // fresh directory first, renamed into place, so a jail never sees half a
 // cache, and a concurrent Store of the same key leaves one whole copy.
-func Store(base, key string, files map[string][]byte) error {
+func storeFontCache(base, key string, files map[string][]byte) error {
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return fmt.Errorf("font cache %s: %w", base, err)
 	}
@@ -266,12 +266,12 @@ func Store(base, key string, files map[string][]byte) error {
 // had to build waiting, without end and before its jail started.
 const lockName = ".lock"
 
-// Lock takes the base's lock, so that concurrent first runs build once:
+// lockFontCache takes the base's lock, so that concurrent first runs build once:
 // the others wait and then find the cache. Only this user can open the
 // lock file (0600 in a directory only this user writes), so only its own
 // builds, each bounded by the builder's timeout, are ever waited for. The
 // returned function releases it.
-func Lock(base string) (func(), error) {
+func lockFontCache(base string) (func(), error) {
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return nil, fmt.Errorf("font cache %s: %w", base, err)
 	}
@@ -285,11 +285,11 @@ func Lock(base string) (func(), error) {
 	return unlock, nil
 }
 
-// BuildScript is the Python the builder runs in a jail with MPLCONFIGDIR
+// fontCacheScript is the Python the builder runs in a jail with MPLCONFIGDIR
 // set to an empty writable directory: importing font_manager builds and
 // writes the cache there; the script prints {name: content} of what it
 // wrote.
-const BuildScript = `import json, os, sys
+const fontCacheScript = `import json, os, sys
 import matplotlib.font_manager
 d = os.environ["MPLCONFIGDIR"]
 json.dump({n: open(os.path.join(d, n)).read() for n in os.listdir(d)
