@@ -263,10 +263,42 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// waitLockHolders waits until no process but this one has a file of the
-// run lock directory open, and returns those that still do.
-func waitLockHolders(within time.Duration) []string {
+// lockFilesOf returns the run-lock files (device and inode) process pid
+// has open. Asked of a stopped process, it is every slot that process and
+// any child it was forking can hold.
+func lockFilesOf(pid int) map[[2]uint64]bool {
 	dir := runlock.DefaultDir() + "/"
+	files := map[[2]uint64]bool{}
+	fdDir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	fds, _ := os.ReadDir(fdDir)
+	for _, fd := range fds {
+		l, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+		if err != nil || !strings.HasPrefix(l, dir) {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(fdDir, fd.Name()), &st) == nil {
+			files[[2]uint64{st.Dev, st.Ino}] = true
+		}
+	}
+	return files
+}
+
+// stopped reports whether process pid is stopped by a signal.
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name's closing parenthesis.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+}
+
+// waitLockHolders waits until no process but this one has one of files
+// open, and returns those that still do. Only these files count: other
+// tests' stockades, running beside this one, hold run locks of their own.
+func waitLockHolders(files map[[2]uint64]bool, within time.Duration) []string {
 	self := strconv.Itoa(os.Getpid())
 	deadline := time.Now().Add(within)
 	for {
@@ -276,9 +308,11 @@ func waitLockHolders(within time.Duration) []string {
 			if p.Name() == self {
 				continue
 			}
-			fds, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+			fdDir := filepath.Join("/proc", p.Name(), "fd")
+			fds, _ := os.ReadDir(fdDir)
 			for _, fd := range fds {
-				if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && strings.HasPrefix(l, dir) {
+				var st syscall.Stat_t
+				if syscall.Stat(filepath.Join(fdDir, fd.Name()), &st) == nil && files[[2]uint64{st.Dev, st.Ino}] {
 					holders = append(holders, p.Name())
 					break
 				}
@@ -352,6 +386,13 @@ func soakKill9(t *testing.T) {
 		t.Fatalf("helper started %d runs, %d jailed processes seen", started, jailed)
 	}
 	pid := cmd.Process.Pid
+	// Stopped, it forks nothing more: the lock files it holds now are all
+	// that it and a child it was forking can hold when the SIGKILL lands.
+	cmd.Process.Signal(syscall.SIGSTOP)
+	for stop := time.Now().Add(5 * time.Second); !stopped(pid) && time.Now().Before(stop); {
+		time.Sleep(time.Millisecond)
+	}
+	held := lockFilesOf(pid)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	if left := waitGone(marker, 5*time.Second); len(left) > 0 {
@@ -361,7 +402,7 @@ func soakKill9(t *testing.T) {
 	// yet exec'd) holds copies of all its run locks until the kernel's
 	// SIGKILL for its dead parent lands: until then its slots are rightly
 	// live, and no sweep may take them.
-	if holders := waitLockHolders(5 * time.Second); len(holders) > 0 {
+	if holders := waitLockHolders(held, 5*time.Second); len(holders) > 0 {
 		t.Fatalf("processes still hold run locks 5 s after the kill: %v", holders)
 	}
 	left := ownLeftovers(t, pid)
