@@ -83,7 +83,7 @@ func acquireOwnership(notices io.Writer) (*ownership, error) {
 	}
 	o.lock = l
 	if os.Geteuid() == 0 {
-		if o.id, err = runlock.AcquireID(runlock.IDsDir()); err != nil {
+		if o.id, err = runlock.AcquireID(runlock.IDsDir(), l.Slot()); err != nil {
 			o.release(notices)
 			return nil, err
 		}

@@ -200,8 +200,16 @@ func removeTree(dir string) error {
 			continue
 		}
 		if depth == 0 {
+			// Removed while still open, closed after: the directory's
+			// inode is then freed by the close, not inside rmdir, which
+			// holds the lock of the parent that every run's directory
+			// shares. On a filesystem mounted with discard (ext4 where
+			// /run is no tmpfs) freeing it waits for the disk, and every
+			// other run's mkdir and rmdir there queued behind it (issue
+			// 20).
+			err := unix.Rmdir(dir)
 			unix.Close(cur)
-			return unix.Rmdir(dir)
+			return err
 		}
 		up, err := unix.Openat(cur, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		unix.Close(cur)

@@ -149,3 +149,17 @@ func TestLockIsAFileOnlyTheOwnerCanOpen(t *testing.T) {
 		t.Error("a symlink in the lock file's place was followed")
 	}
 }
+
+// fileName is `^fontlist-v[0-9]{1,6}\.json$`, written as a loop.
+func TestFileName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"fontlist-v330.json": true, "fontlist-v1.json": true, "fontlist-v123456.json": true,
+		"fontlist-v1234567.json": false, "fontlist-v.json": false, "fontlist-v33a.json": false,
+		"fontlist-v330.json.tmp": false, "xfontlist-v330.json": false, "fontlist-v330json": false,
+		"fontlist-v-1.json": false, "fontlist-v330.JSON": false, "": false,
+	} {
+		if got := fileName(name); got != want {
+			t.Errorf("fileName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -40,16 +40,15 @@ func Attacks() []Attack {
 	return all
 }
 
+// doors are the doors the suite attacks, in the order it runs them; a
+// test holds them to Attacks. Written out rather than gathered from
+// Attacks: every start of stockade, `stockade run` included, names them
+// in the selftest command's help, and building the whole attack table for
+// that was 0.14 ms of each run's CPU (issue 20).
+var doors = []string{"network", "files", "descriptors", "identity", "kernel", "resources", "runs", "terminal"}
+
 // Doors are the doors the suite attacks, in the order it runs them.
-func Doors() []string {
-	var doors []string
-	for _, a := range Attacks() {
-		if !slices.Contains(doors, a.Door) {
-			doors = append(doors, a.Door)
-		}
-	}
-	return doors
-}
+func Doors() []string { return slices.Clone(doors) }
 
 func fixed(args ...string) func(*fixtures, jail.Spec) []string {
 	return func(*fixtures, jail.Spec) []string { return args }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -335,5 +336,19 @@ func TestSNIRowFailsWhenAHelloCrosses(t *testing.T) {
 			t.Errorf("hello crossing %v: %s, want %s: %s\n%s", open, row.Status, want, row.Happened, row.Output)
 		}
 		t.Logf("%s: %s", row.Status, row.Happened)
+	}
+}
+
+// Doors is written out for the CLI's help; it must stay the doors that
+// Attacks attacks, in the order it runs them, each once.
+func TestDoorsAreTheAttacksDoors(t *testing.T) {
+	var want []string
+	for _, a := range Attacks() {
+		if !slices.Contains(want, a.Door) {
+			want = append(want, a.Door)
+		}
+	}
+	if got := Doors(); !slices.Equal(got, want) {
+		t.Errorf("Doors() = %v, Attacks attack %v", got, want)
 	}
 }
