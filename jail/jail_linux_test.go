@@ -489,6 +489,8 @@ func TestBindSourceSymlinkIsRefused(t *testing.T) {
 	}
 }
 
+// Every signal the payload may send init is dropped, the stop signals too
+// (a stopped init would never reap the payload, and the run would hang).
 func TestInitIsOutOfReach(t *testing.T) {
 	testenv.NeedJail(t)
 	r := mustRun(t, py(`
@@ -499,7 +501,11 @@ for p in ["/proc/1/exe", "/proc/1/mem", "/proc/1/environ", "/proc/1/root/"]:
     except OSError as e:
         print(p, "denied")
 for s in (signal.SIGKILL, signal.SIGTERM, signal.SIGABRT, signal.SIGSEGV, signal.SIGTRAP,
-          signal.SIGILL, signal.SIGSYS, signal.SIGBUS, signal.SIGFPE, signal.SIGQUIT):
+          signal.SIGILL, signal.SIGSYS, signal.SIGBUS, signal.SIGFPE, signal.SIGQUIT,
+          signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE,
+          signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGXCPU, signal.SIGXFSZ,
+          signal.SIGPWR, signal.SIGIO, signal.SIGSTKFLT, signal.SIGSTOP, signal.SIGTSTP,
+          signal.SIGTTIN, signal.SIGTTOU):
     os.kill(1, s)
 import time; time.sleep(0.2)
 print("alive")

@@ -2,7 +2,6 @@ package jail
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -194,7 +193,7 @@ func (sv *supervision) noteBad(err error) {
 // Init waits for "go" before it unshares its cgroup namespace and before
 // anything of the payload runs.
 func (sv *supervision) sendPlan(cfg *jailinit.Config, place func() error) {
-	b, err := json.Marshal(cfg)
+	b, err := jailinit.EncodeConfig(cfg)
 	if err == nil && len(b) > jailinit.MaxMsg {
 		err = fmt.Errorf("the command, its environment and the mount plan take %d bytes, more than the %d a jail's plan may", len(b), jailinit.MaxMsg)
 	}

@@ -33,14 +33,14 @@ func readConfig() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	var c Config
-	if err := json.Unmarshal(buf[:n], &c); err != nil {
+	c, err := DecodeConfig(buf[:n])
+	if err != nil {
 		return nil, err
 	}
 	if len(c.Args) == 0 {
 		return nil, errors.New("no command in config")
 	}
-	return &c, nil
+	return c, nil
 }
 
 func send(m Msg) {

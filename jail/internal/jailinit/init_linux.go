@@ -48,8 +48,7 @@ func Main() {
 	// Run from a memfd, the kernel names us after its fd number; say
 	// what we are in the host's ps.
 	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte(Arg0 + "\x00")[0])), 0, 0, 0)
-	discardSignals()
-	if err := defaultFaultSignals(); err != nil {
+	if err := defaultSignals(); err != nil {
 		fail("protect init from forged faults", err, ExitJailError)
 	}
 

@@ -1,7 +1,7 @@
 package jailinit
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -166,20 +166,36 @@ func TestAttackMountTargetOutOfTheRoot(t *testing.T) {
 	}
 }
 
-// The protocol is JSON over one datagram; what the parent sends, init
-// reads back unchanged.
+// The protocol is JSON over one datagram (the plan's seccomp program raw
+// after it); what the parent sends, init reads back unchanged.
 func TestProtocolRoundTrip(t *testing.T) {
 	cfg := Config{NewRoot: "/run/x/root", Hostname: "stockade", Args: []string{"python3", "-c", "print(1)"},
 		Env: []string{"A=1"}, Path: []string{"/usr/bin"}, Rlimits: []Rlimit{{Resource: 7, Cur: 256, Max: 256}},
 		Steps:   []Step{{Kind: StepBind, Dest: "/usr", Source: "/usr", Dir: true, Exec: true}, {Kind: StepTmpfs, Dest: "/tmp", Mode: 0o1777, Size: 64 << 20}},
 		Seccomp: "python", SeccompBPF: []byte{1, 2, 3}, SetGroups: true, WaitPlacement: true}
-	b, err := json.Marshal(cfg)
+	// A newline inside a string must not end the JSON early.
+	cfg.Env = append(cfg.Env, "B=two\nlines")
+	b, err := EncodeConfig(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Config
-	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, cfg) {
+	if back, err := DecodeConfig(b); err != nil || !reflect.DeepEqual(*back, cfg) {
 		t.Errorf("config round trip: %+v %v", back, err)
+	}
+	// The program travels raw after the JSON, not as base64 inside it.
+	if bytes.Contains(b, []byte("AQID")) || !bytes.HasSuffix(b, []byte("\n\x01\x02\x03")) {
+		t.Errorf("the program is not raw after the JSON: %q", b)
+	}
+	off := cfg
+	off.Seccomp, off.SeccompBPF = "off", nil
+	if b, err = EncodeConfig(&off); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := DecodeConfig(b); err != nil || !reflect.DeepEqual(*back, off) {
+		t.Errorf("config round trip without a program: %+v %v", back, err)
+	}
+	if _, err := DecodeConfig([]byte(`{"args":["x"]}`)); err == nil {
+		t.Error("DecodeConfig accepted a plan without its newline")
 	}
 	m, err := DecodeMsg([]byte(`{"t":"error","step":"exec","msg":"x: not found","exit_code":127}`))
 	if err != nil || m.Kind != MsgError || m.ExitCode != ExitNotFound || m.Step != "exec" {

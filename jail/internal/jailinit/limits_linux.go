@@ -3,7 +3,7 @@ package jailinit
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -36,14 +36,37 @@ var userCounts = []struct {
 // limitUserCounts writes userCounts into /proc/sys/user of the jail's user
 // namespace (the new /proc; needs CAP_SYS_RESOURCE there). A kernel that
 // lacks one of the files lacks that object; any other failure stops the run.
+// The directory is opened once and each file written with plain system
+// calls: this step runs after the cgroup placement, on the path to the
+// payload's start, and os.WriteFile walked /proc/sys/user and added an
+// fstat and an os.File for each of the twelve files.
 func limitUserCounts() error {
+	dir, err := unix.Open("/proc/sys/user", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /proc/sys/user: %w", err)
+	}
+	defer unix.Close(dir)
 	for _, u := range userCounts {
-		err := os.WriteFile("/proc/sys/user/"+u.file, []byte(u.value), 0)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := writeSysctl(dir, u.file, u.value); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("user.%s = %s: %w", u.file, u.value, err)
 		}
 	}
 	return nil
+}
+
+// writeSysctl writes value to the file name of the directory dir; a sysctl
+// takes the whole value in one write.
+func writeSysctl(dir int, name, value string) error {
+	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	n, err := unix.Write(fd, []byte(value))
+	if err == nil && n != len(value) {
+		err = io.ErrShortWrite
+	}
+	return err
 }
 
 // setAffinity pins this thread, and so the payload forked from it, to the

@@ -3,7 +3,7 @@ package jailinit
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 
@@ -221,7 +221,9 @@ func (b *rootBuilder) bind(st Step) error {
 }
 
 // mountpoint makes (or finds) dest below the root: a directory, or an empty
-// file for a file bind, and returns an O_PATH fd of it.
+// file for a file bind, and returns an O_PATH fd of it. A file mount point
+// is nearly always new on the root tmpfs, so it is created first and an
+// existing one (a prepared root's) opened when creating finds it there.
 func (b *rootBuilder) mountpoint(dest string, dir bool) (int, error) {
 	if dir {
 		return mkdirAllBeneath(b.root, dest, 0o755)
@@ -232,36 +234,39 @@ func (b *rootBuilder) mountpoint(dest string, dir bool) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(pfd)
-	fd, err := openBeneath(pfd, base, unix.O_PATH)
-	if errors.Is(err, unix.ENOENT) {
-		if err := b.createFile(pfd, base, 0o644, nil); err != nil {
-			return -1, err
-		}
-		fd, err = openBeneath(pfd, base, unix.O_PATH)
+	if err := b.createFile(pfd, base, 0o644, nil); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, err
 	}
+	fd, err := openBeneath(pfd, base, unix.O_PATH)
 	if err != nil {
 		return -1, fmt.Errorf("open mount point %s: %w", dest, err)
 	}
 	return fd, nil
 }
 
-// createFile creates name in the directory behind the O_PATH fd pfd. An
-// O_PATH fd only resolves names, so the directory is first reopened for
-// real through ".", which names exactly that directory.
+// createFile creates name, a single component, in the directory behind the
+// O_PATH fd pfd (openat resolves names from an O_PATH directory fd as from
+// any other) and writes data to it with plain system calls: an os.File
+// cost an fcntl, a zero-length write for every empty mount point, and its
+// cleanup's bookkeeping.
 func (b *rootBuilder) createFile(pfd int, name string, mode uint32, data []byte) error {
-	dfd, err := unix.Openat(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open directory for %s: %w", name, err)
-	}
-	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
+	defer unix.Close(fd)
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("write %s: %w", name, io.ErrShortWrite)
+		}
+		data = data[n:]
 	}
 	return nil
 }

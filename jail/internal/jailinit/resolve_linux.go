@@ -55,29 +55,40 @@ func openBeneath(dirfd int, rel string, flags uint64) (int, error) {
 
 // mkdirAllBeneath creates the directories of rel below root, one component
 // at a time, never following a symlink, and returns an O_PATH fd of the last.
+// Each component is opened first and made only when missing: most plan
+// steps share their parents (/etc, /dev), and a failing mkdirat for every
+// one of them was a system call wasted per step.
 func mkdirAllBeneath(root int, rel string, mode uint32) (int, error) {
-	fd, err := fds.Dup(root)
-	if err != nil {
-		return -1, err
+	fd := root // borrowed: closed only once a component replaced it
+	release := func() {
+		if fd != root {
+			unix.Close(fd)
+		}
 	}
 	for _, c := range strings.Split(strings.Trim(rel, "/"), "/") {
 		if c == "" {
 			continue
 		}
 		if c == ".." {
-			unix.Close(fd)
+			release()
 			return -1, fmt.Errorf("%s: '..' in a mount target", rel)
 		}
-		if err := unix.Mkdirat(fd, c, mode); err != nil && !errors.Is(err, unix.EEXIST) {
-			unix.Close(fd)
-			return -1, fmt.Errorf("mkdir %s: %w", c, err)
-		}
 		next, err := openBeneath(fd, c, unix.O_PATH|unix.O_DIRECTORY)
-		unix.Close(fd)
+		if errors.Is(err, unix.ENOENT) {
+			if err := unix.Mkdirat(fd, c, mode); err != nil && !errors.Is(err, unix.EEXIST) {
+				release()
+				return -1, fmt.Errorf("mkdir %s: %w", c, err)
+			}
+			next, err = openBeneath(fd, c, unix.O_PATH|unix.O_DIRECTORY)
+		}
+		release()
 		if err != nil {
 			return -1, fmt.Errorf("open %s: %w", c, err)
 		}
 		fd = next
+	}
+	if fd == root {
+		return fds.Dup(root) // the caller closes what it gets
 	}
 	return fd, nil
 }
