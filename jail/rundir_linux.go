@@ -197,6 +197,9 @@ func removeTree(dir string) error {
 			}
 			unix.Close(cur)
 			cur, depth = next, depth+1
+			if removeTreeEntered != nil {
+				removeTreeEntered(depth)
+			}
 			continue
 		}
 		if depth == 0 {
@@ -219,6 +222,10 @@ func removeTree(dir string) error {
 		cur, depth = up, depth-1
 	}
 }
+
+// removeTreeEntered, when set (by a test), is called each time removeTree
+// has entered a directory, with its depth below the top.
+var removeTreeEntered func(depth int)
 
 // emptyDir unlinks every entry of the directory fd that is not a
 // non-empty directory, and returns the name of one that is ("" when the
