@@ -145,7 +145,7 @@ type BlockedSyscall struct {
 // Each field's spec tag names the Spec field it reports, and its null tag
 // when it is null: "nocgroup" (Host.NoCgroup), "zero" (the Spec field is
 // 0, no limit), "noworkdir" (no writable /work). A duration is reported in
-// milliseconds. A new limit is its field here with those tags: LimitsOf
+// milliseconds, rounded up. A new limit is its field here with those tags: LimitsOf
 // needs no line of its own (TestLimitsReportTheirSpecFields).
 type Limits struct {
 	TimeoutMs     int64    `json:"timeout_ms" spec:"Timeout"`
@@ -175,7 +175,7 @@ func LimitsOf(s Spec) Limits {
 			continue
 		}
 		if v.Type() == durationType {
-			v = reflect.ValueOf(v.Interface().(time.Duration).Milliseconds())
+			v = reflect.ValueOf(ceilMilliseconds(v.Interface().(time.Duration)))
 		}
 		f := out.Field(r.field)
 		if f.Kind() == reflect.Pointer {
@@ -188,6 +188,17 @@ func LimitsOf(s Spec) Limits {
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
+
+// ceilMilliseconds is d in whole milliseconds, rounded up: a limit is
+// never reported below what the jail enforced (a 500µs timeout is not
+// "timeout_ms": 0, which reads as a limit of nothing).
+func ceilMilliseconds(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d > 0 && d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
 
 // limitReport is one Limits field's tags, resolved.
 type limitReport struct {

@@ -156,7 +156,9 @@ func (d *runDir) remove() error {
 // which os.RemoveAll (an fd per level) and path-based walks (PATH_MAX)
 // cannot remove. It goes down into the first non-empty subdirectory it
 // finds and back up through "..", one open directory at a time; the tree
-// being empty of mounts, ".." of a directory we entered is its parent.
+// being empty of mounts, ".." of a directory we entered is its parent,
+// unless the directory was moved meanwhile: each ".." is checked against
+// the inode we came down from, and a mismatch stops the removal.
 // Directories the jail made unreadable are opened up first.
 func removeTree(dir string) error {
 	cur, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -172,6 +174,13 @@ func removeTree(dir string) error {
 		return err
 	}
 	depth := 0
+	// parents are the inode numbers of the directories above cur, top
+	// first: ".." is checked against the one we came down from, so that a
+	// directory renamed out of the tree while we are inside it (by anything
+	// that can still write the tree) never takes the climb out of it. A few
+	// bytes a level, not a descriptor.
+	var parents []uint64
+	curIno, nextIno := top.Ino, uint64(0)
 	buf := make([]byte, 32<<10)
 	for {
 		sub, err := emptyDir(cur, buf)
@@ -187,6 +196,7 @@ func removeTree(dir string) error {
 				if err = unix.Fstat(next, &st); err == nil && st.Dev != top.Dev {
 					err = fmt.Errorf("%s: a mount point inside the tree", sub)
 				}
+				nextIno = st.Ino
 				if err != nil {
 					unix.Close(next)
 				}
@@ -195,8 +205,12 @@ func removeTree(dir string) error {
 				unix.Close(cur)
 				return err
 			}
+			parents = append(parents, curIno)
 			unix.Close(cur)
-			cur, depth = next, depth+1
+			cur, curIno, depth = next, nextIno, depth+1
+			if removeTreeEntered != nil {
+				removeTreeEntered(depth)
+			}
 			continue
 		}
 		if depth == 0 {
@@ -216,9 +230,22 @@ func removeTree(dir string) error {
 		if err != nil {
 			return err
 		}
-		cur, depth = up, depth-1
+		var st unix.Stat_t
+		if err := unix.Fstat(up, &st); err != nil || st.Dev != top.Dev || st.Ino != parents[len(parents)-1] {
+			unix.Close(up)
+			if err == nil {
+				err = fmt.Errorf("%s: a directory of the tree was moved while it was being removed", dir)
+			}
+			return err
+		}
+		parents = parents[:len(parents)-1]
+		cur, curIno, depth = up, st.Ino, depth-1
 	}
 }
+
+// removeTreeEntered, when set (by a test), is called each time removeTree
+// has entered a directory, with its depth below the top.
+var removeTreeEntered func(depth int)
 
 // emptyDir unlinks every entry of the directory fd that is not a
 // non-empty directory, and returns the name of one that is ("" when the
