@@ -15,7 +15,10 @@ import (
 // not the host's), but first asks whether this kernel can still start a
 // process while one is pending (jailinit.TimeNamespaceUsable: a thread, a
 // vfork and a failed exec, 0.5-1 ms of every run). The answer is the
-// kernel's: it cannot change while the machine is up. So the first run of
+// kernel's: it cannot change while the machine is up (though a process
+// refused the namespace by a filter of its own, or by a used-up
+// user.max_time_namespaces, cannot make one: init then goes on without,
+// as its probe would have decided). So the first run of
 // a boot that finds it yes leaves a note, and later runs of the same boot
 // and kernel tell init, which then skips its probe.
 //

@@ -299,6 +299,12 @@ func (s *Supervisor) serveOne() error {
 		// Observed, not refused: no policy refuses these calls, so a
 		// notification for one is its observation.
 		resp = s.observe(&req, call)
+	} else {
+		// Counted before it is answered: once the caller has its EPERM
+		// it may go on and end (a session's cell, a run that ends at its
+		// payload's exit), and whoever reads the count then must find it.
+		// A caller that dies before the answer was still refused.
+		s.record(req.Data)
 	}
 	for {
 		err := notifSend(s.notifyFD, &resp)
@@ -311,9 +317,6 @@ func (s *Supervisor) serveOne() error {
 			return fmt.Errorf("seccomp supervisor: answer notification: %w", err)
 		}
 		break
-	}
-	if call == "" {
-		s.record(req.Data)
 	}
 	return nil
 }

@@ -88,3 +88,52 @@ func TestSupervisorReportsABadListener(t *testing.T) {
 		t.Error("Run on a closed fd reported no error")
 	}
 }
+
+// TestAttackRefusedCallAnsweredBeforeCounted: a refused call is counted
+// before its caller gets the EPERM, not after. Whoever reads the count as
+// soon as the caller has gone on (a session's exec ended by its cell, whose
+// refused calls are the difference of two readings; a run that ends at its
+// payload's exit, read while the supervisor may still be running) must find
+// every call the caller saw refused. Answered first, a payload that exits
+// right after a refused call can leave it out of its result. The test holds
+// the supervisor's lock, which counting takes, while the helper makes its
+// call: the helper must not get its answer until the lock is let go.
+func TestAttackRefusedCallAnsweredBeforeCounted(t *testing.T) {
+	h := startHelper(t, "late", "python", "300")
+	sup := NewSupervisor(h.listener)
+	waitRun := runInBackground(t, sup)
+	time.Sleep(50 * time.Millisecond) // Run waits in poll before the call comes
+	exited := make(chan error, 1)
+	sup.mu.Lock()
+	go func() { exited <- h.wait() }()
+	answeredFirst := false
+	var err error
+	select {
+	case err = <-exited:
+		answeredFirst = true
+	case <-time.After(2 * time.Second):
+	}
+	sup.mu.Unlock()
+	if answeredFirst {
+		t.Errorf("the helper got the answer to its refused call and exited while the call could not be counted")
+	} else {
+		err = <-exited
+	}
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, h.stderr.String())
+	}
+	if got := strings.TrimSpace(h.stdout.String()); got != strconv.Itoa(int(unix.EPERM)) {
+		t.Errorf("unshare: errno %s, want EPERM (%d)", got, unix.EPERM)
+	}
+	waitRun(10*time.Second, "Run did not return after the helper exited")
+	found := false
+	for _, b := range sup.Blocked() {
+		found = found || b.Name == "unshare"
+	}
+	if !found {
+		t.Errorf("unshare not counted: %+v", sup.Blocked())
+	}
+	if err := sup.Close(); err != nil {
+		t.Error(err)
+	}
+}

@@ -38,6 +38,12 @@ func TestContainStepsAreInTheRequiredOrder(t *testing.T) {
 		{"close inherited descriptors", "build root"},            // no step may mount or open through one
 		{"drop privileges", "close descriptors above 2 on exec"}, // the last step that could open one without the flag
 		{"close descriptors above 2 on exec", "load seccomp"},    // a policy may refuse close_range and reading /proc
+		// A time namespace refused fails quietly (TimeNamespaceUsable says
+		// no and the payload gets the host's uptime): after the limit on
+		// new namespaces (ENOSPC) or the privilege drop (EPERM) it would
+		// never be made, and no run would fail to say so.
+		{"unshare time namespace", "limit per-user kernel objects"},
+		{"unshare time namespace", "drop privileges"},
 	}
 	pos := func(n string) int {
 		i := slices.Index(names, n)
