@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -174,22 +175,15 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 			res = jail.FailedResult(spec, err)
 		}
 	}
-	// The jail, its cgroup, budget share and run directory go as soon as
-	// the files are read, not after the caller has taken the response.
-	release := func() {
-		if jl != nil {
-			if err := jl.close(s.budget); err != nil {
-				s.closeFailed(err)
-			}
-			jl = nil
-		}
-	}
-	defer release()
+	// The jail, its cgroup, budget share and run directory go once the
+	// answer is written, in the background: the run ended at the payload's
+	// exit (jail.StartOptions.AtExit), and the kernel's teardown of the
+	// jail after it is not the caller's wait. Shutdown waits for it.
+	defer func() { s.teardown(jl) }()
 	use.WaitedMs = float64(time.Since(admitted).Microseconds()) / 1e3
 	id := s.runID()
 	if res == nil {
 		if e := s.auditStart(id, caller, req, spec, use); e != nil {
-			release()
 			retryAfter(w, time.Second)
 			s.writeError(w, e)
 			return
@@ -221,7 +215,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 			resp.Files, resp.Images, resp.FilesTruncated, resp.FilesSkipped = c.files, c.images, c.truncated, c.skipped
 		}
 	}
-	release()
 	s.auditEnd(id, caller, req, spec, use, res)
 	s.metrics.run(string(res.Verdict), time.Since(admitted))
 	if stream {
@@ -230,14 +223,41 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 		out.write(marshal(resp))
 		return
 	}
+	body := marshal(resp)
 	w.Header().Set("Content-Type", "application/json")
+	// Sent whole now, before the teardown starts: with its length given
+	// the flush ends the response, where a flushed one without would be
+	// chunked and end only when the handler returns.
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if res.Verdict == jail.VerdictError {
 		w.WriteHeader(500) // the server could not set up the jail
 	}
 	// A caller that does not read its response holds a run slot until
 	// this deadline, not for ever.
 	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	w.Write(marshal(resp))
+	if _, err := w.Write(body); err == nil {
+		_ = rc.Flush()
+	}
+}
+
+// teardown destroys a jail that has served its request (nil: none) in
+// the background, counted in releasing, which Serve waits for before its
+// sweep: the process never exits halfway through a removal. The jail's
+// share of the budget comes back when its removal is done.
+func (s *Server) teardown(jl *ready) {
+	if jl == nil {
+		return
+	}
+	s.releasing.Add(1)
+	go func() {
+		defer s.releasing.Done()
+		if s.beforeTeardown != nil {
+			s.beforeTeardown()
+		}
+		if err := jl.close(s.budget); err != nil {
+			s.closeFailed(err)
+		}
+	}()
 }
 
 // coldJail prepares a jail for one request, making room in the budget by
@@ -286,7 +306,7 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 		}
 		jl.stdin.Close()
 	}()
-	opts := jail.StartOptions{Timeout: spec.Timeout}
+	opts := jail.StartOptions{Timeout: spec.Timeout, AtExit: true}
 	if out != nil {
 		o, e := out.stream("stdout"), out.stream("stderr")
 		opts.Stdout, opts.Stderr = o, e
