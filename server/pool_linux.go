@@ -151,6 +151,18 @@ func (p *pool) refill(ctx context.Context, notices *os.File) {
 	}
 }
 
+// use takes a waiting jail for a request its jails serve, and says what
+// the pool did for it.
+func (p *pool) use() (*ready, PoolUse) {
+	if p.target == 0 {
+		return nil, PoolUse{Reason: "no pool"}
+	}
+	if r := p.take(); r != nil {
+		return r, PoolUse{Hit: true}
+	}
+	return nil, PoolUse{Reason: "pool empty"}
+}
+
 // take hands out the oldest waiting jail that is still alive, or nil.
 // A jail that died while waiting is discarded and reported, never handed
 // out.

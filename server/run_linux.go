@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,62 +15,19 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		s.writeError(w, &apiError{Status: 405, Msg: "POST /v1/run"})
-		return
-	}
-	if !s.admit() {
-		retryAfter(w, time.Second)
-		s.writeError(w, &apiError{Status: 503, Msg: "shutting down: no new runs"})
-		return
-	}
-	defer s.inflight.Done()
-	caller, e := s.admitPeer(r)
-	if e != nil {
-		s.writeError(w, e)
-		return
-	}
-	// The caller is counted before its body is read: a body the server
-	// holds is one the per-caller cap, the run slots and the queue allow.
-	switch err := s.gate.arrive(caller.uid); {
-	case errors.Is(err, errCallerCap):
-		retryAfter(w, time.Second)
-		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
-		return
-	case errors.Is(err, errBusy):
-		retryAfter(w, s.cfg.QueueWait/4)
-		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
-		return
-	}
-	defer s.gate.depart(caller.uid)
-	share, ok := s.takeBodyShare(w, r)
+// handleRun is POST /v1/run (s.admitted lets it in).
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) {
+	done, ok := s.admitBody(w, r, caller)
 	if !ok {
 		return
 	}
-	defer s.bodies.give(share)
+	defer done()
 	rc := http.NewResponseController(w)
-	// A body trickled in (or stalled) holds its memory and its caller's
-	// count; the header's deadline does not cover it.
-	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	req, spec, cold, err := s.parse(w, r)
+	req, spec, cold, err := s.parse(rc, r)
 	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = badRequest("%v", err)
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			ae = &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
-		}
-		s.writeError(w, ae)
+		s.writeError(w, s.bodyRefusal(err))
 		return
 	}
-	// The body is read whole. The connection's read deadline also bounds
-	// net/http's own read that watches for the caller going away, which
-	// would cancel a run longer than the body's deadline.
-	_ = rc.SetReadDeadline(time.Time{})
 	// From here the request's context ends when its caller closes the
 	// connection or the server kills the runs, and not at a half-close.
 	ctx, stopRun := s.runContext(r)
@@ -92,6 +48,26 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	s.run(w, r, rc, caller, req, spec, cold)
 }
 
+// checkJSONType refuses a body that says it is not JSON (415).
+func checkJSONType(r *http.Request) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
+		return &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+	}
+	return nil
+}
+
+// readBodyWithin reads the request's body whole, within --body-timeout
+// (a body trickled in or stalled holds its memory and its caller's count,
+// and the header's deadline does not cover it) and --max-body. The
+// connection's read deadline is lifted after: it also bounds net/http's
+// own read that watches for the caller going away, which would cancel a
+// run longer than the body's deadline.
+func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([]byte, error) {
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	return readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+}
+
 // refuse answers a request that will not be read. A client that sends its
 // whole body before reading the answer would see a broken pipe instead of
 // the refusal; so the body is read into nothing first (never held),
@@ -104,12 +80,12 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 }
 
 // parse reads and checks the request and makes its jail's spec.
-func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*RunRequest, jail.Spec, bool, error) {
+func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunRequest, jail.Spec, bool, error) {
 	var spec jail.Spec
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
-		return nil, spec, false, &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+	if err := checkJSONType(r); err != nil {
+		return nil, spec, false, err
 	}
-	body, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	body, err := s.readBodyWithin(rc, r)
 	if err != nil {
 		return nil, spec, false, err
 	}
@@ -142,20 +118,10 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*RunRequest, jai
 // the job fed to it, the result, the files, and the jail destroyed.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, caller peer, req *RunRequest, spec jail.Spec, cold bool) {
 	admitted := time.Now()
-	use := PoolUse{}
+	use := PoolUse{Reason: "limits differ from the profile's"}
 	var jl *ready
-	pl := s.pools[req.Profile]
-	switch {
-	case cold:
-		use.Reason = "limits differ from the profile's"
-	case pl.target == 0:
-		use.Reason = "no pool"
-	default:
-		if jl = pl.take(); jl != nil {
-			use.Hit = true
-		} else {
-			use.Reason = "pool empty"
-		}
+	if !cold {
+		jl, use = s.pools[req.Profile].use()
 	}
 	var res *jail.Result
 	if jl == nil {

@@ -305,7 +305,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		go p.refill(poolCtx, s.cfg.Notices)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/run", s.handleRun)
+	mux.HandleFunc("/v1/run", s.admitted("POST", "POST /v1/run", s.handleRun))
 	mux.HandleFunc("/v1/health", s.handleHealth)
 	s.routeSessions(mux)
 	mux.Handle("/v1/mcp", s.mcpHandler(mux))
