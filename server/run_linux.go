@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,10 +140,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 			res = jail.FailedResult(spec, err)
 		}
 	}
-	// The jail, its cgroup, budget share and run directory go once the
-	// answer is written, in the background: the run ended at the payload's
-	// exit (jail.StartOptions.AtExit), and the kernel's teardown of the
-	// jail after it is not the caller's wait. Shutdown waits for it.
+	// The jail, its cgroup, budget share and run directory go in the
+	// background, started as the answer goes out: the run ended at the
+	// payload's exit (jail.StartOptions.AtExit), and the kernel's teardown
+	// of the jail after it is not the caller's wait. Shutdown waits for it.
 	defer func() { s.teardown(jl) }()
 	use.WaitedMs = float64(time.Since(admitted).Microseconds()) / 1e3
 	id := s.runID()
@@ -189,21 +188,17 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 		out.write(marshal(resp))
 		return
 	}
-	body := marshal(resp)
 	w.Header().Set("Content-Type", "application/json")
-	// Sent whole now, before the teardown starts: with its length given
-	// the flush ends the response, where a flushed one without would be
-	// chunked and end only when the handler returns.
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if res.Verdict == jail.VerdictError {
 		w.WriteHeader(500) // the server could not set up the jail
 	}
 	// A caller that does not read its response holds a run slot until
 	// this deadline, not for ever.
 	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	if _, err := w.Write(body); err == nil {
-		_ = rc.Flush()
-	}
+	// Not flushed here: net/http sends it as the handler returns, once
+	// the run slot, the caller's count and the body's share are given
+	// back, so that a caller's next request never finds them still held.
+	w.Write(marshal(resp))
 }
 
 // teardown destroys a jail that has served its request (nil: none) in
