@@ -107,12 +107,16 @@ func (c *runCgroup) pollCPU(limit time.Duration, stop <-chan struct{}, over func
 	}
 }
 
-// finish reads what the cgroup saw into res and removes the cgroup.
-func (c *runCgroup) finish(res *Result, end *ending) error {
+// finish reads what the cgroup saw into res and, with remove, removes
+// the cgroup (without, close does: init is still exiting in it).
+func (c *runCgroup) finish(res *Result, end *ending, remove bool) error {
 	c.mu.Lock()
 	c.gone = true
 	st, err := c.group.Stats()
-	delErr := c.group.Delete()
+	var delErr error
+	if remove {
+		delErr = c.group.Delete()
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("cgroup stats: %w", err)

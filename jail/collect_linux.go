@@ -3,8 +3,9 @@ package jail
 import "time"
 
 // collect waits for the output and fills in the Result once init has been
-// reaped, copies a --workdir's writes back, then reads and removes the
-// run's cgroup.
+// reaped (or, atExit, the payload has exited alone), copies a --workdir's
+// writes back, then reads the run's cgroup and removes it (atExit: Close
+// does, once init is reaped).
 func (p *Prepared) collect() error {
 	<-p.drained
 	<-p.drained
@@ -34,7 +35,7 @@ func (p *Prepared) collect() error {
 	end.DiskFull = sv.work.full
 	p.trace.mark("read the cgroup")
 	if cg != nil {
-		if cerr := cg.finish(res, &end); cerr != nil && err == nil {
+		if cerr := cg.finish(res, &end, !sv.atExit); cerr != nil && err == nil {
 			err = setupError("cgroup", cerr)
 		}
 	}

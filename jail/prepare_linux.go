@@ -61,7 +61,9 @@ func (p *Prepared) Done() <-chan struct{} { return p.sv.exited }
 // otherwise): the tmpfs, reached through stockade's own fd of it
 // (/proc/self/fd/N/.), valid in this process only. After Start returns the
 // jail is gone and the tmpfs holds what the run left there, until Close
-// releases it; read it without following symlinks, since the jail made them.
+// releases it (with StartOptions.AtExit, init may still be exiting, alone:
+// nothing of the jail's writes there any more); read it without following
+// symlinks, since the jail made them.
 func (p *Prepared) Workdir() string {
 	if p.spec.Workdir != "" || p.sv == nil {
 		return ""
@@ -82,6 +84,13 @@ type StartOptions struct {
 	// with a timeout its caller applies. A spec with a CPU-time limit is
 	// still held to it over the whole lifetime.
 	Lifetime time.Duration
+	// AtExit lets Start return as soon as the payload has exited and its
+	// output is drained, when nothing else of the jail is left running:
+	// the cgroup is read then, and init's reaping and the removal of the
+	// cgroup and run directory are left to Close (see atexit_linux.go). A
+	// run with a host directory at /work waits for all of it, as its
+	// copy-back must.
+	AtExit bool
 }
 
 // Start starts the run's clock and waits for the jail to end, killing it
@@ -112,8 +121,12 @@ func (p *Prepared) Start(ctx context.Context, o StartOptions) (*Result, error) {
 	// The result says what this run is held to: a shorter timeout chosen
 	// now is the one that kills it.
 	p.res.Limits = LimitsOf(spec)
-	p.sv.supervise(ctx, spec)
-	p.trace.mark("init reaped")
+	p.sv.supervise(ctx, spec, o.AtExit && spec.Workdir == "")
+	if p.sv.atExit {
+		p.trace.mark("payload exited, init alone")
+	} else {
+		p.trace.mark("init reaped")
+	}
 	p.deadline = p.sv.clock.Add(spec.Timeout)
 	err := p.collect()
 	if err != nil {
@@ -143,6 +156,7 @@ func (p *Prepared) Close() error {
 		p.pump.stop()
 	}
 	if p.sv != nil {
+		p.sv.reapAtClose()
 		p.sv.work.close() // the /work tmpfs, charged to the cgroup
 	}
 	if p.net != nil {

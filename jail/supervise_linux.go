@@ -22,6 +22,7 @@ type supervision struct {
 	begin time.Time
 
 	exited     chan struct{} // closed when init has been reaped
+	payloadEnd chan struct{} // closed when init reports the payload's exit
 	startedCh  chan struct{} // closed when init reports the payload started
 	readerDone chan struct{}
 	clock      time.Time // when the run's clock started (supervise)
@@ -50,6 +51,10 @@ type supervision struct {
 	cancelCause                 error // context.Cause of the cancelled context
 	state                       *os.ProcessState
 	end                         time.Time
+	// atExit: supervise returned at the payload's exit with nothing else
+	// of the jail left but init, which Close still waits for (atexit_linux.go).
+	atExit    bool
+	payloadAt time.Time // when init reported the payload's exit
 }
 
 // launch starts init from a goroutine that keeps its OS thread locked
@@ -57,6 +62,7 @@ type supervision struct {
 // and a prepared jail may wait far longer than the call that made it.
 func (sv *supervision) launch() error {
 	sv.exited = make(chan struct{})
+	sv.payloadEnd = make(chan struct{})
 	sv.startedCh = make(chan struct{})
 	sv.readerDone = make(chan struct{})
 	started := make(chan error, 1)
@@ -108,8 +114,9 @@ func (sv *supervision) waitReady(ctx context.Context, limit time.Duration) bool 
 // cancellation; the run's clock starts now. Killing init is enough to kill
 // the whole jail: when a pid namespace's init dies the kernel SIGKILLs
 // every other process in it, and init is only reaped after they are all
-// gone.
-func (sv *supervision) supervise(ctx context.Context, spec Spec) {
+// gone. With atExit it may return at the payload's exit instead (see
+// endsAtExit).
+func (sv *supervision) supervise(ctx context.Context, spec Spec, atExit bool) {
 	sv.clock = time.Now()
 	// time.Timer runs on the monotonic clock: a wall-clock jump does not
 	// shorten or stretch the limit.
@@ -123,9 +130,18 @@ func (sv *supervision) supervise(ctx context.Context, spec Spec) {
 		go sv.cg.pollCPU(spec.Cgroup.CPUTime, stopPoll, func() { close(cpuOver) })
 	}
 	go sv.work.watch(stopPoll)
+	var payloadEnd <-chan struct{}
+	if atExit {
+		payloadEnd = sv.payloadEnd
+	}
 	for waiting := true; waiting; {
 		select {
 		case <-sv.exited:
+			waiting = false
+		case <-payloadEnd:
+			if sv.endsAtExit() {
+				return
+			}
 			waiting = false
 		case <-timer.C:
 			sv.mu.Lock()
@@ -256,6 +272,10 @@ func (sv *supervision) readMessages() {
 			}
 		case jailinit.MsgExit:
 			mm := m
+			if sv.exit == nil {
+				sv.payloadAt = time.Now()
+				close(sv.payloadEnd)
+			}
 			sv.exit = &mm
 		case jailinit.MsgError:
 			mm := m
@@ -313,8 +333,11 @@ func parseFDs(oob []byte) []int {
 }
 
 // result fills in how the run ended. Called after init is reaped and the
-// reader has finished, so no lock is needed.
+// reader has finished, or at the payload's exit (atExit), when the reader
+// may still be reading init's end.
 func (sv *supervision) result(res *Result, end *ending) error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
 	if sv.setupErr != nil {
 		return &SetupError{Step: sv.setupErr.Step, Message: sv.setupErr.Message, ExitCode: sv.setupErr.ExitCode}
 	}
@@ -322,7 +345,11 @@ func (sv *supervision) result(res *Result, end *ending) error {
 		return setupError("supervise", sv.badMsg)
 	}
 	res.BlockedSyscalls = blockedOf(sv.filter)
-	res.WallMs = ms(wallTime(sv.begin, sv.started, sv.clock, sv.end))
+	ended := sv.end
+	if sv.atExit {
+		ended = sv.payloadAt // init's reaping is still to come
+	}
+	res.WallMs = ms(wallTime(sv.begin, sv.started, sv.clock, ended))
 	switch {
 	case sv.cpuOver:
 		// A CPU-time limit is a time limit: the same status as a timeout.

@@ -3,10 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -50,22 +48,11 @@ func (s *Server) mcpHandler(api http.Handler) http.Handler {
 		}
 		defer s.bodies.give(share)
 		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-		body, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+		body, err := s.readBodyWithin(rc, r)
 		if err != nil {
-			var ae *apiError
-			var ne net.Error
-			switch {
-			case errors.As(err, &ae):
-			case errors.As(err, &ne) && ne.Timeout():
-				ae = &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
-			default:
-				ae = badRequest("read body: %v", err)
-			}
-			s.writeError(w, ae)
+			s.writeError(w, s.bodyRefusal(err))
 			return
 		}
-		_ = rc.SetReadDeadline(time.Time{})
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: s.cfg.WriteTimeout}, r)
 	})

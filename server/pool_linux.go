@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -68,9 +69,12 @@ type pool struct {
 	logf   func(format string, a ...any)
 	failed func(error) // a close left something behind
 
+	parallel int // set-ups at once, at most
+
 	mu        sync.Mutex
 	ready     []*ready
 	preparing int
+	retryAt   time.Time // no set-up before this, after one failed
 	stats     PoolStats
 	wake      chan struct{}
 	done      chan struct{}
@@ -96,7 +100,7 @@ type PoolStats struct {
 
 func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any), failed func(error)) *pool {
 	return &pool{name: name, spec: spec, target: target, budget: b, logf: logf, failed: failed,
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		parallel: max(1, min(target, runtime.NumCPU())), wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (p *pool) poke() {
@@ -106,40 +110,43 @@ func (p *pool) poke() {
 	}
 }
 
-// refill runs until ctx ends, preparing one jail at a time (so refilling
-// never costs the host more than one cold run at once), while the pool is
-// short and the budget has room; then it closes every waiting jail.
+// refill runs until ctx ends, keeping the pool full while the budget has
+// room; then it closes every waiting jail. Under back-to-back load the
+// requests take jails faster than one set-up at a time makes them, and a
+// request that finds the pool empty makes its own jail on its time; so
+// refill prepares as many at once as the pool is short, up to one per
+// CPU (p.parallel), ahead of the requests to come. Each set-up holds its
+// share of the budget from the start, as a request's cold jail does.
 func (p *pool) refill(ctx context.Context, notices *os.File) {
 	defer close(p.done)
 	defer p.drain()
+	var preparing sync.WaitGroup
+	defer preparing.Wait() // first: what is being made joins the pool, then drain closes it
 	for {
 		freed := p.budget.changed()
 		p.mu.Lock()
-		short := len(p.ready)+p.preparing < p.target
+		short := len(p.ready)+p.preparing < p.target && p.preparing < p.parallel
+		wait := time.Until(p.retryAt)
 		p.mu.Unlock()
+		if short && wait > 0 {
+			// A set-up failed lately: do not spin on a host that cannot
+			// make jails.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			continue
+		}
 		if short && ctx.Err() == nil && p.budget.tryTake(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax) {
 			p.mu.Lock()
 			p.preparing++
 			p.mu.Unlock()
-			r, err := prepareJail(ctx, p.spec, notices)
-			p.mu.Lock()
-			p.preparing--
-			if err != nil {
-				p.stats.Failed++
-				p.mu.Unlock()
-				p.budget.give(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax)
-				if ctx.Err() == nil {
-					p.logf("pool %s: prepare a jail: %v", p.name, err)
-				}
-				select { // do not spin on a host that cannot make jails
-				case <-ctx.Done():
-					return
-				case <-time.After(time.Second):
-				}
-				continue
-			}
-			p.ready = append(p.ready, r)
-			p.mu.Unlock()
+			preparing.Add(1)
+			go func() {
+				defer preparing.Done()
+				p.prepareOne(ctx, notices)
+			}()
 			continue
 		}
 		select {
@@ -149,6 +156,39 @@ func (p *pool) refill(ctx context.Context, notices *os.File) {
 		case <-freed:
 		}
 	}
+}
+
+// prepareOne makes one jail for the pool, whose share of the budget the
+// caller took, and wakes refill when it is done.
+func (p *pool) prepareOne(ctx context.Context, notices *os.File) {
+	defer p.poke()
+	r, err := prepareJail(ctx, p.spec, notices)
+	p.mu.Lock()
+	p.preparing--
+	if err != nil {
+		p.stats.Failed++
+		p.retryAt = time.Now().Add(time.Second)
+		p.mu.Unlock()
+		p.budget.give(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax)
+		if ctx.Err() == nil {
+			p.logf("pool %s: prepare a jail: %v", p.name, err)
+		}
+		return
+	}
+	p.ready = append(p.ready, r)
+	p.mu.Unlock()
+}
+
+// use takes a waiting jail for a request its jails serve, and says what
+// the pool did for it.
+func (p *pool) use() (*ready, PoolUse) {
+	if p.target == 0 {
+		return nil, PoolUse{Reason: "no pool"}
+	}
+	if r := p.take(); r != nil {
+		return r, PoolUse{Hit: true}
+	}
+	return nil, PoolUse{Reason: "pool empty"}
 }
 
 // take hands out the oldest waiting jail that is still alive, or nil.

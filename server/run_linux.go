@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,62 +14,19 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		s.writeError(w, &apiError{Status: 405, Msg: "POST /v1/run"})
-		return
-	}
-	if !s.admit() {
-		retryAfter(w, time.Second)
-		s.writeError(w, &apiError{Status: 503, Msg: "shutting down: no new runs"})
-		return
-	}
-	defer s.inflight.Done()
-	caller, e := s.admitPeer(r)
-	if e != nil {
-		s.writeError(w, e)
-		return
-	}
-	// The caller is counted before its body is read: a body the server
-	// holds is one the per-caller cap, the run slots and the queue allow.
-	switch err := s.gate.arrive(caller.uid); {
-	case errors.Is(err, errCallerCap):
-		retryAfter(w, time.Second)
-		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
-		return
-	case errors.Is(err, errBusy):
-		retryAfter(w, s.cfg.QueueWait/4)
-		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
-		return
-	}
-	defer s.gate.depart(caller.uid)
-	share, ok := s.takeBodyShare(w, r)
+// handleRun is POST /v1/run (s.admitted lets it in).
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) {
+	done, ok := s.admitBody(w, r, caller)
 	if !ok {
 		return
 	}
-	defer s.bodies.give(share)
+	defer done()
 	rc := http.NewResponseController(w)
-	// A body trickled in (or stalled) holds its memory and its caller's
-	// count; the header's deadline does not cover it.
-	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	req, spec, cold, err := s.parse(w, r)
+	req, spec, cold, err := s.parse(rc, r)
 	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = badRequest("%v", err)
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			ae = &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
-		}
-		s.writeError(w, ae)
+		s.writeError(w, s.bodyRefusal(err))
 		return
 	}
-	// The body is read whole. The connection's read deadline also bounds
-	// net/http's own read that watches for the caller going away, which
-	// would cancel a run longer than the body's deadline.
-	_ = rc.SetReadDeadline(time.Time{})
 	// From here the request's context ends when its caller closes the
 	// connection or the server kills the runs, and not at a half-close.
 	ctx, stopRun := s.runContext(r)
@@ -91,6 +47,26 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	s.run(w, r, rc, caller, req, spec, cold)
 }
 
+// checkJSONType refuses a body that says it is not JSON (415).
+func checkJSONType(r *http.Request) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
+		return &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+	}
+	return nil
+}
+
+// readBodyWithin reads the request's body whole, within --body-timeout
+// (a body trickled in or stalled holds its memory and its caller's count,
+// and the header's deadline does not cover it) and --max-body. The
+// connection's read deadline is lifted after: it also bounds net/http's
+// own read that watches for the caller going away, which would cancel a
+// run longer than the body's deadline.
+func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([]byte, error) {
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	return readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+}
+
 // refuse answers a request that will not be read. A client that sends its
 // whole body before reading the answer would see a broken pipe instead of
 // the refusal; so the body is read into nothing first (never held),
@@ -103,12 +79,12 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 }
 
 // parse reads and checks the request and makes its jail's spec.
-func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*RunRequest, jail.Spec, bool, error) {
+func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunRequest, jail.Spec, bool, error) {
 	var spec jail.Spec
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
-		return nil, spec, false, &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+	if err := checkJSONType(r); err != nil {
+		return nil, spec, false, err
 	}
-	body, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	body, err := s.readBodyWithin(rc, r)
 	if err != nil {
 		return nil, spec, false, err
 	}
@@ -141,20 +117,10 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*RunRequest, jai
 // the job fed to it, the result, the files, and the jail destroyed.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, caller peer, req *RunRequest, spec jail.Spec, cold bool) {
 	admitted := time.Now()
-	use := PoolUse{}
+	use := PoolUse{Reason: "limits differ from the profile's"}
 	var jl *ready
-	pl := s.pools[req.Profile]
-	switch {
-	case cold:
-		use.Reason = "limits differ from the profile's"
-	case pl.target == 0:
-		use.Reason = "no pool"
-	default:
-		if jl = pl.take(); jl != nil {
-			use.Hit = true
-		} else {
-			use.Reason = "pool empty"
-		}
+	if !cold {
+		jl, use = s.pools[req.Profile].use()
 	}
 	var res *jail.Result
 	if jl == nil {
@@ -174,22 +140,15 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 			res = jail.FailedResult(spec, err)
 		}
 	}
-	// The jail, its cgroup, budget share and run directory go as soon as
-	// the files are read, not after the caller has taken the response.
-	release := func() {
-		if jl != nil {
-			if err := jl.close(s.budget); err != nil {
-				s.closeFailed(err)
-			}
-			jl = nil
-		}
-	}
-	defer release()
+	// The jail, its cgroup, budget share and run directory go in the
+	// background, started as the answer goes out: the run ended at the
+	// payload's exit (jail.StartOptions.AtExit), and the kernel's teardown
+	// of the jail after it is not the caller's wait. Shutdown waits for it.
+	defer func() { s.teardown(jl) }()
 	use.WaitedMs = float64(time.Since(admitted).Microseconds()) / 1e3
 	id := s.runID()
 	if res == nil {
 		if e := s.auditStart(id, caller, req, spec, use); e != nil {
-			release()
 			retryAfter(w, time.Second)
 			s.writeError(w, e)
 			return
@@ -221,7 +180,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 			resp.Files, resp.Images, resp.FilesTruncated, resp.FilesSkipped = c.files, c.images, c.truncated, c.skipped
 		}
 	}
-	release()
 	s.auditEnd(id, caller, req, spec, use, res)
 	s.metrics.run(string(res.Verdict), time.Since(admitted))
 	if stream {
@@ -237,7 +195,30 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	// A caller that does not read its response holds a run slot until
 	// this deadline, not for ever.
 	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	// Not flushed here: net/http sends it as the handler returns, once
+	// the run slot, the caller's count and the body's share are given
+	// back, so that a caller's next request never finds them still held.
 	w.Write(marshal(resp))
+}
+
+// teardown destroys a jail that has served its request (nil: none) in
+// the background, counted in releasing, which Serve waits for before its
+// sweep: the process never exits halfway through a removal. The jail's
+// share of the budget comes back when its removal is done.
+func (s *Server) teardown(jl *ready) {
+	if jl == nil {
+		return
+	}
+	s.releasing.Add(1)
+	go func() {
+		defer s.releasing.Done()
+		if s.beforeTeardown != nil {
+			s.beforeTeardown()
+		}
+		if err := jl.close(s.budget); err != nil {
+			s.closeFailed(err)
+		}
+	}()
 }
 
 // coldJail prepares a jail for one request, making room in the budget by
@@ -286,7 +267,7 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 		}
 		jl.stdin.Close()
 	}()
-	opts := jail.StartOptions{Timeout: spec.Timeout}
+	opts := jail.StartOptions{Timeout: spec.Timeout, AtExit: true}
 	if out != nil {
 		o, e := out.stream("stdout"), out.stream("stderr")
 		opts.Stdout, opts.Stderr = o, e

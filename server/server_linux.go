@@ -136,9 +136,14 @@ type Server struct {
 	logMu    sync.Mutex
 	sessions *sessionTable
 	metrics  *metrics
-	// releasing counts sessions being released in the background; Serve
-	// waits for them before its sweep.
+	// releasing counts the jails (a run's after its answer, a session's)
+	// being released in the background; Serve waits for them before its
+	// sweep. Adds are made by admitted requests (inflight) or sessions,
+	// all counted before Serve waits.
 	releasing sync.WaitGroup
+	// beforeTeardown, when set (tests only), runs before each run's jail
+	// is torn down, after its answer.
+	beforeTeardown func()
 
 	// runs is the context every run descends from; Serve cancels it, with
 	// the reason, when the grace period runs out.
@@ -300,7 +305,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		go p.refill(poolCtx, s.cfg.Notices)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/run", s.handleRun)
+	mux.HandleFunc("/v1/run", s.admitted("POST", "POST /v1/run", s.handleRun))
 	mux.HandleFunc("/v1/health", s.handleHealth)
 	s.routeSessions(mux)
 	mux.Handle("/v1/mcp", s.mcpHandler(mux))

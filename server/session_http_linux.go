@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,12 +25,12 @@ import (
 
 // routeSessions registers the session routes on mux.
 func (s *Server) routeSessions(mux *http.ServeMux) {
-	mux.HandleFunc("/v1/sessions", s.handleSessions)
-	mux.HandleFunc("/v1/sessions/{id}", s.handleSession)
-	mux.HandleFunc("/v1/sessions/{id}/exec", s.handleExec)
-	mux.HandleFunc("/v1/sessions/{id}/interrupt", s.handleInterrupt)
-	mux.HandleFunc("/v1/sessions/{id}/files", s.handleFiles)
-	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", s.handleFiles)
+	mux.HandleFunc("/v1/sessions", s.admitted("GET, POST", "GET or POST /v1/sessions", s.handleSessions))
+	mux.HandleFunc("/v1/sessions/{id}", s.admitted("GET, DELETE", "GET or DELETE /v1/sessions/{id}", s.handleSession))
+	mux.HandleFunc("/v1/sessions/{id}/exec", s.admitted("POST", "POST /v1/sessions/{id}/exec", s.handleExec))
+	mux.HandleFunc("/v1/sessions/{id}/interrupt", s.admitted("POST", "POST /v1/sessions/{id}/interrupt", s.handleInterrupt))
+	mux.HandleFunc("/v1/sessions/{id}/files", s.admitted("GET", "GET /v1/sessions/{id}/files?path=DIR", s.handleFiles))
+	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", s.admitted("GET, PUT, DELETE", "GET, PUT or DELETE /v1/sessions/{id}/files/{path}", s.handleFiles))
 	mux.HandleFunc("/v1/metrics", s.handleMetrics)
 }
 
@@ -38,21 +39,64 @@ func methodNotAllowed(s *Server, w http.ResponseWriter, allow, what string) {
 	s.writeError(w, &apiError{Status: 405, Msg: what})
 }
 
-// enter is the prologue of a route that may use a jail: admitted unless
-// shutdown began, from an allowed caller. done must follow true.
-func (s *Server) enter(w http.ResponseWriter, r *http.Request) (peer, bool) {
-	if !s.admit() {
+// allowed reports whether method is one of allow ("GET, POST"), HEAD
+// wherever GET is.
+func allowed(method, allow string) bool {
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	return slices.Contains(strings.Split(allow, ", "), method)
+}
+
+// admitted is the prologue of a route that may use a jail: the methods it
+// answers (405 with what otherwise), then admitted unless shutdown began
+// (the request is counted in inflight until h returns), from an allowed
+// caller.
+func (s *Server) admitted(allow, what string, h func(http.ResponseWriter, *http.Request, peer)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !allowed(r.Method, allow) {
+			methodNotAllowed(s, w, allow, what)
+			return
+		}
+		if !s.admit() {
+			retryAfter(w, time.Second)
+			s.writeError(w, &apiError{Status: 503, Msg: "shutting down: no new requests"})
+			return
+		}
+		defer s.inflight.Done()
+		caller, e := s.admitPeer(r)
+		if e != nil {
+			s.writeError(w, e)
+			return
+		}
+		h(w, r, caller)
+	}
+}
+
+// admitBody counts the caller against --per-caller and the queue, and
+// the body against --body-budget, before the body is read: a body the
+// server holds is one these allow. Otherwise it answers (429, 503, 413).
+// done gives both back; it must follow true.
+func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, caller peer) (done func(), ok bool) {
+	switch err := s.gate.arrive(caller.uid); {
+	case errors.Is(err, errCallerCap):
 		retryAfter(w, time.Second)
-		s.writeError(w, &apiError{Status: 503, Msg: "shutting down: no new requests"})
-		return peer{}, false
+		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
+		return nil, false
+	case errors.Is(err, errBusy):
+		retryAfter(w, s.cfg.QueueWait/4)
+		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
+		return nil, false
 	}
-	caller, e := s.admitPeer(r)
-	if e != nil {
-		s.inflight.Done()
-		s.writeError(w, e)
-		return peer{}, false
+	share, ok := s.takeBodyShare(w, r)
+	if !ok {
+		s.gate.depart(caller.uid)
+		return nil, false
 	}
-	return caller, true
+	return func() {
+		s.bodies.give(share)
+		s.gate.depart(caller.uid)
+	}, true
 }
 
 // lookup finds the caller's session named in the path, or answers 404
@@ -75,38 +119,16 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request, caller peer) *se
 // and the body against --body-budget, before reading it, as /v1/run does,
 // and decodes it into v. done gives both back; it must follow true.
 func (s *Server) readSessionBody(w http.ResponseWriter, r *http.Request, caller peer, v any) (done func(), ok bool) {
-	switch err := s.gate.arrive(caller.uid); {
-	case errors.Is(err, errCallerCap):
-		retryAfter(w, time.Second)
-		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
-		return nil, false
-	case errors.Is(err, errBusy):
-		retryAfter(w, s.cfg.QueueWait/4)
-		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
+	if done, ok = s.admitBody(w, r, caller); !ok {
 		return nil, false
 	}
-	share, ok := s.takeBodyShare(w, r)
-	if !ok {
-		s.gate.depart(caller.uid)
-		return nil, false
-	}
-	done = func() {
-		s.bodies.give(share)
-		s.gate.depart(caller.uid)
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	err := func() error {
-		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
-			return &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+	err := checkJSONType(r)
+	if err == nil {
+		var body []byte
+		if body, err = s.readBodyWithin(http.NewResponseController(w), r); err == nil {
+			err = decodeJSON(body, v)
 		}
-		body, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
-		if err != nil {
-			return err
-		}
-		return decodeJSON(body, v)
-	}()
-	_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		done()
 		s.writeError(w, s.bodyRefusal(err))
@@ -136,18 +158,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // handleSessions is POST /v1/sessions (make one) and GET /v1/sessions.
-func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
-	switch r.Method {
-	case http.MethodPost, http.MethodGet, http.MethodHead:
-	default:
-		methodNotAllowed(s, w, "GET, POST", "GET or POST /v1/sessions")
-		return
-	}
-	caller, ok := s.enter(w, r)
-	if !ok {
-		return
-	}
-	defer s.inflight.Done()
+func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller peer) {
 	if r.Method != http.MethodPost {
 		list := []SessionInfo{}
 		for _, ss := range s.sessions.list(caller.uid) {
@@ -279,14 +290,8 @@ func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec
 		use.Reason = "the profile's CPU-time limit is each exec's in a session, and its pooled jails carry it for their whole life"
 	case !poolServes(pl.spec, spec):
 		use.Reason = "limits differ from the profile's"
-	case pl.target == 0:
-		use.Reason = "no pool"
 	default:
-		if jl = pl.take(); jl != nil {
-			use.Hit = true
-		} else {
-			use.Reason = "pool empty"
-		}
+		jl, use = pl.use()
 	}
 	if jl == nil {
 		var err error
@@ -412,18 +417,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 }
 
 // handleSession is GET and DELETE /v1/sessions/{id}.
-func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodDelete:
-	default:
-		methodNotAllowed(s, w, "GET, DELETE", "GET or DELETE /v1/sessions/{id}")
-		return
-	}
-	caller, ok := s.enter(w, r)
-	if !ok {
-		return
-	}
-	defer s.inflight.Done()
+func (s *Server) handleSession(w http.ResponseWriter, r *http.Request, caller peer) {
 	ss := s.lookup(w, r, caller)
 	if ss == nil {
 		return
@@ -442,16 +436,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleExec is POST /v1/sessions/{id}/exec.
-func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		methodNotAllowed(s, w, "POST", "POST /v1/sessions/{id}/exec")
-		return
-	}
-	caller, ok := s.enter(w, r)
-	if !ok {
-		return
-	}
-	defer s.inflight.Done()
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer) {
 	var req ExecRequest
 	done, ok := s.readSessionBody(w, r, caller, &req)
 	if !ok {
@@ -524,16 +509,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 
 // handleInterrupt is POST /v1/sessions/{id}/interrupt: KeyboardInterrupt
 // in the running exec (202), 409 when none runs.
-func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		methodNotAllowed(s, w, "POST", "POST /v1/sessions/{id}/interrupt")
-		return
-	}
-	caller, ok := s.enter(w, r)
-	if !ok {
-		return
-	}
-	defer s.inflight.Done()
+func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller peer) {
 	ss := s.lookup(w, r, caller)
 	if ss == nil {
 		return
@@ -559,24 +535,9 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) {
 
 // handleFiles is GET, PUT and DELETE /v1/sessions/{id}/files/{path}, and
 // GET /v1/sessions/{id}/files?path=DIR.
-func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer) {
 	p := r.PathValue("path")
 	listing := r.Pattern == "/v1/sessions/{id}/files"
-	switch {
-	case listing && (r.Method == http.MethodGet || r.Method == http.MethodHead):
-	case !listing && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPut || r.Method == http.MethodDelete):
-	case listing:
-		methodNotAllowed(s, w, "GET", "GET /v1/sessions/{id}/files?path=DIR")
-		return
-	default:
-		methodNotAllowed(s, w, "GET, PUT, DELETE", "GET, PUT or DELETE /v1/sessions/{id}/files/{path}")
-		return
-	}
-	caller, ok := s.enter(w, r)
-	if !ok {
-		return
-	}
-	defer s.inflight.Done()
 	ss := s.lookup(w, r, caller)
 	if ss == nil {
 		return
@@ -652,24 +613,13 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request) {
 
 // putFile writes the body to p in the session's /work.
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss *session, p string) {
-	switch err := s.gate.arrive(caller.uid); {
-	case errors.Is(err, errCallerCap):
-		retryAfter(w, time.Second)
-		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
-		return
-	case errors.Is(err, errBusy):
-		retryAfter(w, s.cfg.QueueWait/4)
-		s.refuse(w, r, &apiError{Status: 503, Msg: "busy"})
-		return
-	}
-	defer s.gate.depart(caller.uid)
 	// The body streams to /work: the server holds a chunk of it, but its
 	// share of --body-budget is taken as any body's is.
-	share, ok := s.takeBodyShare(w, r)
+	done, ok := s.admitBody(w, r, caller)
 	if !ok {
 		return
 	}
-	defer s.bodies.give(share)
+	defer done()
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	uid, gid := ss.jl.p.WorkOwner()

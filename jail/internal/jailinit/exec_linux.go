@@ -14,7 +14,12 @@ import (
 // stdin, stdout, stderr and the descriptors passed on purpose as 3, 4, ...
 // Init closes its own copies of those: the payload's end of a channel must
 // be the payload's alone, so that its peer on the host sees the end of
-// file when the payload is gone, not when init is.
+// file when the payload is gone, not when init is. So with stdout and
+// stderr: the parent's drain ends when the payload (and whatever it left
+// holding them) is gone, not after init's own exit, which a run that ends
+// at its payload's exit would wait for. Init writes nothing there from now
+// on (its reports go over the control socket) and opens no descriptor
+// after this, so 1 and 2 stay free.
 func startPayload(argv0 string, c *Config) (int, error) {
 	files := []uintptr{0, 1, 2}
 	for _, fd := range c.PassFDs {
@@ -37,6 +42,8 @@ func startPayload(argv0 string, c *Config) (int, error) {
 	if err != nil {
 		return 0, execError(c.Args[0], err)
 	}
+	unix.Close(1)
+	unix.Close(2)
 	return pid, nil
 }
 
