@@ -46,12 +46,21 @@ func (sv *supervision) endsAtExit() bool {
 // before), and the read says so, or fails.
 func initAlone(pid int) bool {
 	tasks := filepath.Join("/proc", strconv.Itoa(pid), "task")
-	threads, err := os.ReadDir(tasks)
+	// The threads in the kernel's own order, not sorted by name: while
+	// init exits, its children move from an exiting thread to a later
+	// live one, so a scan in that order meets them, where a scan sorted
+	// as strings could read the later thread first and miss them.
+	d, err := os.Open(tasks)
+	if err != nil {
+		return false
+	}
+	threads, err := d.Readdirnames(-1)
+	d.Close()
 	if err != nil || len(threads) == 0 {
 		return false
 	}
 	for _, t := range threads {
-		b, err := os.ReadFile(filepath.Join(tasks, t.Name(), "children"))
+		b, err := os.ReadFile(filepath.Join(tasks, t, "children"))
 		if err != nil || len(b) > 0 {
 			return false
 		}

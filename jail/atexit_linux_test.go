@@ -3,6 +3,9 @@ package jail
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,15 +44,28 @@ func startAtExit(t *testing.T, code string) (*Prepared, *Result) {
 // what it counted (read before the removal), and Close removes it all.
 func TestStartAtExitAnswersBeforeTeardown(t *testing.T) {
 	testenv.NeedJail(t)
-	p, res := startAtExit(t, "x = bytearray(8 << 20)\nprint('done')")
-	if res.Verdict != VerdictOK || res.Stdout != "done\n" {
-		t.Fatalf("got %+v", res)
-	}
-	if p.cg == nil {
-		t.Skip("no cgroup here: nothing is left for Close to remove")
-	}
-	if len(stockadeCgroupsOf(t, os.Getpid())) == 0 {
-		t.Fatal("the cgroup was removed before Start returned: the run waited for its teardown")
+	// Init exits right after its report, and the supervisor may hear the
+	// exit before the report (about one run in ten on a busy host): that
+	// run ends the old way, as it safely may, since whether init was
+	// alone can no longer be read. So a few runs are allowed; one of them
+	// must end early.
+	var p *Prepared
+	var res *Result
+	for attempt := 1; ; attempt++ {
+		p, res = startAtExit(t, "x = bytearray(8 << 20)\nprint('done')")
+		if res.Verdict != VerdictOK || res.Stdout != "done\n" {
+			t.Fatalf("got %+v", res)
+		}
+		if p.cg == nil {
+			t.Skip("no cgroup here: nothing is left for Close to remove")
+		}
+		if len(stockadeCgroupsOf(t, os.Getpid())) > 0 {
+			break
+		}
+		p.Close()
+		if attempt == 5 {
+			t.Fatal("the cgroup was removed before Start returned, 5 runs of 5: the run waited for its teardown")
+		}
 	}
 	if res.Cgroup == "none" || res.CPUMs <= 0 || res.PeakMemoryBytes < 8<<20 {
 		t.Errorf("the cgroup's figures are missing: cgroup %s, cpu %v ms, peak %d", res.Cgroup, res.CPUMs, res.PeakMemoryBytes)
@@ -68,10 +84,13 @@ func TestStartAtExitAnswersBeforeTeardown(t *testing.T) {
 }
 
 // A payload that leaves a process behind (a daemon that closed its output,
-// so the drain does not wait for it) does not end the run at its exit: the
-// orphan could still fork, allocate or make refused calls that the verdict
-// must see. The run ends the old way, init reaped and the orphan killed,
-// and Start returns with the cgroup already removed.
+// so the drain does not wait for it) does not end the run at its exit
+// while the orphan lives: it could still fork, allocate or make refused
+// calls that the verdict must see. When Start returns, nothing of the jail
+// but its init is alive: the run ended the old way (init reaped, the
+// orphan killed with it), or, when init had already exited and the kernel
+// had killed the orphan by the time the supervisor looked, early with
+// nothing left.
 func TestStartAtExitWaitsForOrphans(t *testing.T) {
 	testenv.NeedJail(t)
 	p, res := startAtExit(t, "import os, time\nif os.fork() == 0:\n    os.close(1); os.close(2); time.sleep(60)\nprint('parent')")
@@ -81,12 +100,16 @@ func TestStartAtExitWaitsForOrphans(t *testing.T) {
 	if res.WallMs > 30000 {
 		t.Errorf("the orphan was not killed with the jail: wall %v ms", res.WallMs)
 	}
-	select {
-	case <-p.Done():
-	default:
-		t.Error("Start returned at the payload's exit with an orphan still in the jail")
-	}
-	if p.cg != nil && len(stockadeCgroupsOf(t, os.Getpid())) > 0 {
-		t.Error("the cgroup is still there: Start returned before the orphan was gone")
+	init := strconv.Itoa(p.sv.cmd.Process.Pid)
+	for _, cg := range stockadeCgroupsOf(t, os.Getpid()) {
+		b, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+		if err != nil {
+			continue // removed meanwhile: nothing in it
+		}
+		for _, pid := range strings.Fields(string(b)) {
+			if pid != init {
+				t.Errorf("Start returned with process %s still in the jail's cgroup %s", pid, cg)
+			}
+		}
 	}
 }
