@@ -175,7 +175,7 @@ func LimitsOf(s Spec) Limits {
 			continue
 		}
 		if v.Type() == durationType {
-			v = reflect.ValueOf(ceilMilliseconds(v.Interface().(time.Duration)))
+			v = reflect.ValueOf(LimitMs(v.Interface().(time.Duration)))
 		}
 		f := out.Field(r.field)
 		if f.Kind() == reflect.Pointer {
@@ -189,10 +189,11 @@ func LimitsOf(s Spec) Limits {
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
-// ceilMilliseconds is d in whole milliseconds, rounded up: a limit is
+// LimitMs is d in whole milliseconds, rounded up, as every report of a
+// limit gives it (Result.Limits, the server's audit log and sessions): a limit is
 // never reported below what the jail enforced (a 500µs timeout is not
 // "timeout_ms": 0, which reads as a limit of nothing).
-func ceilMilliseconds(d time.Duration) int64 {
+func LimitMs(d time.Duration) int64 {
 	ms := d.Milliseconds()
 	if d > 0 && d%time.Millisecond != 0 {
 		ms++

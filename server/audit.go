@@ -203,7 +203,7 @@ type AuditLimits struct {
 }
 
 func limitsOf(s jail.Spec) AuditLimits {
-	return AuditLimits{TimeoutMs: s.Timeout.Milliseconds(), CPUTimeMs: s.Cgroup.CPUTime.Milliseconds(),
+	return AuditLimits{TimeoutMs: jail.LimitMs(s.Timeout), CPUTimeMs: jail.LimitMs(s.Cgroup.CPUTime),
 		MemoryBytes: s.Cgroup.MemoryMax, CPUs: s.Cgroup.CPUs, Pids: s.Cgroup.PidsMax,
 		OutputLimit: s.OutputLimit, Seccomp: s.Seccomp}
 }

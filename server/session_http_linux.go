@@ -186,10 +186,10 @@ func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller p
 
 // sessionLimitsOf is what a session runs under.
 func sessionLimitsOf(spec jail.Spec, idle, ttl time.Duration) SessionLimits {
-	return SessionLimits{TimeoutMs: spec.Timeout.Milliseconds(), CPUTimeMs: spec.Cgroup.CPUTime.Milliseconds(),
+	return SessionLimits{TimeoutMs: jail.LimitMs(spec.Timeout), CPUTimeMs: jail.LimitMs(spec.Cgroup.CPUTime),
 		OutputBytes: spec.OutputLimit, MemoryBytes: spec.Cgroup.MemoryMax, SwapBytes: spec.Cgroup.SwapMax,
 		CPUs: spec.Cgroup.CPUs, Pids: spec.Cgroup.PidsMax, WorkBytes: spec.WorkSize,
-		IdleTimeoutMs: idle.Milliseconds(), TTLMs: ttl.Milliseconds(), Seccomp: spec.Seccomp}
+		IdleTimeoutMs: jail.LimitMs(idle), TTLMs: jail.LimitMs(ttl), Seccomp: spec.Seccomp}
 }
 
 // createSession makes a session: its limits through the one door /v1/run
@@ -668,7 +668,7 @@ func execAudit(event string, caller peer, ss *session, code string, files, n int
 	l := ss.limits
 	return AuditEntry{Event: event, RunID: fmt.Sprintf("%s/%d", ss.id, n), SessionID: ss.id, Time: time.Now().UTC(),
 		UID: caller.uid, PID: caller.pid, Profile: ss.profile, CodeSHA256: hex.EncodeToString(h.Sum(nil)), CodeBytes: len(code),
-		Files: files, Limits: AuditLimits{TimeoutMs: timeout.Milliseconds(), CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
+		Files: files, Limits: AuditLimits{TimeoutMs: jail.LimitMs(timeout), CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
 			CPUs: l.CPUs, Pids: l.Pids, OutputLimit: l.OutputBytes, Seccomp: l.Seccomp}, Pool: ss.pool}
 }
 
