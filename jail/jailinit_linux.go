@@ -11,10 +11,9 @@ import (
 
 // initPath returns what to execute as the jail's init, and a file to close
 // once it has started. With an embedded init, that is a sealed memfd copy
-// of it: nothing in the jail can write to it, and /proc/1/exe there leads
-// to it rather than to the stockade binary on the host. The fd is moved to
-// 10 or above so that the child's fd set-up (0-3) cannot land on it before
-// execve resolves /proc/self/fd/N.
+// of it (the path is then "", see initExec): nothing in the jail can write
+// to it, and /proc/1/exe there leads to it rather than to the stockade
+// binary on the host.
 func initPath() (string, *os.File, error) {
 	if len(initExe) == 0 {
 		return "/proc/self/exe", nil, nil
@@ -23,22 +22,37 @@ func initPath() (string, *os.File, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("memfd for init: %w", err)
 	}
-	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
-	unix.Close(fd)
-	if err != nil {
-		return "", nil, fmt.Errorf("memfd for init: %w", err)
-	}
-	f := os.NewFile(uintptr(high), "jailinit")
+	f := os.NewFile(uintptr(fd), "jailinit")
 	if _, err := f.Write(initExe); err != nil {
 		f.Close()
 		return "", nil, fmt.Errorf("write init: %w", err)
 	}
 	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(uintptr(high), unix.F_ADD_SEALS, seals); err != nil {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 		f.Close()
 		return "", nil, fmt.Errorf("seal init: %w", err)
 	}
-	return "/proc/self/fd/" + strconv.Itoa(high), f, nil
+	return "", f, nil
+}
+
+// initExec returns the path init is executed from and the descriptors it
+// is given beyond 0-2 (extra, then the memfd if there is one). The memfd
+// goes in as the last of them and is executed by its number in the child,
+// 3+index, which the child's descriptor set-up makes it and nothing after
+// touches. Its number in this process must not be used instead: Go's
+// forkExec moves its error pipe, and any passed descriptor numbered below
+// its place, to one above the highest descriptor passed, and on, in the
+// child, overwriting whatever was there. A memfd that happened to hold
+// that number was replaced by the pipe before execve read
+// /proc/self/fd/N (EACCES: not a regular file), about one run in 25
+// under a server's load. Init closes its copy first thing (it is not
+// among Config.PassFDs, so fds.CloseInherited takes it).
+func initExec(exe string, memfd *os.File, extra []*os.File) (string, []*os.File) {
+	if memfd == nil {
+		return exe, extra
+	}
+	extra = append(extra[:len(extra):len(extra)], memfd)
+	return "/proc/self/fd/" + strconv.Itoa(3+len(extra)-1), extra
 }
 
 // init is the re-exec hook, the one init side effect the jail needs.

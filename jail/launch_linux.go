@@ -56,8 +56,9 @@ func (s *preparation) findInit() (err error) {
 // cloned into.
 func (s *preparation) describeInit() error {
 	id, cg := s.id, s.p.cg
+	path, extra := initExec(s.initExe, s.initFile, append([]*os.File{s.childSock}, s.p.st.Pass...))
 	s.cmd = &exec.Cmd{
-		Path: s.initExe,
+		Path: path,
 		Args: []string{jailinit.Arg0},
 		// One P for init's Go runtime: it starts threads up to GOMAXPROCS
 		// (the host's CPU count on v1, where init is placed in the run's
@@ -67,7 +68,7 @@ func (s *preparation) describeInit() error {
 		Env:        []string{"GOMAXPROCS=1"},
 		Stdout:     s.outW,
 		Stderr:     s.errW,
-		ExtraFiles: append([]*os.File{s.childSock}, s.p.st.Pass...),
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
