@@ -99,9 +99,9 @@ func Build(ctx context.Context, dir string, opts BuildOptions) error {
 		unmountBelow(target)
 		return fmt.Errorf("build %s: %w", dir, err)
 	}
-	// debootstrap mounts /proc and /sys in the target while configuring and
-	// may leave them on failure; finish walks the tree and must not walk
-	// into the host's.
+	// debootstrap mounts /proc and /sys in the target in its own mount
+	// namespace; should anything still be mounted below the target,
+	// finish walks the tree and must not walk into the host's.
 	if err := unmountBelow(target); err != nil {
 		return fmt.Errorf("build %s: %w", dir, err)
 	}
@@ -170,7 +170,12 @@ func runDebootstrap(ctx context.Context, debootstrap, target string, opts BuildO
 	cmd.Env = debootstrapEnv()
 	// Its own process group, so that cancelling kills the dpkg and
 	// maintainer scripts it runs in the chroot too, not only the script.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Its own mount namespace (Go makes the copy's mounts private), so
+	// that the /proc and /sys it mounts in the target go with its last
+	// process: a stockade killed with SIGKILL mid-build leaves no proc
+	// mount in the host's table, under a directory the user would then
+	// try to remove.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.StdoutPipe()

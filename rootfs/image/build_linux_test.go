@@ -259,7 +259,32 @@ func TestBuildReal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
+	// While it builds, nothing may be mounted below the cache in this
+	// (the host's) mount table: debootstrap's /proc and /sys stay in its
+	// own namespace, so a build killed with SIGKILL leaves none behind.
+	stop, leaked := make(chan struct{}), make(chan string, 1)
+	go func() {
+		defer close(leaked)
+		for {
+			b, _ := os.ReadFile("/proc/self/mountinfo")
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], cache+"/") {
+					leaked <- f[4]
+					return
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
 	built, err := EnsureBuilt(ctx, dir, BuildOptions{Progress: testLog{t}})
+	close(stop)
+	if m, ok := <-leaked; ok {
+		t.Errorf("the build mounted %s in the host's mount table", m)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
