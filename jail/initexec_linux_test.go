@@ -32,6 +32,10 @@ func TestInitExecSurvivesChildFDShuffle(t *testing.T) {
 	}
 	defer memfd.Close()
 
+	// argv[0] "true": where /bin/true is busybox (the VM's root), the
+	// applet is chosen by that name, and "4" is none.
+	trueArgs := []string{"true"}
+
 	// Two free numbers, the pair as high as any this process holds.
 	open, err := fds.List()
 	if err != nil {
@@ -56,7 +60,7 @@ func TestInitExecSurvivesChildFDShuffle(t *testing.T) {
 	defer at.Close()
 
 	// The hazard is real with this Go: by the parent's number, it fails.
-	byNumber := &exec.Cmd{Path: "/proc/self/fd/" + strconv.Itoa(high+1), ExtraFiles: []*os.File{passed}}
+	byNumber := &exec.Cmd{Path: "/proc/self/fd/" + strconv.Itoa(high+1), Args: trueArgs, ExtraFiles: []*os.File{passed}}
 	if err := byNumber.Run(); err == nil {
 		t.Log("this Go's forkExec left the descriptor above the passed ones alone")
 	} else if !errors.Is(err, unix.EACCES) {
@@ -65,7 +69,7 @@ func TestInitExecSurvivesChildFDShuffle(t *testing.T) {
 
 	for i := range 20 {
 		path, extra := initExec("", at, []*os.File{passed})
-		cmd := &exec.Cmd{Path: path, ExtraFiles: extra}
+		cmd := &exec.Cmd{Path: path, Args: trueArgs, ExtraFiles: extra}
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("run %d: exec %s with %d extra files: %v", i, path, len(extra), err)
 		}
