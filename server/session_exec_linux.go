@@ -129,7 +129,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		out.begin()
 	}
 	t0 := time.Now()
-	answer, why := s.runCell(ctx, srv, plan, n, out, res, &f)
+	answer, why := s.runCell(ctx, srv, plan, n, interrupt, out, res, &f)
 	res.WallMs = ms(time.Since(t0))
 
 	// What the exec used: the cgroup's counters and the supervisor's
@@ -191,7 +191,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 // jail's end, or the timeout, CPU time, interrupt or caller's departure
 // (each a KeyboardInterrupt, then after interruptGrace the session's
 // kill). It fills in the output and the facts; why says what ended it.
-func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int, out *ndjson, res *ExecResult, f *execFacts) (*driverAnswer, string) {
+func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int, interrupt <-chan struct{}, out *ndjson, res *ExecResult, f *execFacts) (*driverAnswer, string) {
 	inR, inW, err1 := os.Pipe()
 	outR, outW, err2 := os.Pipe()
 	errR, errW, err3 := os.Pipe()
@@ -260,9 +260,10 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	}
 	cpu0, _ := s.jl.p.Usage()
 	var grace <-chan time.Time
-	s.mu.Lock()
-	interrupt := s.interrupt
-	s.mu.Unlock()
+	// interrupt is this exec's own channel, made before the cell was
+	// sent: read back from the session here, after the send, it could
+	// already be nil, an interrupt that came as the cell printed its first
+	// line taken and lost (the exec then ran to its timeout).
 	done := ctx.Done()
 	// sigint asks the cell to stop, once, and starts the grace. The signal
 	// itself waits for the driver's word that the cell runs: before it,
