@@ -1,8 +1,9 @@
 package jail
 
 import (
-	"slices"
 	"testing"
+
+	"github.com/stockade/stockade/internal/proctest"
 )
 
 // The host side's preparation in the order its resources depend on one
@@ -42,18 +43,7 @@ func TestPrepareStepsAreInTheRequiredOrder(t *testing.T) {
 		{"clone init", "send the plan"},
 		{"send the plan", "wait for the payload"}, // cgroup v1: init placed before it goes on
 	}
-	pos := func(n string) int {
-		i := slices.Index(names, n)
-		if i < 0 {
-			t.Fatalf("no step %q in %v", n, names)
-		}
-		return i
-	}
-	for _, b := range before {
-		if pos(b[0]) >= pos(b[1]) {
-			t.Errorf("step %q must come before %q: %v", b[0], b[1], names)
-		}
-	}
+	proctest.InOrder(t, names, before)
 	if names[0] != "check the spec" {
 		t.Errorf("checking the spec must be the first step: %v", names)
 	}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stockade/stockade/internal/proctest"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,18 +46,7 @@ func TestContainStepsAreInTheRequiredOrder(t *testing.T) {
 		{"unshare time namespace", "limit per-user kernel objects"},
 		{"unshare time namespace", "drop privileges"},
 	}
-	pos := func(n string) int {
-		i := slices.Index(names, n)
-		if i < 0 {
-			t.Fatalf("no step %q in %v", n, names)
-		}
-		return i
-	}
-	for _, b := range before {
-		if pos(b[0]) >= pos(b[1]) {
-			t.Errorf("step %q must come before %q: %v", b[0], b[1], names)
-		}
-	}
+	proctest.InOrder(t, names, before)
 	if names[0] != "close inherited descriptors" {
 		t.Errorf("closing what init inherited must be the first step: %v", names)
 	}
