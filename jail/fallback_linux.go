@@ -137,8 +137,7 @@ func sweepFallbacks(clean func(runlock.Stale) error, say func(error)) {
 
 func sweepFallback(path string, clean func(runlock.Stale) error, say func(error)) error {
 	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
-		int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+	if err := unix.Lstat(path, &st); err != nil || !runlock.OwnedOnly(&st, unix.S_IFDIR) {
 		return nil
 	}
 	fd, err := lockedDir(path, unix.LOCK_EX|unix.LOCK_NB)

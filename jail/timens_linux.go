@@ -112,14 +112,12 @@ func timeNSKnownUsableIn(dir, name string, probe func() bool) bool {
 // writable by nobody else, in a directory that is too.
 func trustedNote(path string) bool {
 	var st unix.Stat_t
-	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
-		int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+	if unix.Lstat(path, &st) != nil || !runlock.OwnedOnly(&st, unix.S_IFREG) {
 		return false
 	}
 	dir := filepath.Dir(path)
 	for _, d := range []string{filepath.Dir(dir), dir} {
-		if unix.Lstat(d, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
-			int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		if unix.Lstat(d, &st) != nil || !runlock.OwnedOnly(&st, unix.S_IFDIR) {
 			return false
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/stockade/stockade/internal/lockfile"
+	"github.com/stockade/stockade/internal/runlock"
 	"golang.org/x/sys/unix"
 )
 
@@ -211,7 +212,7 @@ func checkOwned(p string, dir bool) error {
 	if dir {
 		want = unix.S_IFDIR
 	}
-	if st.Mode&unix.S_IFMT != want || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+	if !runlock.OwnedOnly(&st, want) {
 		return fmt.Errorf("font cache %s: not a %s owned by uid %d and writable only by it",
 			p, map[bool]string{true: "directory", false: "file"}[dir], os.Geteuid())
 	}

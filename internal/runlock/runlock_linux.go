@@ -259,6 +259,14 @@ func ensureDir(dir string) error {
 // user could redirect or rewrite what the caller keeps in it. Above them it
 // makes what is missing as any directory would be (a bare system without
 // /run, a fresh XDG_RUNTIME_DIR), 0755, not trusting it.
+// OwnedOnly reports whether st (from Lstat) is of file type typ
+// (unix.S_IFDIR, unix.S_IFREG), owned by this process's effective uid and
+// writable by nobody else: what stockade requires of a directory or file
+// whose contents it then believes.
+func OwnedOnly(st *unix.Stat_t, typ uint32) bool {
+	return st.Mode&unix.S_IFMT == typ && int(st.Uid) == os.Geteuid() && st.Mode&0o022 == 0
+}
+
 func EnsureOwnedDir(dir string, mode, need uint32) error {
 	if err := os.MkdirAll(filepath.Dir(filepath.Dir(dir)), 0o755); err != nil {
 		return err
@@ -271,7 +279,7 @@ func EnsureOwnedDir(dir string, mode, need uint32) error {
 		if err := unix.Lstat(d, &st); err != nil {
 			return fmt.Errorf("lstat %s: %w", d, err)
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		if !OwnedOnly(&st, unix.S_IFDIR) {
 			// Not "remove it": it may be another stockade's, holding
 			// live runs' locks (host root's /run/stockade, seen from
 			// a user namespace), or another user's, which is not ours
