@@ -56,5 +56,6 @@ def test_async_session(server, has_sessions):
     res, data, entries, streamed, out, end = run(main())
     assert res.ok and res.result == "28.27"
     assert data == b"hello" and [e.name for e in entries] == ["b.txt"]
-    assert streamed.ok and out == ["3\n"]
+    # print writes "3" and "\n" as it likes: one chunk or two, each as written
+    assert streamed.ok and "".join(out) == "3\n"
     assert end.verdict == "closed"
