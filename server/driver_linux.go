@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stockade/stockade/jail"
@@ -40,14 +42,114 @@ type driverHello struct {
 type driverAnswer struct {
 	// Started, alone in its frame, says the cell is about to run: a
 	// KeyboardInterrupt sent before it would be dropped as late.
-	Started         string     `json:"started,omitempty"`
-	Token           string     `json:"token"`
-	Status          string     `json:"status"` // "ok" or "exception"
-	Result          *string    `json:"result"`
-	ResultTruncated bool       `json:"result_truncated"`
-	Error           *ExecError `json:"error"`
-	Images          []string   `json:"images"`
-	ImagesTruncated bool       `json:"images_truncated"`
+	Started         string       `json:"started,omitempty"`
+	Token           string       `json:"token"`
+	Status          string       `json:"status"` // "ok" or "exception"
+	Result          *string      `json:"result"`
+	ResultTruncated bool         `json:"result_truncated"`
+	Error           *ExecError   `json:"error"`
+	Images          answerImages `json:"images"`
+	ImagesTruncated bool         `json:"images_truncated"`
+}
+
+// maxImages caps the figures of one exec, whatever their size: a forged
+// answer of a million empty strings would otherwise cost the server a
+// slice, a string and an Image each (1.3 million: +330 MiB held).
+const maxImages = 256
+
+// answerCaps are what the server holds of one answer at most, whatever
+// the answer says: the documented caps, enforced here rather than
+// trusted to the driver, which shares its interpreter with the cells.
+type answerCaps struct {
+	resultChars int64 // result, error name, value and traceback, each, in characters
+	imageBytes  int64 // PNG bytes (decoded) of all the figures
+	images      int   // figures
+}
+
+// answerImages are an answer's figures, taken as they are decoded: each a
+// PNG in base64, at most caps.images of them and caps.imageBytes of PNG
+// in all. What is past a cap is never held (Cut says it was there).
+type answerImages struct {
+	caps answerCaps
+	PNGs []string
+	Cut  bool
+}
+
+// UnmarshalJSON reads the array element by element, within the caps.
+// encoding/json has checked the whole value's syntax before calling it,
+// so stopping at a cap leaves nothing unchecked.
+func (a *answerImages) UnmarshalJSON(b []byte) error {
+	a.PNGs, a.Cut = nil, false
+	if string(b) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return errors.New("images: want an array")
+	}
+	var total int64
+	for n := 0; dec.More(); n++ {
+		if n >= a.caps.images {
+			a.Cut = true
+			return nil
+		}
+		t, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("images: %w", err)
+		}
+		s, ok := t.(string)
+		if !ok {
+			return errors.New("images: want base64 strings")
+		}
+		if total+int64(base64.StdEncoding.DecodedLen(len(s))) > a.caps.imageBytes+2 {
+			a.Cut = true
+			return nil
+		}
+		png, err := base64.StdEncoding.DecodeString(s)
+		if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+			continue // not a figure the driver saved; counted against the number all the same
+		}
+		if total += int64(len(png)); total > a.caps.imageBytes {
+			a.Cut = true
+			return nil
+		}
+		a.PNGs = append(a.PNGs, s)
+	}
+	return nil
+}
+
+// capTo cuts the answer's texts to the caps, in characters as the driver
+// counts them, each cut copied so that the frame's bytes are not kept
+// alive behind it, and says whether it cut anything the driver had not.
+func (a *driverAnswer) capTo(caps answerCaps) {
+	var cut bool
+	if a.Result != nil {
+		r, c := cutChars(*a.Result, caps.resultChars)
+		a.Result, cut = &r, c
+		a.ResultTruncated = a.ResultTruncated || cut
+	}
+	if e := a.Error; e != nil {
+		var c1, c2, c3 bool
+		e.Name, c1 = cutChars(e.Name, caps.resultChars)
+		e.Value, c2 = cutChars(e.Value, caps.resultChars)
+		e.Traceback, c3 = cutChars(e.Traceback, caps.resultChars)
+		e.Truncated = e.Truncated || c1 || c2 || c3
+	}
+}
+
+// cutChars keeps the first max characters of s (a copy when it cut).
+func cutChars(s string, max int64) (string, bool) {
+	if int64(len(s)) <= max {
+		return s, false
+	}
+	var n int64
+	for i := range s {
+		if n == max {
+			return strings.Clone(s[:i]), true
+		}
+		n++
+	}
+	return s, false
 }
 
 // driverLost is the exit status of a driver whose channel failed (the
@@ -74,11 +176,12 @@ type driverConn struct {
 	r        *bufio.Reader
 	cr       *credReader
 	maxFrame int64
+	caps     answerCaps
 }
 
 // newDriverConn takes over f, the server's end, on which SO_PASSCRED was
 // set before the jail started (so the first frame names its sender).
-func newDriverConn(f *os.File, maxFrame int64) (*driverConn, error) {
+func newDriverConn(f *os.File, maxFrame int64, caps answerCaps) (*driverConn, error) {
 	c, err := net.FileConn(f)
 	if err != nil {
 		return nil, fmt.Errorf("driver channel: %w", err)
@@ -89,14 +192,19 @@ func newDriverConn(f *os.File, maxFrame int64) (*driverConn, error) {
 		return nil, errors.New("driver channel: not a unix socket")
 	}
 	cr := &credReader{c: uc}
-	return &driverConn{c: uc, r: bufio.NewReaderSize(cr, 64<<10), cr: cr, maxFrame: maxFrame}, nil
+	return &driverConn{c: uc, r: bufio.NewReaderSize(cr, 64<<10), cr: cr, maxFrame: maxFrame, caps: caps}, nil
 }
 
 func (d *driverConn) Close() error { return d.c.Close() }
 
 // credReader reads the channel with recvmsg, keeping the credentials the
 // kernel attached to the first bytes (SCM_CREDENTIALS: the sender's pid
-// in the server's pid namespace, which the jail cannot choose).
+// in the server's pid namespace, which the jail cannot choose), and
+// refusing any later bytes another process sent: a child the cell forked
+// with the descriptor (the driver's own descriptor is close-on-exec, not
+// closed on fork) could otherwise answer in the driver's name. A stream
+// read never joins bytes of two senders (unix(7): the kernel stops a
+// read where the credentials change), so each read has one sender.
 type credReader struct {
 	c    *net.UnixConn
 	cred *unix.Ucred
@@ -105,21 +213,31 @@ type credReader struct {
 func (r *credReader) Read(p []byte) (int, error) {
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
 	n, oobn, _, _, err := r.c.ReadMsgUnix(p, oob)
-	if oobn > 0 && r.cred == nil {
-		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-			for i := range msgs {
-				if c, cerr := unix.ParseUnixCredentials(&msgs[i]); cerr == nil {
-					r.cred = c
-					break
-				}
-			}
-		}
-	}
 	if n < 0 {
 		n = 0 // recvmsg's -1 on an error, which bufio would take for a count
 	}
-	if n == 0 && err == nil {
-		err = io.EOF
+	if n == 0 {
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	var cred *unix.Ucred
+	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for i := range msgs {
+			if c, cerr := unix.ParseUnixCredentials(&msgs[i]); cerr == nil {
+				cred = c
+				break
+			}
+		}
+	}
+	switch {
+	case cred == nil:
+		return 0, fmt.Errorf("%w: %d bytes without the kernel's credentials", errChannel, n)
+	case r.cred == nil:
+		r.cred = cred
+	case cred.Pid != r.cred.Pid:
+		return 0, fmt.Errorf("%w: %d bytes from process %d, not the driver (%d): a process the cell started wrote to it", errChannel, n, cred.Pid, r.cred.Pid)
 	}
 	return n, err
 }
@@ -158,6 +276,16 @@ func (d *driverConn) readFrame(v any, deadline time.Time) error {
 		return fmt.Errorf("%w: data after the frame's object", errChannel)
 	}
 	return nil
+}
+
+// readAnswer reads one frame of an exec, held only within the caps.
+func (d *driverConn) readAnswer(deadline time.Time) (driverAnswer, error) {
+	a := driverAnswer{Images: answerImages{caps: d.caps}}
+	if err := d.readFrame(&a, deadline); err != nil {
+		return driverAnswer{}, err
+	}
+	a.capTo(d.caps)
+	return a, nil
 }
 
 // send writes one frame, the files riding on its first bytes.

@@ -50,7 +50,20 @@ func (m FileMap) MarshalJSON() ([]byte, error) {
 type SkippedList []string
 
 // MarshalJSON writes each line as FileMap writes a path.
-func (l SkippedList) MarshalJSON() ([]byte, error) {
+func (l SkippedList) MarshalJSON() ([]byte, error) { return FSNames(l).MarshalJSON() }
+
+// FSName is a name or path in a jail's /work, written as FileMap writes
+// its paths: a session's listing and files_changed, as /v1/run's files.
+type FSName string
+
+// MarshalJSON writes n with surrogate escapes where it is not UTF-8.
+func (n FSName) MarshalJSON() ([]byte, error) { return appendFSName(nil, string(n)), nil }
+
+// FSNames are paths in a jail's /work, each written as FSName writes one.
+type FSNames []string
+
+// MarshalJSON writes each path as FileMap writes a path.
+func (l FSNames) MarshalJSON() ([]byte, error) {
 	if l == nil {
 		return []byte("null"), nil
 	}

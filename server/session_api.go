@@ -70,6 +70,9 @@ type ExecError struct {
 	Name      string `json:"name"`
 	Value     string `json:"value"`
 	Traceback string `json:"traceback"`
+	// Truncated says the server cut the name, value or traceback at the
+	// result cap, where the driver had not.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // ExecVerdict says how an exec ended.
@@ -111,9 +114,10 @@ type ExecResult struct {
 	// FilesChanged are the paths in /work the exec created or changed
 	// (symlinks among them, listed, never followed); read them with the
 	// files routes.
-	FilesChanged          []string `json:"files_changed"`
-	FilesChangedTruncated bool     `json:"files_changed_truncated"`
-	ExecutionCount        int      `json:"execution_count"`
+	// Names that are not UTF-8 are written as FSName writes them.
+	FilesChanged          FSNames `json:"files_changed"`
+	FilesChangedTruncated bool    `json:"files_changed_truncated"`
+	ExecutionCount        int     `json:"execution_count"`
 
 	WallMs float64 `json:"wall_ms"`
 	CPUMs  float64 `json:"cpu_ms"`
@@ -192,7 +196,8 @@ type SessionEnd struct {
 
 // FileEntry is one entry of GET .../files?path=DIR.
 type FileEntry struct {
-	Name string `json:"name"`
+	Name FSName `json:"name"` // not UTF-8: as FSName writes it
+
 	Type string `json:"type"` // file, dir, symlink, other
 	Size int64  `json:"size"`
 }

@@ -117,12 +117,15 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		s.mu.Unlock()
 	}()
 
-	res := &ExecResult{ExecutionCount: n, Images: []Image{}, FilesChanged: []string{},
+	res := &ExecResult{ExecutionCount: n, Images: []Image{}, FilesChanged: FSNames{},
 		BlockedSyscalls: []jail.BlockedSyscall{}, Network: []jail.NetworkDecision{}}
 	var f execFacts
 	before, berr := s.jl.p.Usage()
 	peakReset := berr == nil && s.jl.p.ResetMemoryPeak() == nil
-	work0 := snapshotWork(s.workFD, 10000)
+	// files_changed is what /work holds with a ctime from here on: one
+	// walk, after the exec. The files the request wrote just before are
+	// not the exec's: the clock is let tick past them.
+	since := workClock(len(plan.files) > 0)
 
 	if out != nil {
 		// The exec begins: from here its answer is a 200 stream.
@@ -164,16 +167,13 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 	s.mu.Lock()
 	s.peakMem = max(s.peakMem, res.PeakMemoryBytes)
 	s.mu.Unlock()
-	res.FilesChanged, res.FilesChangedTruncated = snapshotWork(s.workFD, 10000).changedSince(work0, 1000)
+	res.FilesChanged, res.FilesChangedTruncated = changedInWork(s.workFD, since, workWalkLimits)
 
 	if answer != nil {
+		// Already cut to the caps as it was read (driverConn.readAnswer).
 		res.Result, res.ResultTruncated, res.Error = answer.Result, answer.ResultTruncated, answer.Error
-		res.ImagesTruncated = answer.ImagesTruncated
-		for _, img := range answer.Images {
-			b, err := base64.StdEncoding.DecodeString(img)
-			if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
-				continue // not a figure the driver saved
-			}
+		res.ImagesTruncated = answer.ImagesTruncated || answer.Images.Cut
+		for _, img := range answer.Images.PNGs {
 			res.Images = append(res.Images, Image{Type: "png", Data: img})
 		}
 	}
@@ -213,6 +213,10 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 		sout, serr = wout, werr
 	}
 	drain := s.jl.p.DrainOutput(outR, errR, s.outputLimit, sout, serr)
+	// The inbox opens before the request goes: the driver's first frame
+	// may come before send returns.
+	inbox := s.openInbox()
+	defer s.closeInbox()
 	token := newID()
 	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax}
 	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
@@ -284,7 +288,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 wait:
 	for {
 		select {
-		case fr := <-s.frames:
+		case fr := <-inbox:
 			if fr.err == nil && fr.answer.Started != "" && !started {
 				if fr.answer.Started != token {
 					f.Broken = true
@@ -321,16 +325,27 @@ wait:
 				<-s.jailDone
 				break wait
 			}
+			// The answer is the driver's only if its process is still the
+			// program the server started (a cell can exec another in its
+			// place, which keeps the pid and the channel).
+			if err := s.driverIntact(); err != nil {
+				f.Broken = true
+				why = fmt.Sprintf("exec %d: %v; the session is ended", n, err)
+				s.finish(SessionFailed, why)
+				<-s.jailDone
+				break wait
+			}
 			a := fr.answer
 			answer = &a
 			f.Answered = true
 			f.Exception = a.Status == "exception"
 			break wait
 		case <-s.jailDone:
-			// An answer that came just before the end still counts.
+			// An answer that came just before the end still counts, if
+			// its process was still the driver's.
 			select {
-			case fr := <-s.frames:
-				if fr.err == nil && fr.answer.Token == token {
+			case fr := <-inbox:
+				if fr.err == nil && fr.answer.Token == token && s.driverIntact() == nil {
 					a := fr.answer
 					answer = &a
 					f.Answered = true
@@ -354,9 +369,17 @@ wait:
 			sigint("interrupted by POST .../interrupt")
 			interrupt = nil
 		case <-done:
+			done = nil
+			if srv.runs.Err() != nil {
+				// The server is stopping, and every session with it: the
+				// state is lost whatever the cell does, and the caller is
+				// told so, not that it went away.
+				why = fmt.Sprintf("the server is shutting down (%v)", context.Cause(srv.runs))
+				s.finish(SessionShutdown, why)
+				continue
+			}
 			f.Interrupted = true
 			sigint("the caller went away")
-			done = nil
 		case <-grace:
 			v := SessionTimeout
 			if !f.TimedOut {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -263,7 +264,7 @@ func listWork(root int, dir string, max int) (*FileList, error) {
 }
 
 func statEntry(dirfd int, name string) FileEntry {
-	e := FileEntry{Name: name, Type: "other"}
+	e := FileEntry{Name: FSName(name), Type: "other"}
 	var st unix.Stat_t
 	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return e
@@ -279,86 +280,122 @@ func statEntry(dirfd int, name string) FileEntry {
 	return e
 }
 
-// stamp is what says a file changed: a write moves its mtime and ctime,
-// a replacement its inode.
-type stamp struct {
-	ino, size    int64
-	mtime, ctime unix.Timespec
-	mode         uint32
+// workWalk bounds the walk behind files_changed: the entries it visits
+// (the work), the paths it lists, and (through maxWorkDepth and each
+// name's 255 bytes) the path it holds for the directory it is in. A
+// jail's /work can hold 65,536 inodes of paths 8 KiB long; the server
+// never holds more than these allow.
+type workWalk struct {
+	entries int // directory entries visited, at most
+	listed  int // paths listed, at most
 }
 
-// workSnapshot is /work's files at one moment, for files_changed.
-type workSnapshot struct {
-	files     map[string]stamp
-	truncated bool // the walk stopped at its caps
-}
+var workWalkLimits = workWalk{entries: 10000, listed: 1000}
 
-// snapshotWork walks /work below root (directories never through a
-// symlink), at most maxEntries entries and maxWorkDepth deep.
-func snapshotWork(root int, maxEntries int) *workSnapshot {
-	w := &workSnapshot{files: map[string]stamp{}}
-	if root < 0 {
-		return w
-	}
-	seen := 0
-	var walk func(dir string, depth int)
-	walk = func(dir string, depth int) {
-		fd, err := openWorkDir(root, dir)
-		if err != nil {
-			return
+// workClock is the time from which a change in /work is an exec's: the
+// kernel stamps a file's ctime (on every write, chmod, rename or link,
+// and which no call can set back) from the coarse real-time clock, so
+// that clock, read now, is at most what the exec's changes will carry.
+// After tick, it waits for the clock to move on once, so that what was
+// written just before (the request's files) is older.
+func workClock(tick bool) unix.Timespec {
+	var t unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &t)
+	for tick {
+		time.Sleep(time.Millisecond)
+		var now unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &now)
+		if now != t {
+			return now
 		}
-		f := os.NewFile(uintptr(fd), dir)
-		defer f.Close()
-		for {
-			names, err := f.Readdirnames(256)
-			for _, n := range names {
-				if seen++; seen > maxEntries {
-					w.truncated = true
-					return
-				}
-				p := n
-				if dir != "." {
-					p = dir + "/" + n
-				}
-				if p == figureDir {
-					continue
-				}
-				var st unix.Stat_t
-				if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-					continue
-				}
-				if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-					if depth+1 >= maxWorkDepth {
-						w.truncated = true
-						continue
-					}
-					walk(p, depth+1)
-					continue
-				}
-				w.files[p] = stamp{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim, ctime: st.Ctim, mode: st.Mode}
-			}
-			if err != nil {
+	}
+	return t
+}
+
+// changedInWork walks /work below root once (directories opened one
+// component at a time, beneath the one before, never through a symlink)
+// and lists the paths whose ctime is since or later, sorted, within
+// limits: at most limits.entries visited and limits.listed listed. It says
+// truncated when a bound stopped it, a directory could not be opened or a
+// changed path is longer than the files routes take (maxWorkPath): the
+// list is then not all that changed.
+func changedInWork(root int, since unix.Timespec, limits workWalk) ([]string, bool) {
+	w := &walker{since: since, limits: limits, out: []string{}}
+	if root < 0 {
+		return w.out, false
+	}
+	fd, err := openWorkDir(root, ".")
+	if err != nil {
+		return w.out, true
+	}
+	w.dir(fd, "", 0)
+	sort.Strings(w.out)
+	return w.out, w.truncated
+}
+
+type walker struct {
+	since     unix.Timespec
+	limits    workWalk
+	seen      int
+	out       []string
+	truncated bool
+	stop      bool
+}
+
+// dir walks the directory fd (closed here), whose path is prefix ("" for
+// /work, else ending in "/"), depth levels down.
+func (w *walker) dir(fd int, prefix string, depth int) {
+	f := os.NewFile(uintptr(fd), prefix)
+	defer f.Close()
+	for !w.stop {
+		names, err := f.Readdirnames(256)
+		for _, n := range names {
+			if w.seen++; w.seen > w.limits.entries {
+				w.truncated, w.stop = true, true
 				return
 			}
+			if prefix == "" && n == figureDir {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue // gone since it was listed
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if depth+1 >= maxWorkDepth {
+					w.truncated = true
+					continue
+				}
+				sub, err := openWorkDir(fd, n)
+				if err != nil {
+					w.truncated = w.truncated || !errors.Is(err, unix.ENOENT)
+					continue
+				}
+				w.dir(sub, prefix+n+"/", depth+1)
+				if w.stop {
+					return
+				}
+				continue
+			}
+			if st.Ctim.Sec < w.since.Sec || (st.Ctim.Sec == w.since.Sec && st.Ctim.Nsec < w.since.Nsec) {
+				continue
+			}
+			if len(prefix)+len(n) > maxWorkPath {
+				// No route could name it: said, not skipped in silence.
+				w.truncated = true
+				continue
+			}
+			if len(w.out) == w.limits.listed {
+				w.truncated, w.stop = true, true
+				return
+			}
+			w.out = append(w.out, prefix+n)
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				w.truncated = true
+			}
+			return
 		}
 	}
-	walk(".", 0)
-	return w
-}
-
-// changedSince lists what after has that before had not, or had
-// otherwise, sorted, at most max.
-func (after *workSnapshot) changedSince(before *workSnapshot, max int) ([]string, bool) {
-	out := []string{}
-	for p, st := range after.files {
-		if old, ok := before.files[p]; !ok || old != st {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	cut := after.truncated || before.truncated
-	if len(out) > max {
-		out, cut = out[:max], true
-	}
-	return out, cut
 }

@@ -325,7 +325,8 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	// the result, error value and traceback (characters, JSON-escaped: 12
 	// bytes for a character past U+FFFF at worst), and room for the rest.
 	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + 1<<20
-	conn, err := newDriverConn(jl.driver, maxFrame)
+	caps := answerCaps{resultChars: resultMax(spec.OutputLimit), imageBytes: s.cfg.FilesMax, images: maxImages}
+	conn, err := newDriverConn(jl.driver, maxFrame, caps)
 	if err != nil {
 		if cerr := jl.close(s.budget); cerr != nil {
 			s.closeFailed(cerr)
@@ -337,7 +338,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
 		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, idle: idle,
 		created: now, expires: now.Add(ttl), pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
-		slot: make(chan struct{}, 1), frames: make(chan driverFrame, 1), broken: make(chan struct{}),
+		slot: make(chan struct{}, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
 	hello := newID()
 	hdr, err := frame(struct {
@@ -399,6 +400,12 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		return abort(fail("the driver's process", err))
 	}
 	ss.proc = proc
+	// The layout execve gave the driver, measured now that the pidfd pins
+	// its pid: every answer is checked against it.
+	ss.driverPID = int(cred.Pid)
+	if ss.image, err = readDriverImage(ss.driverPID); err != nil {
+		return abort(fail("the driver's process", err))
+	}
 	if ss.workFD, err = openWorkRoot(jl.p.Workdir()); err != nil {
 		return abort(fail("/work", err))
 	}

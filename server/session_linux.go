@@ -61,6 +61,12 @@ type session struct {
 	jl   *ready
 	conn *driverConn
 	proc *jail.Process
+	// driverPID and image are the driver's process (the kernel's word, on
+	// its first frame) and its memory's layout then: checked again at
+	// every answer, so that a program the cell exec'd in its place is
+	// never taken for it (driverimage_linux.go).
+	driverPID int
+	image     driverImage
 	// workFD is the server's own descriptor of the session's /work (-1:
 	// the profile has none), opened from the jail's: it outlives the
 	// jail, so /work stays readable after an OOM kill until the session
@@ -72,10 +78,9 @@ type session struct {
 	useMu    sync.RWMutex
 	released bool
 
-	slot     chan struct{}    // held by the exec running: one at a time
-	frames   chan driverFrame // the driver's frames, read as they come
-	broken   chan struct{}    // closed when the channel failed
-	jailDone chan struct{}    // closed when the jail has ended
+	slot     chan struct{} // held by the exec running: one at a time
+	broken   chan struct{} // closed when the channel failed
+	jailDone chan struct{} // closed when the jail has ended
 	stopJail context.CancelFunc
 
 	mu        sync.Mutex
@@ -86,7 +91,14 @@ type session struct {
 	final     *jail.Result  // the jail's, once it ended
 	peakMem   uint64        // the most seen, whatever ResetMemoryPeak did
 	interrupt chan struct{} // the running exec's, closed by POST .../interrupt
+	// inbox takes the driver's frames for the running exec (nil between
+	// execs): room for the two an exec is owed, its started frame and its
+	// answer, and no more.
+	inbox chan driverFrame
 }
+
+// inboxFrames is what an exec's inbox holds: a started frame and the answer.
+const inboxFrames = 2
 
 type driverFrame struct {
 	answer driverAnswer
@@ -218,28 +230,70 @@ func (s *session) jailEnded(res *jail.Result, srv *Server) {
 
 // readFrames hands the driver's frames to the exec waiting for them,
 // until the channel fails or the jail is gone. A frame nobody asked for
-// waits for the next exec, whose token it does not carry.
+// (between execs, or past the two an exec is owed) is the cell's doing:
+// it ends the session, and is dropped, never held for a later exec (a
+// thread the cell left behind could otherwise park a frame of tens of MiB
+// in the server for the session's life).
 func (s *session) readFrames() {
 	for {
 		var f driverFrame
-		f.err = s.conn.readFrame(&f.answer, time.Time{})
+		f.answer, f.err = s.conn.readAnswer(time.Time{})
 		if f.err != nil {
 			close(s.broken)
 		}
-		// A frame that came before the jail's end is still delivered.
-		select {
-		case s.frames <- f:
-		default:
+		s.mu.Lock()
+		taken := false
+		if s.inbox != nil {
 			select {
-			case s.frames <- f:
-			case <-s.jailDone:
-				return
+			case s.inbox <- f:
+				taken = true
+			default:
 			}
 		}
+		s.mu.Unlock()
 		if f.err != nil {
+			return // the channel's end: watch ends the session
+		}
+		if !taken {
+			s.finish(SessionFailed, "a frame on the driver's channel that no exec asked for: the cell wrote to the channel")
 			return
 		}
 	}
+}
+
+// openInbox makes the running exec's inbox; closeInbox drops it, with
+// whatever it still holds.
+func (s *session) openInbox() chan driverFrame {
+	in := make(chan driverFrame, inboxFrames)
+	s.mu.Lock()
+	s.inbox = in
+	s.mu.Unlock()
+	return in
+}
+
+func (s *session) closeInbox() {
+	s.mu.Lock()
+	s.inbox = nil
+	s.mu.Unlock()
+}
+
+// driverIntact says whether the driver's process is still the program the
+// server started: the same memory layout (a new execve draws a new one),
+// read while its pidfd shows it alive (so the pid was not reused).
+func (s *session) driverIntact() error {
+	img, err := readDriverImage(s.driverPID)
+	if err == nil && s.proc.Signal(0) != nil {
+		err = errNoImage
+	}
+	switch {
+	case errors.Is(err, errNoImage):
+		return errors.New("the driver's process ended as it answered: its answer cannot be vouched for")
+	case err != nil:
+		return err
+	case img != s.image:
+		return fmt.Errorf("the driver was replaced: its process runs another program (its memory layout in /proc/%d/stat changed, as only an execve changes it)", s.driverPID)
+	}
+	return nil
 }
 
 // release kills the session if it lives, waits for its jail to end and

@@ -387,8 +387,8 @@ func TestAttackSessionForgesDriverFrames(t *testing.T) {
 	id = s.session(SessionRequest{}).SessionID
 	s.cell(id, fmt.Sprintf("import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.5), os.write(3, %q.encode()))).start()", frame))
 	time.Sleep(time.Second)
-	if r := s.cell(id, "1"); r.Verdict == ExecOK || resultIs(r, "'forged'") {
-		t.Errorf("a frame written between execs is taken for the next exec's answer: %+v", r)
+	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("1")}, nil); code != 410 || bytes.Contains(body, []byte("forged")) {
+		t.Errorf("a frame written between execs: the next exec gets %d %s, want 410 (the session ended)", code, body)
 	}
 }
 
@@ -446,6 +446,23 @@ func TestAttackSessionOtherUID(t *testing.T) {
 	}
 	if r := s.cell(id, "secret"); !resultIs(r, "'root only'") {
 		t.Errorf("root's session after all that: %+v", r)
+	}
+	// Closed, it answers its owner 410 and why; any other uid still 404,
+	// as for a session that never was.
+	if code, _ := s.call("DELETE", "/v1/sessions/"+id, nil, nil); code != 200 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if code, _ := s.call("GET", "/v1/sessions/"+id, nil, nil); code != 410 {
+		t.Errorf("its owner GETs the closed session: %d, want 410", code)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/sessions/" + id, ""},
+		{"POST", "/v1/sessions/" + id + "/exec", `{"code": "secret"}`},
+		{"DELETE", "/v1/sessions/" + id, ""},
+	} {
+		if code, body := as(65534, c.method, c.path, c.body); code != 404 || strings.Contains(body, "closed") || strings.Contains(body, "ended") {
+			t.Errorf("uid 65534: %s %s of a closed session: %d %s, want 404 and nothing of its end", c.method, c.path, code, body)
+		}
 	}
 }
 
@@ -604,7 +621,7 @@ func TestAttackSessionFilesSymlinks(t *testing.T) {
 		t.Errorf("list: %d %s", code, body)
 	}
 	for _, e := range list.Entries {
-		if want := map[string]string{"shadow": "symlink", "etc": "symlink", "fifo": "other", "data": "dir", "out": "dir"}[e.Name]; want != "" && e.Type != want {
+		if want := map[string]string{"shadow": "symlink", "etc": "symlink", "fifo": "other", "data": "dir", "out": "dir"}[string(e.Name)]; want != "" && e.Type != want {
 			t.Errorf("entry %+v, want %s", e, want)
 		}
 	}

@@ -1,0 +1,77 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// A cell runs in the driver's own process: it can clear close-on-exec on
+// the driver's descriptor and execve a program of its own, which keeps
+// the pid (and so the kernel's credentials on every frame) and answers
+// the next execs as it likes. What the server measures from outside to
+// tell that the process is still the program it started is the layout
+// execve gave its memory, in /proc/PID/stat: where the code, data, heap
+// and stack begin and end, and where the arguments and environment lie.
+// Each execve draws them afresh (ASLR: the stack's top over 2^22 pages,
+// its first frame over 8 KiB, the heap over 32 MiB), and nothing but
+// prctl(PR_SET_MM), which every seccomp policy refuses, sets them after
+// exec. A program that turns ASLR off for its exec (personality
+// ADDR_NO_RANDOMIZE, allowed by the python policy) and is crafted to
+// fit reaches only a driver whose stack top lies within a few MiB of the
+// top of the address space (execve's arguments are at most 6 MiB): about
+// one session in 2,700, which it can tell and keep trying for. On a host
+// with ASLR off (kernel.randomize_va_space = 0) the layout is the same on
+// every exec and this proves nothing (docs/security.md).
+
+// driverImage is the layout of a process's memory as execve made it:
+// /proc/PID/stat's start_code, end_code, start_stack (fields 26-28),
+// start_data, end_data, start_brk, arg_start, arg_end, env_start and
+// env_end (45-51).
+type driverImage [10]uint64
+
+// driverImageFields are those fields' numbers, as proc(5) counts them.
+var driverImageFields = [10]int{26, 27, 28, 45, 46, 47, 48, 49, 50, 51}
+
+// errNoImage says the process has no memory left to lay out: it is
+// exiting, or a zombie.
+var errNoImage = errors.New("the process has no memory image (it is exiting)")
+
+// readDriverImage reads pid's layout. The kernel shows it only to a
+// reader allowed to ptrace the process (the server, as root, is), and
+// zeros to anyone else: all zeros is an error, never a layout.
+func readDriverImage(pid int) (driverImage, error) {
+	var img driverImage
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return img, fmt.Errorf("read the driver's layout: %w", err)
+	}
+	// The command name, in parentheses, may hold anything; the fields
+	// after its last ')' are the kernel's, the state (field 3) first.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return img, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	zero := true
+	for k, field := range driverImageFields {
+		if field-3 >= len(f) {
+			return img, fmt.Errorf("/proc/%d/stat: %d fields, want %d", pid, len(f)+2, field)
+		}
+		v, err := strconv.ParseUint(f[field-3], 10, 64)
+		if err != nil {
+			return img, fmt.Errorf("/proc/%d/stat field %d: %w", pid, field, err)
+		}
+		img[k] = v
+		zero = zero && v == 0
+	}
+	if zero {
+		if len(f) > 0 && (f[0] == "Z" || f[0] == "X") {
+			return img, errNoImage
+		}
+		return img, fmt.Errorf("/proc/%d/stat: the memory layout reads as zeros (the server may not ptrace the driver, or it is exiting)", pid)
+	}
+	return img, nil
+}
