@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"strconv"
 	"strings"
@@ -20,11 +21,15 @@ import (
 // prctl(PR_SET_MM), which every seccomp policy refuses, sets them after
 // exec. A program that turns ASLR off for its exec (personality
 // ADDR_NO_RANDOMIZE, allowed by the python policy) and is crafted to
-// fit reaches only a driver whose stack top lies within a few MiB of the
-// top of the address space (execve's arguments are at most 6 MiB): about
-// one session in 2,700, which it can tell and keep trying for. On a host
-// with ASLR off (kernel.randomize_va_space = 0) the layout is the same on
-// every exec and this proves nothing (docs/security.md).
+// fit reaches only a driver whose arguments lie within a few MiB of the
+// top of the address space (execve's arguments are at most 6 MiB, and
+// with ASLR off the stack's top is that top): about one driver in 2,700,
+// which a cell can tell and an attacker keep making sessions for. So a
+// session whose driver drew such a layout is not handed out: its jail is
+// destroyed and another made (forgeable). On a host with ASLR off
+// (kernel.randomize_va_space = 0, or the server run under setarch -R)
+// every exec draws the same layout and this proves nothing; the server
+// says so in its log (docs/security.md).
 
 // driverImage is the layout of a process's memory as execve made it:
 // /proc/PID/stat's start_code, end_code, start_stack (fields 26-28),
@@ -75,3 +80,37 @@ func readDriverImage(pid int) (driverImage, error) {
 	}
 	return img, nil
 }
+
+// forgeableWindow is how near the top of the address space a driver's
+// arguments may begin before a program exec'd with ASLR off could be
+// crafted to match its layout: execve takes at most 6 MiB of arguments
+// and environment (fs/exec.c, bprm_stack_limits), above them lie the
+// file name and the stack's top, which with ASLR off is the top of the
+// address space (x86-64's 2^47, arm64's 2^48 less a page at most).
+const forgeableWindow = 16 << 20
+
+// forgeable says whether img's arguments lie in that window. With ASLR
+// on, one driver in about 1,000 does.
+func (img driverImage) forgeable() bool {
+	argStart := img[6]
+	top := uint64(1) << bits.Len64(argStart) // the power of two above it
+	return top-argStart < forgeableWindow
+}
+
+// aslrOff says whether pid's execs draw no random layout: ASLR off for
+// the host, or for the process (ADDR_NO_RANDOMIZE in its personality,
+// inherited from whoever started the server).
+func aslrOff(pid int) bool {
+	if b, err := os.ReadFile("/proc/sys/kernel/randomize_va_space"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/personality")
+	if err != nil {
+		return false
+	}
+	p, err := strconv.ParseUint(strings.TrimSpace(string(b)), 16, 32)
+	return err == nil && p&addrNoRandomize != 0
+}
+
+// addrNoRandomize is ADDR_NO_RANDOMIZE (linux/personality.h).
+const addrNoRandomize = 0x0040000

@@ -133,9 +133,12 @@ type Server struct {
 	bodies   *bodyBudget
 	started  time.Time
 	runSeq   atomic.Int64 // numbers the runs in the audit log
-	logMu    sync.Mutex
-	sessions *sessionTable
-	metrics  *metrics
+	// aslrWarned: the log has said once that ASLR is off, so that a
+	// session cannot tell its driver replaced (driverimage_linux.go).
+	aslrWarned atomic.Bool
+	logMu      sync.Mutex
+	sessions   *sessionTable
+	metrics    *metrics
 	// releasing counts the jails (a run's after its answer, a session's)
 	// being released in the background; Serve waits for them before its
 	// sweep. Adds are made by admitted requests (inflight) or sessions,

@@ -338,3 +338,44 @@ func TestAttackShutdownSaysCallerWentAway(t *testing.T) {
 	}
 	s.stop()
 }
+
+// A driver whose arguments begin within 16 MiB of the top of the address
+// space could be matched by a program exec'd with ASLR off (its stack's
+// top is that top, and execve takes at most 6 MiB of arguments): such a
+// draw is forgeable; one a few GiB down, as ASLR usually draws, is not.
+func TestDriverImageForgeable(t *testing.T) {
+	for _, c := range []struct {
+		argStart uint64
+		want     bool
+	}{
+		{0x7ffffffff000 - 0x1000, true},  // x86-64 with ASLR off: the top, less a page
+		{0x800000000000 - 15<<20, true},  // within the window
+		{0x800000000000 - 17<<20, false}, // past it
+		{0x7ffc12345000, false},          // a usual draw, 14 GiB down
+		{1<<48 - 4<<20, true},            // arm64's top
+	} {
+		var img driverImage
+		img[6] = c.argStart
+		if got := img.forgeable(); got != c.want {
+			t.Errorf("arg_start %#x: forgeable %v, want %v", c.argStart, got, c.want)
+		}
+	}
+}
+
+// With ASLR off for the server (setarch -R, inherited by every jail) each
+// driver is forgeable: sessions are still made, and the log says the
+// check proves nothing there.
+func TestSessionASLROffIsSaid(t *testing.T) {
+	bin := needServer(t)
+	if _, err := exec.LookPath("setarch"); err != nil {
+		t.Skip("needs setarch (util-linux)")
+	}
+	sock := filepath.Join(socketDir(t), "s.sock")
+	s := startServerCmd(t, sock, exec.Command("setarch", "-R", bin, "serve", "--socket", sock, "--pool", "1"))
+	if r := s.cell(s.session(SessionRequest{}).SessionID, "6 * 7"); !resultIs(r, "42") {
+		t.Errorf("a session with ASLR off: %+v", r)
+	}
+	if !strings.Contains(s.logString(), "ASLR is off") {
+		t.Errorf("the log does not say ASLR is off:\n%s", s.logString())
+	}
+}

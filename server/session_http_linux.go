@@ -250,20 +250,29 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	jailSpec := spec
 	jailSpec.Cgroup.CPUTime = 0
 	jailSpec.OutputLimit = s.specs[name].OutputLimit
-	switch err := s.gate.enter(ctx); {
-	case errors.Is(err, errBusy):
-		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
-	case err != nil:
-		return nil, &apiError{Status: 499, Msg: "the caller went away"}
-	}
-	jl, use, ae := s.sessionJail(ctx, name, jailSpec, admitted)
-	s.gate.leave()
-	if ae != nil {
-		return nil, ae
-	}
-	ss, ae := s.startSession(jl, caller, name, spec, jailSpec, idle, ttl, req, use)
-	if ae != nil {
-		return nil, ae
+	var ss *session
+	var use PoolUse
+	for attempt := 1; ; attempt++ {
+		switch err := s.gate.enter(ctx); {
+		case errors.Is(err, errBusy):
+			return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
+		case err != nil:
+			return nil, &apiError{Status: 499, Msg: "the caller went away"}
+		}
+		jl, u, ae := s.sessionJail(ctx, name, jailSpec, admitted)
+		s.gate.leave()
+		if ae != nil {
+			return nil, ae
+		}
+		use = u
+		ss, ae = s.startSession(jl, caller, name, spec, jailSpec, idle, ttl, req, use)
+		if ae == errForgeableDriver && attempt < 3 {
+			continue // about one jail in 1,000; three in a row, one in 10^9
+		}
+		if ae != nil {
+			return nil, ae
+		}
+		break
 	}
 	if !s.sessions.add(ss) {
 		ss.release(s, SessionShutdown, "the server is stopping")
@@ -406,6 +415,16 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	if ss.image, err = readDriverImage(ss.driverPID); err != nil {
 		return abort(fail("the driver's process", err))
 	}
+	if ss.image.forgeable() {
+		if !aslrOff(ss.driverPID) {
+			// A draw a program exec'd with ASLR off could match: this
+			// jail is not handed out (driverimage_linux.go).
+			return abort(errForgeableDriver)
+		}
+		if s.aslrWarned.CompareAndSwap(false, true) {
+			s.logf("ASLR is off (kernel.randomize_va_space = 0, or ADDR_NO_RANDOMIZE in the server's personality): a cell that execs a program in its driver's place keeps the same memory layout, and sessions cannot tell it (docs/security.md)")
+		}
+	}
 	if ss.workFD, err = openWorkRoot(jl.p.Workdir()); err != nil {
 		return abort(fail("/work", err))
 	}
@@ -422,6 +441,11 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	go ss.watch(s, done)
 	return ss, nil
 }
+
+// errForgeableDriver is a driver whose memory layout a program exec'd in
+// its place could match (driverimage_linux.go): its jail is destroyed and
+// the session made in another.
+var errForgeableDriver = &apiError{Status: 503, Msg: "start the session: three drivers in a row drew a memory layout a cell could forge; try again"}
 
 // handleSession is GET and DELETE /v1/sessions/{id}.
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request, caller peer) {
