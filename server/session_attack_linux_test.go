@@ -93,7 +93,9 @@ func TestAttackCellReplacesDriver(t *testing.T) {
 func TestAttackForkedChildAnswersForDriver(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	id := s.session(SessionRequest{}).SessionID
-	cell := cellFrames + "t = tok()\nif os.fork() == 0:\n    forge(answer(t))\n    os._exit(0)\ntime.sleep(1)\n'real'"
+	// The child's frame is in the channel before the driver's answer: the
+	// parent waits for it.
+	cell := cellFrames + "t = tok()\npid = os.fork()\nif pid == 0:\n    forge(answer(t))\n    os._exit(0)\nos.waitpid(pid, 0)\n'real'"
 	r := s.exec(id, ExecRequest{Code: &cell, Timeout: "5s"})
 	if resultIs(r, "'forged'") || r.Verdict != ExecFailed || r.State != "lost" || r.Session.Alive {
 		t.Errorf("a child's answer in the driver's name: %+v, want verdict error, state lost", r)
@@ -106,7 +108,20 @@ func TestAttackForkedChildAnswersForDriver(t *testing.T) {
 func TestAttackUnrequestedFramesHeld(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	id := s.session(SessionRequest{}).SessionID
-	cell := cellFrames + "import threading\nthreading.Thread(target=lambda: (time.sleep(0.5), forge(answer('x' * 32, 'r' * (8 << 20))))).start()\n"
+	// The thread writes once the driver is done with the cell (its own
+	// _state says so) and has had a second to answer.
+	cell := cellFrames + `import threading
+g = sys._getframe()
+while "_state" not in g.f_globals:
+    g = g.f_back
+st = g.f_globals["_state"]
+def later():
+    while st["user"]:
+        time.sleep(0.05)
+    time.sleep(1)
+    forge(answer("x" * 32, "r" * (8 << 20)))
+threading.Thread(target=later).start()
+`
 	if r := s.exec(id, ExecRequest{Code: &cell}); r.Verdict != ExecOK || r.State != "kept" {
 		t.Fatalf("the exec that starts the thread: %+v", r)
 	}
