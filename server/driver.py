@@ -146,14 +146,23 @@ def _run_cell(code, filename, ns):
     # As a notebook does: the cell runs as statements, and a last
     # expression is evaluated and its value shown (None is not).
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    tree = ast.parse(code, filename, "exec")
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
-    exec(compile(tree, filename, "exec"), ns)
+    try:
+        tree = ast.parse(code, filename, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+        body = compile(tree, filename, "exec")
+    except (SyntaxError, ValueError) as e:
+        # The whole cell is compiled before any of it runs, as Python
+        # compiles a script. A cell that does not compile has no frames of
+        # its own: the ones it would carry are ast.parse's and the
+        # driver's, and the error names the cell's line itself.
+        e.__traceback__ = None
+        raise
+    exec(body, ns)
     if last is None:
         return None
-    value = eval(compile(last, filename, "eval"), ns)
+    value = eval(last, ns)
     if value is not None:
         ns["_"] = value
     return value
