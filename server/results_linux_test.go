@@ -1,8 +1,11 @@
 package server
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // What the model reads of a cell: these tests hold the text of an exec's
@@ -34,5 +37,38 @@ func TestSyntaxErrorShowsTheCellOnly(t *testing.T) {
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, `File "<code>", line 2`) || !strings.Contains(r.Stderr, "SyntaxError") ||
 		strings.Contains(r.Stderr, "Traceback (most recent call last)") || strings.Contains(r.Stderr, "stockade") {
 		t.Errorf("a single-use run's syntax error is the code's line and the error only: %+v", r.Result)
+	}
+}
+
+// A network attempt in a jail without network: the model must read why,
+// in the text it gets (stderr, and MCP's text content), not only in the
+// network list many hosts never show it. The line is the CLI's own,
+// marked as stockade's, after the program's output.
+func TestNetworkRefusalIsInTheText(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	const probe = "import socket\ntry:\n    socket.getaddrinfo('example.com', 443)\nexcept OSError as e:\n    print('lookup failed:', e)\n"
+	const want = "stockade: network: this jail has no network (name lookup via 127.0.0.1:53 refused); see --allow-net\n"
+	id := s.session(SessionRequest{}).SessionID
+	r := s.cell(id, probe)
+	if r.Verdict != ExecOK || !strings.HasPrefix(r.Stdout, "lookup failed:") || r.Stderr != want || r.StderrBytes != 0 {
+		t.Errorf("a session's exec: stderr %q, want %q: %+v", r.Stderr, want, r)
+	}
+	if r := s.cell(id, "import sys\nprint('own', end='', file=sys.stderr)\n"+probe); r.Stderr != "own\n"+want {
+		t.Errorf("the line after the cell's own stderr: %q", r.Stderr)
+	}
+	if r := s.cell(id, "1"); r.Stderr != "" {
+		t.Errorf("an exec without network attempts gets no line: %q", r.Stderr)
+	}
+	run := s.run(RunRequest{Code: code(probe)})
+	if run.Stderr != want {
+		t.Errorf("a single-use run's stderr %q, want %q", run.Stderr, want)
+	}
+
+	cs := mcpSession(t, s)
+	for _, args := range []map[string]any{{"code": probe}, {"code": probe, "session_id": id}} {
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: args})
+		if err != nil || !strings.Contains(mcpText(res), "stderr:\n"+want) {
+			t.Errorf("MCP run_python %v: the text says nothing of the refusal: %v\n%s", args["session_id"], err, mcpText(res))
+		}
 	}
 }

@@ -170,6 +170,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 		res = s.start(ctx, jl, req, spec, out)
 	}
 	res.StockadeVersion = s.cfg.Version
+	res.Stderr = withNetworkNotices(res.Stderr, res.Network, !spec.Network.Enabled(), out)
 	resp := &RunResponse{Result: res, Files: map[string]string{}, Images: []Image{}, FilesSkipped: []string{}, Pool: use}
 	if jl != nil && res.Verdict != jail.VerdictError {
 		c, err := collectWork(jl.p.Workdir(), req.inputs, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32,

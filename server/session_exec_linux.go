@@ -155,6 +155,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		res.BlockedSyscalls = blockedSince(before.Blocked, after.Blocked)
 		res.Network = networkSince(before.Network, after.Network)
 	}
+	res.Stderr = withNetworkNotices(res.Stderr, res.Network, s.noNetwork, out)
 	res.PeakMemoryBytes = after.MemoryPeakBytes
 	if !peakReset {
 		s.mu.Lock()

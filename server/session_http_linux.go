@@ -335,7 +335,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	now := time.Now()
 	ctx, stopJail := context.WithCancel(context.Background())
 	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
-		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, idle: idle,
+		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, noNetwork: !spec.Network.Enabled(), idle: idle,
 		created: now, expires: now.Add(ttl), pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
 		slot: make(chan struct{}, 1), frames: make(chan driverFrame, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
