@@ -1,7 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -69,6 +76,159 @@ func TestNetworkRefusalIsInTheText(t *testing.T) {
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: args})
 		if err != nil || !strings.Contains(mcpText(res), "stderr:\n"+want) {
 			t.Errorf("MCP run_python %v: the text says nothing of the refusal: %v\n%s", args["session_id"], err, mcpText(res))
+		}
+	}
+}
+
+// needDataStack skips unless the host's Python (the jail's) has pandas,
+// matplotlib and IPython (python3-pandas, python3-matplotlib,
+// python3-ipython; scripts/deps check installs them).
+func needDataStack(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import pandas, matplotlib, IPython").Run(); err != nil {
+		t.Skip("the data stack is not installed (python3-pandas, python3-matplotlib, python3-ipython)")
+	}
+}
+
+// plain is a result's text/plain ("" if it has none or it is not a string).
+func plain(r RichResult) string { return mimeText(r, "text/plain") }
+
+func mimeText(r RichResult, mime string) string {
+	var s string
+	_ = json.Unmarshal(r.Data[mime], &s)
+	return s
+}
+
+// isPNG says whether a result carries a PNG the image package decodes.
+func isPNG(r RichResult) bool {
+	b, err := base64.StdEncoding.DecodeString(mimeText(r, "image/png"))
+	if err != nil {
+		return false
+	}
+	_, err = png.Decode(bytes.NewReader(b))
+	return err == nil
+}
+
+// A cell's results as a notebook shows them, in order: display() anywhere
+// in the cell (the builtin, and IPython's once imported), the last
+// expression's value (is_main_result), then the figures left open; a
+// DataFrame as text and HTML, a figure as PNG and, on request, SVG. The
+// older fields stay as they were.
+func TestSessionRichResults(t *testing.T) {
+	needDataStack(t)
+	s := startServer(t, "--pool", "1")
+	id := s.session(SessionRequest{}).SessionID
+	r := s.cell(id, "import pandas as pd\nimport matplotlib.pyplot as plt\n"+
+		"display('first')\ndf = pd.DataFrame({'a': [1, 2], 'b': [3, 4]})\ndisplay(df)\n"+
+		"plt.plot([1, 2, 3])\nprint('printed')\ndf")
+	if r.Verdict != ExecOK || r.Stdout != "printed\n" || len(r.Results) != 4 || r.ResultsTruncated {
+		t.Fatalf("four results: %+v", r)
+	}
+	table := "   a  b\n0  1  3\n1  2  4"
+	first, shown, main, fig := r.Results[0], r.Results[1], r.Results[2], r.Results[3]
+	if plain(first) != "'first'" || len(first.Data) != 1 || first.IsMainResult {
+		t.Errorf("display('first'): %+v", first)
+	}
+	for _, df := range []RichResult{shown, main} {
+		if plain(df) != table || !strings.Contains(mimeText(df, "text/html"), "<table") {
+			t.Errorf("a DataFrame as text and HTML: %q %q", plain(df), mimeText(df, "text/html"))
+		}
+	}
+	if shown.IsMainResult || !main.IsMainResult || fig.IsMainResult {
+		t.Errorf("is_main_result only on the last expression's: %v %v %v", shown.IsMainResult, main.IsMainResult, fig.IsMainResult)
+	}
+	if !strings.HasPrefix(plain(fig), "<Figure size") || !isPNG(fig) || fig.Data["image/svg+xml"] != nil {
+		t.Errorf("the figure left open, as PNG only: %q %v", plain(fig), fig.Data["image/svg+xml"] != nil)
+	}
+	if !resultIs(r, table) || len(r.Images) != 1 {
+		t.Errorf("result and images as before: %v %d", r.Result, len(r.Images))
+	}
+	if r := s.cell(id, "import sys\n'IPython.core.formatters' in sys.modules"); !resultIs(r, "True") {
+		t.Errorf("the DataFrame was formatted by IPython's DisplayFormatter, which the root has: %+v", r)
+	}
+
+	r = s.exec(id, ExecRequest{Code: ptr("from IPython.display import display, HTML, Markdown\n" +
+		"display(HTML('<b>bold</b>'), Markdown('*it*'))\nfig = plt.figure()\nplt.bar([1], [2])\ndisplay(fig)\n1 + 1"),
+		FigureFormats: []string{"png", "svg"}})
+	if r.Verdict != ExecOK || len(r.Results) != 4 {
+		t.Fatalf("IPython's display, a figure displayed, then 1 + 1: %+v %+v", r, r.Error)
+	}
+	if mimeText(r.Results[0], "text/html") != "<b>bold</b>" || mimeText(r.Results[1], "text/markdown") != "*it*" {
+		t.Errorf("IPython's display adds results: %+v %+v", r.Results[0], r.Results[1])
+	}
+	if f := r.Results[2]; !isPNG(f) || !strings.Contains(mimeText(f, "image/svg+xml"), "<svg") {
+		t.Errorf("display(fig) with figure_formats png and svg: %v", f.Data)
+	}
+	if m := r.Results[3]; plain(m) != "2" || !m.IsMainResult || len(m.Data) != 1 || r.ExecutionCount != 3 {
+		t.Errorf("1 + 1, once (the displayed figure is not shown again): %+v", r.Results)
+	}
+	if r := s.cell(id, "x = 1"); len(r.Results) != 0 || r.Results == nil {
+		t.Errorf("no results: an empty list: %+v", r.Results)
+	}
+	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", map[string]any{"code": "1", "figure_formats": []string{"gif"}}, nil)
+	if code != 400 || !strings.Contains(string(body), "figure_formats") {
+		t.Errorf("figure_formats gif: %d %s", code, body)
+	}
+}
+
+// A root without IPython (here the host's, with IPython's package
+// hidden under an empty directory) gets its results from the standard
+// library: the _repr_*_ methods an object offers, and repr.
+func TestSessionRichResultsWithoutIPython(t *testing.T) {
+	needDataStack(t)
+	ipython := "/usr/lib/python3/dist-packages/IPython"
+	if _, err := os.Stat(ipython); err != nil {
+		t.Skip("IPython is not where Debian puts it")
+	}
+	empty := socketDir(t) // 0755 on a path others can search: the jail user opens it
+	prof := filepath.Join(t.TempDir(), "no-ipython.toml")
+	if err := os.WriteFile(prof, []byte("extends = \"python\"\n[filesystem]\nro = [\""+empty+":"+ipython+"\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--pool", "1", "--profile", prof)
+	id := s.session(SessionRequest{}).SessionID
+	r := s.cell(id, "import importlib.util\nassert importlib.util.find_spec('IPython.core') is None\n"+
+		"import pandas as pd\nclass Both:\n    def _repr_markdown_(self): return '**md**'\n    def __repr__(self): return 'Both()'\n"+
+		"display(Both())\npd.DataFrame({'a': [1]})")
+	if r.Verdict != ExecOK || len(r.Results) != 2 {
+		t.Fatalf("two results without IPython: %+v %+v", r, r.Error)
+	}
+	if b := r.Results[0]; plain(b) != "Both()" || mimeText(b, "text/markdown") != "**md**" {
+		t.Errorf("a _repr_markdown_ without IPython: %+v", b)
+	}
+	if m := r.Results[1]; !m.IsMainResult || plain(m) != "   a\n0  1" || !strings.Contains(mimeText(m, "text/html"), "<table") {
+		t.Errorf("a DataFrame without IPython: %+v", m)
+	}
+	if r := s.cell(id, "import sys\n'IPython.core' in sys.modules"); !resultIs(r, "False") {
+		t.Errorf("nothing of IPython was loaded: %+v", r)
+	}
+}
+
+// The driver runs in the cell's interpreter: a cell can reach its
+// results list and put anything there. The server keeps at most 64
+// results, each a plain MIME bundle within its caps, and drops the rest.
+func TestAttackSessionForgesRichResults(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	id := s.session(SessionRequest{}).SessionID
+	r := s.cell(id, `res = display.__globals__['_state']['results'].list
+ok = {'data': {'text/plain': 'ok'}, 'is_main_result': False, 'truncated': False}
+res.append({'data': {'text/plain': 'x', 'Text/HTML': '<script>'}, 'is_main_result': False, 'truncated': False})
+res.append({'data': {'text/plain': 'x', 'image/png': 'bm90IGEgcG5n'}, 'is_main_result': False, 'truncated': False})
+res.append({'data': {'text/html': 'no text/plain'}, 'is_main_result': False, 'truncated': False})
+res.append({'data': {'text/plain': 7}, 'is_main_result': False, 'truncated': False})
+res.append({'data': {'text/plain': 'x' * (3 << 20)}, 'is_main_result': False, 'truncated': False})
+res.append({'data': dict({'text/plain': 'x'}, **{'a/t%d' % i: 'v' for i in range(20)}), 'is_main_result': False, 'truncated': False})
+res.extend([ok] * 1000)
+`)
+	if r.Verdict != ExecOK || r.State != "kept" {
+		t.Fatalf("the forged results are the cell's own business, not an error: %+v", r)
+	}
+	if len(r.Results) != 64 || !r.ResultsTruncated {
+		t.Fatalf("want 64 results, truncated: %d %v", len(r.Results), r.ResultsTruncated)
+	}
+	for i, res := range r.Results {
+		if plain(res) != "ok" || len(res.Data) != 1 {
+			t.Fatalf("result %d is not one the server should keep: %v", i, res.Data)
 		}
 	}
 }

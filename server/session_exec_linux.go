@@ -69,7 +69,9 @@ type execPlan struct {
 	stdin   string
 	timeout time.Duration
 	files   map[string]string
-	caller  peer
+	// figureFormats are the figures' formats among the results (nil: png).
+	figureFormats []string
+	caller        peer
 }
 
 // exec runs one cell. The caller holds the session's slot. out, when not
@@ -117,7 +119,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		s.mu.Unlock()
 	}()
 
-	res := &ExecResult{ExecutionCount: n, Images: []Image{}, FilesChanged: []string{},
+	res := &ExecResult{ExecutionCount: n, Images: []Image{}, Results: []RichResult{}, FilesChanged: []string{},
 		BlockedSyscalls: []jail.BlockedSyscall{}, Network: []jail.NetworkDecision{}}
 	var f execFacts
 	before, berr := s.jl.p.Usage()
@@ -170,6 +172,8 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 	if answer != nil {
 		res.Result, res.ResultTruncated, res.Error = answer.Result, answer.ResultTruncated, answer.Error
 		res.ImagesTruncated = answer.ImagesTruncated
+		res.Results, res.ResultsTruncated = boundResults(answer.Results, richCapsOf(srv.cfg.FilesMax, plan.figureFormats))
+		res.ResultsTruncated = res.ResultsTruncated || answer.ResultsTruncated
 		for _, img := range answer.Images {
 			b, err := base64.StdEncoding.DecodeString(img)
 			if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
@@ -215,7 +219,8 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	}
 	drain := s.jl.p.DrainOutput(outR, errR, s.outputLimit, sout, serr)
 	token := newID()
-	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax}
+	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax,
+		Rich: richCapsOf(srv.cfg.FilesMax, plan.figureFormats)}
 	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
 	inR.Close()
 	outW.Close()
