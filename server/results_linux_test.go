@@ -232,3 +232,50 @@ res.extend([ok] * 1000)
 		}
 	}
 }
+
+// Over MCP the model reads each rich result's text and sees each figure
+// as an image; the structured content keeps the bundles (HTML for a UI)
+// without the images' base64, which the image contents carry.
+func TestMCPRichResults(t *testing.T) {
+	needDataStack(t)
+	s := startServer(t, "--pool", "1")
+	id := s.session(SessionRequest{}).SessionID
+	cs := mcpSession(t, s)
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: map[string]any{"session_id": id,
+		"code": "import pandas as pd\nimport matplotlib.pyplot as plt\ndisplay('shown')\nplt.plot([1, 4, 9])\npd.DataFrame({'a': [1, 2]})"}})
+	if err != nil || res.IsError {
+		t.Fatalf("run_python: %v %s", err, mcpText(res))
+	}
+	txt := mcpText(res)
+	for _, want := range []string{"display: 'shown'\n", "result:    a\n0  1\n1  2\n[also as text/html, in the structured content]\n", "display: <Figure size", "figures: 1"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("the text lacks %q:\n%s", want, txt)
+		}
+	}
+	var images int
+	for _, c := range res.Content {
+		if ic, ok := c.(*sdk.ImageContent); ok && ic.MIMEType == "image/png" && bytes.HasPrefix(ic.Data, []byte("\x89PNG")) {
+			images++
+		}
+	}
+	if images != 1 {
+		t.Errorf("want the figure as one PNG image content, got %d", images)
+	}
+	sc, _ := json.Marshal(res.StructuredContent)
+	var got struct {
+		Results []struct {
+			Data         map[string]any `json:"data"`
+			IsMainResult bool           `json:"is_main_result"`
+			Omitted      map[string]int `json:"omitted"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(sc, &got); err != nil || len(got.Results) != 3 {
+		t.Fatalf("structured content: %v %.500s", err, sc)
+	}
+	if html, _ := got.Results[1].Data["text/html"].(string); !strings.Contains(html, "<table") || !got.Results[1].IsMainResult {
+		t.Errorf("the DataFrame's HTML in the structured content: %+v", got.Results[1])
+	}
+	if fig := got.Results[2]; fig.Data["image/png"] != nil || fig.Omitted["image/png"] < 1000 {
+		t.Errorf("the figure's PNG is an image content, only its size in the structured content: %+v", fig.Omitted)
+	}
+}
