@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/jail"
 )
 
 // What the model reads of a cell: these tests hold the text of an exec's
@@ -277,5 +278,46 @@ func TestMCPRichResults(t *testing.T) {
 	}
 	if fig := got.Results[2]; fig.Data["image/png"] != nil || fig.Omitted["image/png"] < 1000 {
 		t.Errorf("the figure's PNG is an image content, only its size in the structured content: %+v", fig.Omitted)
+	}
+}
+
+// A single-use run's results have the session's shape: each display() in
+// order, then each figure left open (a script has no last expression).
+// The program owns /work, where the bootstrap leaves them for the
+// server: a results file it wrote itself is held to the same caps.
+func TestRunRichResults(t *testing.T) {
+	needDataStack(t)
+	s := startServer(t, "--pool", "1")
+	r := s.run(RunRequest{Code: code("import pandas as pd\nimport matplotlib.pyplot as plt\n" +
+		"display(pd.DataFrame({'a': [1]}))\nplt.plot([1, 2])\nprint('hi')\n")})
+	if r.Verdict != jail.VerdictOK || r.Stdout != "hi\n" || len(r.Results) != 2 || r.ResultsTruncated || len(r.Images) != 1 {
+		t.Fatalf("a DataFrame displayed and a figure: %+v %+v", r.Result, r.Results)
+	}
+	if df := r.Results[0]; plain(df) != "   a\n0  1" || !strings.Contains(mimeText(df, "text/html"), "<table") || df.IsMainResult {
+		t.Errorf("the DataFrame: %+v", df)
+	}
+	if fig := r.Results[1]; !isPNG(fig) || !strings.HasPrefix(plain(fig), "<Figure size") {
+		t.Errorf("the figure: %+v", fig)
+	}
+	if _, ok := r.Files[".stockade-figures"]; ok || len(r.Files) != 0 {
+		t.Errorf("the results' file is not one of the run's files: %v", r.Files)
+	}
+	if r := s.run(RunRequest{Code: code("print(1)")}); len(r.Results) != 0 || r.Results == nil || r.ResultsTruncated {
+		t.Errorf("no results: an empty list: %+v", r.Results)
+	}
+	r = s.run(RunRequest{Code: code(`import json, os
+os.makedirs('/work/.stockade-figures', exist_ok=True)
+ok = {'data': {'text/plain': 'ok'}, 'is_main_result': False, 'truncated': False}
+bad = {'data': {'text/plain': 'x', 'image/png': 'bm90IGEgcG5n'}, 'is_main_result': False, 'truncated': False}
+json.dump({'results': [bad] + [ok] * 100, 'truncated': False}, open('/work/.stockade-figures/results.json', 'w'))
+os._exit(0)
+`)})
+	if len(r.Results) != 64 || !r.ResultsTruncated || plain(r.Results[0]) != "ok" {
+		t.Errorf("a results file the program wrote: %d results, truncated %v", len(r.Results), r.ResultsTruncated)
+	}
+	r = s.run(RunRequest{Code: code("import os\nos.makedirs('/work/.stockade-figures', exist_ok=True)\n" +
+		"os.symlink('/etc/passwd', '/work/.stockade-figures/results.json')\nos._exit(0)\n")})
+	if len(r.Results) != 0 || !r.ResultsTruncated {
+		t.Errorf("a symlink for a results file is not followed: %+v %v", r.Results, r.ResultsTruncated)
 	}
 }
