@@ -18,7 +18,7 @@
 # the cells: nothing it says is trusted beyond what the cell could say
 # about itself. The server measures the rest (time, CPU, memory, blocked
 # calls, network, files) and decides the verdict.
-import ast, base64, builtins, io, json, linecache, os, signal, socket, sys, traceback, types
+import ast, base64, builtins, io, json, linecache, os, re, signal, socket, sys, traceback, types
 
 CHAN = 3
 # The exit status of a driver whose channel failed: the server closes it
@@ -164,6 +164,12 @@ _REPR_METHODS = (
 )
 _RICH_NAMES = ("_repr_mimebundle_", "_ipython_display_") + tuple(m for _, m in _REPR_METHODS)
 _BINARY = ("image/png", "image/jpeg", "application/pdf")
+# What the server keeps (boundResults): a plain type/subtype, at most 16
+# types a result, and an image that is what its type says. A result past
+# these would be dropped whole; the driver leaves out the one value.
+_MIME_NAME = re.compile(r"[a-z0-9.+-]+/[a-z0-9.+-]+\Z")
+_MAX_TYPES = 16
+_MAGIC = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
 
 
 def _offers_rich(obj):
@@ -178,7 +184,7 @@ def _ipython_formatter():
         try:
             from IPython.core.formatters import DisplayFormatter
             _state["formatter"] = DisplayFormatter()
-        except ImportError:
+        except Exception:  # ImportError, or an IPython that does not load
             _state["formatter"] = None
     return _state["formatter"]
 
@@ -245,9 +251,14 @@ def _mime_value(mime, v):
     # A value as JSON carries it: binary types in base64 (a str is
     # base64 already, as Jupyter has it), JSON types as JSON, text as str.
     if mime in _BINARY:
-        if isinstance(v, (bytes, bytearray)):
-            return base64.b64encode(bytes(v)).decode()
-        return v if isinstance(v, str) else None
+        if isinstance(v, str):
+            try:
+                v = base64.b64decode(v, validate=True)
+            except ValueError:
+                return None
+        if not isinstance(v, (bytes, bytearray)) or not bytes(v).startswith(_MAGIC.get(mime, b"")):
+            return None
+        return base64.b64encode(bytes(v)).decode()
     if mime == "application/json" or mime.endswith("+json"):
         try:
             json.dumps(v)
@@ -286,8 +297,11 @@ class _Results:
         out = {"text/plain": plain}
         size = len(json.dumps("text/plain")) + len(json.dumps(plain))
         for mime, v in data.items():
-            if mime == "text/plain" or not isinstance(mime, str) or len(mime) > 127:
+            if mime == "text/plain" or not isinstance(mime, str) or len(mime) > 127 or not _MIME_NAME.match(mime):
                 continue
+            if len(out) >= _MAX_TYPES:
+                cut = True
+                break
             v = _mime_value(mime, v)
             if v is None:
                 continue
