@@ -71,6 +71,22 @@ func TestNetworkRefusalIsInTheText(t *testing.T) {
 	if run.Stderr != want {
 		t.Errorf("a single-use run's stderr %q, want %q", run.Stderr, want)
 	}
+	// Streamed, the line is the stream's last stderr line, before the result.
+	for _, path := range []string{"/v1/sessions/" + id + "/exec", "/v1/run"} {
+		_, body := s.call("POST", path, map[string]any{"code": probe}, map[string]string{"Accept": NDJSON})
+		lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+		var stderr string
+		for _, l := range lines[:len(lines)-1] {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["type"] == "stderr" {
+				stderr += m["data"].(string)
+			}
+		}
+		var last map[string]any
+		if json.Unmarshal([]byte(lines[len(lines)-1]), &last); stderr != want || last["type"] != "result" || last["stderr"] != want {
+			t.Errorf("%s streamed: stderr lines %q, result %v", path, stderr, last["stderr"])
+		}
+	}
 
 	cs := mcpSession(t, s)
 	for _, args := range []map[string]any{{"code": probe}, {"code": probe, "session_id": id}} {
