@@ -107,6 +107,19 @@ func needDataStack(t *testing.T) {
 	}
 }
 
+// dataProfile is the python profile with room for the data stack's first
+// imports on a loaded machine (pandas, matplotlib and IPython in one
+// cell take seconds of the 10 s default when seven builds share two
+// cores), and extra lines of TOML.
+func dataProfile(t *testing.T, extra string) string {
+	t.Helper()
+	prof := filepath.Join(t.TempDir(), "data.toml")
+	if err := os.WriteFile(prof, []byte("extends = \"python\"\n[limits]\ntimeout = \"60s\"\n"+extra), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return prof
+}
+
 // plain is a result's text/plain ("" if it has none or it is not a string).
 func plain(r RichResult) string { return mimeText(r, "text/plain") }
 
@@ -133,7 +146,7 @@ func isPNG(r RichResult) bool {
 // older fields stay as they were.
 func TestSessionRichResults(t *testing.T) {
 	needDataStack(t)
-	s := startServer(t, "--pool", "1")
+	s := startServer(t, "--pool", "1", "--profile", dataProfile(t, ""))
 	id := s.session(SessionRequest{}).SessionID
 	r := s.cell(id, "import pandas as pd\nimport matplotlib.pyplot as plt\n"+
 		"display('first')\ndf = pd.DataFrame({'a': [1, 2], 'b': [3, 4]})\ndisplay(df)\n"+
@@ -160,7 +173,7 @@ func TestSessionRichResults(t *testing.T) {
 	if !resultIs(r, table) || len(r.Images) != 1 {
 		t.Errorf("result and images as before: %v %d", r.Result, len(r.Images))
 	}
-	if r := s.cell(id, "import sys\n'IPython.core.formatters' in sys.modules"); !resultIs(r, "True") {
+	if r := s.cell(id, "display.__globals__['_state']['formatter'] is not None"); !resultIs(r, "True") {
 		t.Errorf("the DataFrame was formatted by IPython's DisplayFormatter, which the root has: %+v", r)
 	}
 
@@ -198,10 +211,7 @@ func TestSessionRichResultsWithoutIPython(t *testing.T) {
 		t.Skip("IPython is not where Debian puts it")
 	}
 	empty := socketDir(t) // 0755 on a path others can search: the jail user opens it
-	prof := filepath.Join(t.TempDir(), "no-ipython.toml")
-	if err := os.WriteFile(prof, []byte("extends = \"python\"\n[filesystem]\nro = [\""+empty+":"+ipython+"\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prof := dataProfile(t, "[filesystem]\nro = [\""+empty+":"+ipython+"\"]\n")
 	s := startServer(t, "--pool", "1", "--profile", prof)
 	id := s.session(SessionRequest{}).SessionID
 	r := s.cell(id, "import importlib.util\nassert importlib.util.find_spec('IPython.core') is None\n"+
@@ -255,7 +265,7 @@ res.extend([ok] * 1000)
 // without the images' base64, which the image contents carry.
 func TestMCPRichResults(t *testing.T) {
 	needDataStack(t)
-	s := startServer(t, "--pool", "1")
+	s := startServer(t, "--pool", "1", "--profile", dataProfile(t, ""))
 	id := s.session(SessionRequest{}).SessionID
 	cs := mcpSession(t, s)
 	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: map[string]any{"session_id": id,
@@ -303,7 +313,7 @@ func TestMCPRichResults(t *testing.T) {
 // server: a results file it wrote itself is held to the same caps.
 func TestRunRichResults(t *testing.T) {
 	needDataStack(t)
-	s := startServer(t, "--pool", "1")
+	s := startServer(t, "--pool", "1", "--profile", dataProfile(t, ""))
 	r := s.run(RunRequest{Code: code("import pandas as pd\nimport matplotlib.pyplot as plt\n" +
 		"display(pd.DataFrame({'a': [1]}))\nplt.plot([1, 2])\nprint('hi')\n")})
 	if r.Verdict != jail.VerdictOK || r.Stdout != "hi\n" || len(r.Results) != 2 || r.ResultsTruncated || len(r.Images) != 1 {
