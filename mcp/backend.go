@@ -43,18 +43,20 @@ type Job struct {
 // Outcome is a run's or an exec's result: the fields the text shows, and
 // the whole object as the server sent it.
 type Outcome struct {
-	Verdict         string   `json:"verdict"`
-	State           string   `json:"state"`     // sessions: "kept" or "lost"
-	Why             string   `json:"why"`       // sessions: what ended the exec
-	ExitCode        *int     `json:"exit_code"` // single-use runs
-	Stdout          string   `json:"stdout"`
-	Stderr          string   `json:"stderr"`
-	StdoutTruncated bool     `json:"stdout_truncated"`
-	StderrTruncated bool     `json:"stderr_truncated"`
-	Result          *string  `json:"result"`
-	Images          []Image  `json:"images"`
-	FilesChanged    []string `json:"files_changed"`
-	ExecutionCount  int      `json:"execution_count"`
+	Verdict         string  `json:"verdict"`
+	State           string  `json:"state"`     // sessions: "kept" or "lost"
+	Why             string  `json:"why"`       // sessions: what ended the exec
+	ExitCode        *int    `json:"exit_code"` // single-use runs
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	Result          *string `json:"result"`
+	Images          []Image `json:"images"`
+	// Results are an exec's rich results, each a MIME bundle.
+	Results        []RichResult `json:"results"`
+	FilesChanged   []string     `json:"files_changed"`
+	ExecutionCount int          `json:"execution_count"`
 	// Error is an exec's exception ({name, value, traceback}), or a
 	// single-use run's set-up error (a string).
 	Error json.RawMessage `json:"error"`
@@ -85,6 +87,21 @@ func (o *Outcome) SetupError() string {
 	if len(o.Error) == 0 || o.Error[0] != '"' || json.Unmarshal(o.Error, &s) != nil {
 		return ""
 	}
+	return s
+}
+
+// RichResult is one result of a cell: MIME type -> value (text/plain
+// always, an image's base64), as the server's docs give it.
+type RichResult struct {
+	Data         map[string]json.RawMessage `json:"data"`
+	IsMainResult bool                       `json:"is_main_result"`
+	Truncated    bool                       `json:"truncated"`
+}
+
+// text is the value of a text type, or "".
+func (r RichResult) text(mime string) string {
+	var s string
+	_ = json.Unmarshal(r.Data[mime], &s)
 	return s
 }
 

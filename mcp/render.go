@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -66,7 +67,12 @@ func outcomeResult(o *Outcome, singleUse bool) *sdk.CallToolResult {
 	}
 	stream("stdout", o.Stdout, o.StdoutTruncated)
 	stream("stderr", o.Stderr, o.StderrTruncated)
-	if o.Result != nil {
+	content := []sdk.Content{nil}
+	if len(o.Results) > 0 {
+		// The rich results carry the last expression's value and the
+		// figures (their PNGs) in the cell's order.
+		content = append(content, richText(&b, o.Results)...)
+	} else if o.Result != nil {
 		fmt.Fprintf(&b, "result: %s\n", cut(*o.Result, maxShown))
 	}
 	if e := o.Exception(); e != nil {
@@ -76,8 +82,10 @@ func outcomeResult(o *Outcome, singleUse bool) *sdk.CallToolResult {
 			fmt.Fprintf(&b, "exception: %s: %s\n", e.Name, cut(e.Value, maxShown))
 		}
 	}
-	content := []sdk.Content{nil}
 	for i, img := range o.Images {
+		if len(o.Results) > 0 {
+			break // the figures are among the results
+		}
 		data, err := decodeBase64(img.Data)
 		if err != nil {
 			fmt.Fprintf(&b, "figure %d: not base64 (%v)\n", i+1, err)
@@ -100,6 +108,47 @@ func outcomeResult(o *Outcome, singleUse bool) *sdk.CallToolResult {
 	}
 	content[0] = &sdk.TextContent{Text: b.String()}
 	return &sdk.CallToolResult{Content: content, StructuredContent: structured(o.Raw, singleUse), IsError: o.Verdict != "ok"}
+}
+
+// richText writes each rich result as the model reads it, its text/plain
+// ("result:" for the last expression's, "display:" for the others) and
+// the other types it has, and returns an image for each PNG or JPEG.
+func richText(b *strings.Builder, results []RichResult) []sdk.Content {
+	var images []sdk.Content
+	for _, r := range results {
+		label := "display"
+		if r.IsMainResult {
+			label = "result"
+		}
+		fmt.Fprintf(b, "%s: %s\n", label, cut(r.text("text/plain"), maxShown))
+		var also []string
+		for mime, raw := range r.Data {
+			switch mime {
+			case "text/plain":
+			case "image/png", "image/jpeg":
+				var s string
+				if json.Unmarshal(raw, &s) != nil {
+					continue
+				}
+				data, err := decodeBase64(s)
+				if err != nil {
+					fmt.Fprintf(b, "[%s: not base64 (%v)]\n", mime, err)
+					continue
+				}
+				images = append(images, &sdk.ImageContent{Data: data, MIMEType: mime})
+			default:
+				also = append(also, mime)
+			}
+		}
+		if len(also) > 0 {
+			sort.Strings(also)
+			fmt.Fprintf(b, "[also as %s, in the structured content]\n", strings.Join(also, ", "))
+		}
+		if r.Truncated {
+			b.WriteString("[this result was cut to fit the server's caps]\n")
+		}
+	}
+	return images
 }
 
 // runFiles are the names of the files a single-use run returned.
@@ -133,11 +182,46 @@ func structured(raw map[string]any, singleUse bool) map[string]any {
 		}
 		out["images"] = stripped
 	}
+	if results, ok := raw["results"].([]any); ok {
+		out["results"] = stripImages(results)
+	}
 	if singleUse {
 		delete(out, "files")
 		out["files_changed"] = runFiles(raw)
 	}
 	delete(out, "type")
+	return out
+}
+
+// stripImages is the rich results without the images' base64 (each is an
+// image content already): each image type's value leaves data and its
+// size in bytes goes in "omitted".
+func stripImages(results []any) []any {
+	out := make([]any, 0, len(results))
+	for _, r := range results {
+		m, _ := r.(map[string]any)
+		data, _ := m["data"].(map[string]any)
+		copied := make(map[string]any, len(m))
+		for k, v := range m {
+			copied[k] = v
+		}
+		kept := make(map[string]any, len(data))
+		omitted := map[string]any{}
+		for mime, v := range data {
+			if s, ok := v.(string); ok && (mime == "image/png" || mime == "image/jpeg") {
+				n := len(s) / 4 * 3
+				n -= len(s) - len(strings.TrimRight(s, "="))
+				omitted[mime] = n
+				continue
+			}
+			kept[mime] = v
+		}
+		copied["data"] = kept
+		if len(omitted) > 0 {
+			copied["omitted"] = omitted
+		}
+		out = append(out, copied)
+	}
 	return out
 }
 

@@ -21,7 +21,7 @@ import (
 // policy is the command line's (doc.go).
 
 type runArgs struct {
-	Code           string  `json:"code" jsonschema:"Python source: one cell. In a session the last expression's repr comes back as result, as a notebook shows it"`
+	Code           string  `json:"code" jsonschema:"Python source: one cell. In a session the last expression's value comes back as result, and display(obj) shows an object mid-cell, as a notebook does"`
 	SessionID      string  `json:"session_id,omitempty" jsonschema:"a session from create_session: variables, imports and /work files stay from one call to the next. Without it the code runs in a fresh single-use jail that is destroyed afterwards"`
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit of this run, at most the server's"`
 	Stdin          string  `json:"stdin,omitempty" jsonschema:"the program's standard input"`
@@ -80,7 +80,7 @@ func NewServer(b Backend, opts Options) *sdk.Server {
 	})
 	t := &tools{b: b, opts: opts}
 	sdk.AddTool(s, &sdk.Tool{Name: "run_python", Description: "Run Python code in a jail and return its verdict, stdout, stderr, " +
-		"the last expression's value (sessions), the traceback of an exception and one image per matplotlib figure left open. " +
+		"the last expression's value and each display(obj) (sessions), the traceback of an exception and one image per matplotlib figure left open. " +
 		"isError is set when the verdict is not ok."}, t.runPython)
 	sdk.AddTool(s, &sdk.Tool{Name: "create_session", Description: "Start a Python session: one long-lived jail whose variables, " +
 		"imports and /work files stay between run_python calls that pass its session_id. Returns session_id, limits and expiry times."}, t.createSession)

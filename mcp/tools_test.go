@@ -322,3 +322,43 @@ func TestTimeoutCeiling(t *testing.T) {
 		t.Errorf("no timeout: %q", got)
 	}
 }
+
+// Rich results: each a line of the text in order (display:, result:),
+// each PNG an image, the structured content without the images' base64.
+func TestRunPythonRichResults(t *testing.T) {
+	png := []byte("\x89PNG\r\n\x1a\nfigure")
+	b64 := base64.StdEncoding.EncodeToString(png)
+	raw := `[{"data": {"text/plain": "'shown'"}, "is_main_result": false, "truncated": false},
+	         {"data": {"text/plain": "<Figure>", "image/png": "` + b64 + `"}, "is_main_result": false, "truncated": false},
+	         {"data": {"text/plain": "   a\n0  1", "text/html": "<table>"}, "is_main_result": true, "truncated": true}]`
+	var results []RichResult
+	var rawAny []any
+	if err := json.Unmarshal([]byte(raw), &results); err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal([]byte(raw), &rawAny)
+	res1 := "legacy repr"
+	o := &Outcome{Verdict: "ok", State: "kept", Result: &res1, Results: results,
+		Images: []Image{{Type: "png", Data: b64}},
+		Raw:    map[string]any{"verdict": "ok", "results": rawAny, "images": []any{map[string]any{"type": "png", "data": b64}}}}
+	cs := connect(t, &fakeBackend{outcome: o})
+	res := call(t, cs, "run_python", map[string]any{"code": "x", "session_id": "abc"})
+	txt := text(res)
+	want := "display: 'shown'\ndisplay: <Figure>\nresult:    a\n0  1\n[also as text/html, in the structured content]\n[this result was cut to fit the server's caps]\nfigures: 1, as images after this text\n"
+	if !strings.Contains(txt, want) || strings.Contains(txt, "legacy repr") {
+		t.Errorf("text:\n%s\nwant it to hold:\n%s", txt, want)
+	}
+	var images int
+	for _, c := range res.Content {
+		if ic, ok := c.(*sdk.ImageContent); ok && string(ic.Data) == string(png) {
+			images++
+		}
+	}
+	if images != 1 {
+		t.Errorf("the figure once as an image (the results carry it, images not again): %d", images)
+	}
+	sc, _ := json.Marshal(res.StructuredContent)
+	if strings.Contains(string(sc), b64) || !strings.Contains(string(sc), `"omitted":{"image/png":14}`) || !strings.Contains(string(sc), `"text/html":"\u003ctable\u003e"`) {
+		t.Errorf("structured content: %s", sc)
+	}
+}

@@ -137,26 +137,62 @@ func (l *Log) Add(d Decision) {
 }
 
 func (l *Log) noticeFor(d Decision) string {
-	target := hostPort(d.Host, d.Port)
-	switch {
-	case d.Cut != "":
-		return fmt.Sprintf("stockade: network: cut %s %s: %s", d.Via, target, d.Cut)
-	case d.Allowed:
-		return ""
-	case isDirect(d.Via) && l.noNet:
+	line, once := Notice(d, l.noNet)
+	if once {
 		// One notice for the whole run: the cause is the same every time.
 		if l.noticed {
 			return ""
 		}
 		l.noticed = true
+	}
+	return line
+}
+
+// Notice is the line stockade's stderr gets for a decision ("" for none),
+// the words of `stockade run` a reader of the program's output sees
+// beside it; once says it is the one notice a jail without network gets,
+// whatever the attempt.
+func Notice(d Decision, noNetwork bool) (line string, once bool) {
+	target := hostPort(d.Host, d.Port)
+	switch {
+	case d.Cut != "":
+		return fmt.Sprintf("stockade: network: cut %s %s: %s", d.Via, target, d.Cut), false
+	case d.Allowed || d.Via == "log":
+		return "", false
+	case isDirect(d.Via) && noNetwork:
 		what := d.Via + " to " + target
 		if d.Via == "dns" {
 			what = "name lookup via " + target
 		}
-		return fmt.Sprintf("stockade: network: this jail has no network (%s refused); see --allow-net", what)
+		return fmt.Sprintf("stockade: network: this jail has no network (%s refused); see --allow-net", what), true
 	default:
-		return fmt.Sprintf("stockade: network: refused %s %s: %s", d.Via, target, d.Reason)
+		return fmt.Sprintf("stockade: network: refused %s %s: %s", d.Via, target, d.Reason), false
 	}
+}
+
+// Notices are the lines Notice gives a list of decisions, as a run's
+// stderr got them (the no-network one once), at most max and then one
+// that counts the rest: for a front end whose reader sees a run's text
+// and not its network list (a model, over MCP or a session's stderr).
+func Notices(ds []Decision, noNetwork bool, max int) []string {
+	var out []string
+	noticed, more := false, 0
+	for _, d := range ds {
+		line, once := Notice(d, noNetwork)
+		if line == "" || once && noticed {
+			continue
+		}
+		noticed = noticed || once
+		if len(out) >= max {
+			more++
+			continue
+		}
+		out = append(out, line)
+	}
+	if more > 0 {
+		out = append(out, fmt.Sprintf("stockade: network: %d more refused (the result's network list has them all)", more))
+	}
+	return out
 }
 
 // neverClass is the never-reachable class a refusal aimed at, or "".

@@ -30,7 +30,12 @@ type RunResponse struct {
 	FilesTruncated bool        `json:"files_truncated"` // some were left out (size or count cap)
 	FilesSkipped   SkippedList `json:"files_skipped"`   // and these, with the reason
 	Images         []Image     `json:"images"`
-	Pool           PoolUse     `json:"pool"`
+	// Results are the program's rich results, as a session's exec has
+	// them: each display() in order, then each figure left open that it
+	// did not display (a script has no last expression to show).
+	Results          []RichResult `json:"results"`
+	ResultsTruncated bool         `json:"results_truncated"`
+	Pool             PoolUse      `json:"pool"`
 }
 
 // Image is one figure left open at the end of the run.

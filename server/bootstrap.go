@@ -74,21 +74,34 @@ if "argv" in _job:
     except OSError as e:
         print("stockade: %s: %s" % (_job["argv"][0], e.strerror), file=sys.stderr)
         os._exit(127 if isinstance(e, FileNotFoundError) else 126)
-def _stockade_figures():
+def _stockade_figures(results):
+    # Each figure left open: a PNG in FIGDIR, and a rich result unless
+    # the program displayed it; then the results, for the server.
     plt = sys.modules.get("matplotlib.pyplot")
-    if plt is None:
-        return
     try:
-        nums = plt.get_fignums()
-        if nums:
+        nums = plt.get_fignums() if plt is not None else []
+        if nums or results.list or results.truncated:
             os.makedirs(FIGDIR, exist_ok=True)
         for i, n in enumerate(nums):
-            plt.figure(n).savefig(os.path.join(FIGDIR, "%03d.png" % i), format="png")
+            fig = plt.figure(n)
+            data = _stockade_drv["_figure_data"](fig, ["png"] + [f for f in results.caps["formats"] if f != "png"])
+            with open(os.path.join(FIGDIR, "%03d.png" % i), "wb") as f:
+                f.write(data["image/png"])
+            if id(fig) not in results.shown:
+                results.add(fig, raw=data)
     except Exception as e:
         print("stockade: saving figures: %r" % e, file=sys.stderr)
+    if results.list or results.truncated:
+        with open(os.path.join(FIGDIR, "results.json"), "w") as f:
+            json.dump({"results": results.list, "truncated": results.truncated}, f)
 def _stockade_main(code):
     linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
     g = {"__name__": "__main__", "__builtins__": __builtins__}
+    # display() adds rich results, as in a session's cell.
+    results = _stockade_drv["_state"]["results"] = _stockade_drv["_Results"](_job["rich"], _job["result_max"])
+    import builtins
+    builtins.display = _stockade_drv["_display"]
+    sys.meta_path.insert(0, _stockade_drv["_IPythonDisplay"])
     status = 0
     try:
         exec(compile(code, "<code>", "exec"), g)
@@ -97,7 +110,7 @@ def _stockade_main(code):
     except BaseException as e:
         traceback.print_exception(type(e), e, e.__traceback__.tb_next)
         status = 1
-    _stockade_figures()
+    _stockade_figures(results)
     _stockade_exit(status)
 def _stockade_exit(status):
     # What the interpreter's own exit does that a program can see (atexit,
@@ -150,6 +163,10 @@ type jobHeader struct {
 	Code  *int      `json:"code,omitempty"` // bytes of code
 	Argv  []int     `json:"argv,omitempty"` // bytes of each argument
 	Files []jobFile `json:"files,omitempty"`
+	// Rich and ResultMax bound the code's rich results (a session's
+	// exec request carries the same).
+	Rich      *richCaps `json:"rich,omitempty"`
+	ResultMax int64     `json:"result_max,omitempty"`
 }
 
 type jobFile struct {
@@ -175,11 +192,12 @@ func frame(v any) ([]byte, error) {
 // writeJob writes the job of a validated request to w (the jail's stdin),
 // the bulk straight from the request's strings: the code and arguments as
 // they are, the files decoded from base64 as they stream.
-func writeJob(w io.Writer, req *RunRequest) error {
+func writeJob(w io.Writer, req *RunRequest, rich richCaps, resultMax int64) error {
 	var h jobHeader
 	if req.Code != nil {
 		n := len(*req.Code)
 		h.Code = &n
+		h.Rich, h.ResultMax = &rich, resultMax
 	}
 	for _, a := range req.Argv {
 		h.Argv = append(h.Argv, len(a))

@@ -18,7 +18,7 @@
 # the cells: nothing it says is trusted beyond what the cell could say
 # about itself. The server measures the rest (time, CPU, memory, blocked
 # calls, network, files) and decides the verdict.
-import ast, base64, builtins, io, json, linecache, os, signal, socket, sys, traceback, types
+import ast, base64, builtins, io, json, linecache, os, re, signal, socket, sys, traceback, types
 
 CHAN = 3
 # The exit status of a driver whose channel failed: the server closes it
@@ -26,7 +26,7 @@ CHAN = 3
 # tells it from the interpreter's own death.
 LOST = 86
 DRIVER_FILE = "<stockade driver>"  # the name the bootstrap compiles this under
-_state = {"user": False}
+_state = {"user": False, "results": None}
 
 
 def _on_sigint(signum, frame):
@@ -117,16 +117,20 @@ def _error(e, limit):
     return {"name": type(e).__name__, "value": v, "traceback": t}
 
 
-def _figures(limit):
+def _figures(limit, results):
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return [], False
     out, total, cut = [], 0, False
     try:
         for num in plt.get_fignums():
-            buf = io.BytesIO()
-            plt.figure(num).savefig(buf, format="png")
-            b = buf.getvalue()
+            fig = plt.figure(num)
+            data = _figure_data(fig, ("png",) + tuple(f for f in results.caps["formats"] if f != "png"))
+            b = data["image/png"]
+            if id(fig) not in results.shown:
+                if "png" not in results.caps["formats"]:
+                    del data["image/png"]
+                results.add(fig, raw=data)
             if total + len(b) > limit:
                 cut = True
                 continue
@@ -142,18 +146,239 @@ def _figures(limit):
     return out, cut
 
 
+# Rich results. Each result of a cell is a MIME bundle (Jupyter's and
+# E2B's shape): text/plain always, and text/html, image/png, ... when the
+# object offers them. display(obj) adds one anywhere in a cell, the last
+# expression's value one more (is_main_result), and each figure left
+# open one with its PNG (and SVG when asked). Where the root has IPython
+# its DisplayFormatter formats an object that offers more than text, as
+# Jupyter would; it is imported (some 40 MB, half a second) only for the
+# first such object, never for plain values, whose text/plain is repr, as
+# `result` is. A root without IPython gets the _repr_*_ methods and
+# repr, from the standard library alone.
+_REPR_METHODS = (
+    ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"), ("text/latex", "_repr_latex_"),
+    ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"),
+    ("application/pdf", "_repr_pdf_"), ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+)
+_RICH_NAMES = ("_repr_mimebundle_", "_ipython_display_") + tuple(m for _, m in _REPR_METHODS)
+_BINARY = ("image/png", "image/jpeg", "application/pdf")
+# What the server keeps (boundResults): a plain type/subtype, at most 16
+# types a result, and an image that is what its type says. A result past
+# these would be dropped whole; the driver leaves out the one value.
+_MIME_NAME = re.compile(r"[a-z0-9.+-]+/[a-z0-9.+-]+\Z")
+_MAX_TYPES = 16
+_MAGIC = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
+
+
+def _offers_rich(obj):
+    # Asked of the type: an instance's __getattr__ (a mock, a proxy)
+    # answers every name.
+    t = type(obj)
+    return any(callable(getattr(t, name, None)) for name in _RICH_NAMES)
+
+
+def _ipython_formatter():
+    if "formatter" not in _state:
+        try:
+            from IPython.core.formatters import DisplayFormatter
+            _state["formatter"] = DisplayFormatter()
+        except Exception:  # ImportError, or an IPython that does not load
+            _state["formatter"] = None
+    return _state["formatter"]
+
+
+def _stdlib_format(obj):
+    # What IPython's formatters would ask, without IPython.
+    data = {}
+    try:
+        b = obj._repr_mimebundle_(include=None, exclude=None) if callable(getattr(type(obj), "_repr_mimebundle_", None)) else None
+        if isinstance(b, tuple):
+            b = b[0]
+        if isinstance(b, dict):
+            data.update(b)
+    except Exception as e:
+        print("stockade: _repr_mimebundle_: %r" % e, file=sys.stderr)
+    for mime, name in _REPR_METHODS:
+        if mime in data or not callable(getattr(type(obj), name, None)):
+            continue
+        try:
+            v = getattr(obj, name)()
+        except Exception as e:
+            print("stockade: %s: %r" % (name, e), file=sys.stderr)
+            continue
+        if isinstance(v, tuple):  # (data, metadata)
+            v = v[0]
+        if v is not None:
+            data[mime] = v
+    return data
+
+
+def _figure_data(fig, formats):
+    data = {"text/plain": repr(fig)}
+    for kind, mime in (("png", "image/png"), ("svg", "image/svg+xml")):
+        if kind in formats:
+            buf = io.BytesIO()
+            fig.savefig(buf, format=kind)
+            data[mime] = buf.getvalue() if kind == "png" else buf.getvalue().decode("utf-8", "replace")
+    return data
+
+
+def _is_figure(obj):
+    mod = sys.modules.get("matplotlib.figure")
+    return mod is not None and isinstance(obj, mod.Figure)
+
+
+def _format(obj, formats):
+    if _is_figure(obj):
+        return _figure_data(obj, formats)
+    if not _offers_rich(obj):
+        return {"text/plain": repr(obj)}
+    f = _ipython_formatter()
+    if f is not None:
+        data, _ = f.format(obj)
+        if not data:
+            return None  # _ipython_display_ showed it its own way
+    else:
+        data = _stdlib_format(obj)
+    if not isinstance(data.get("text/plain"), str):
+        data["text/plain"] = repr(obj)
+    return data
+
+
+def _mime_value(mime, v):
+    # A value as JSON carries it: binary types in base64 (a str is
+    # base64 already, as Jupyter has it), JSON types as JSON, text as str.
+    if mime in _BINARY:
+        if isinstance(v, str):
+            try:
+                v = base64.b64decode(v, validate=True)
+            except ValueError:
+                return None
+        if not isinstance(v, (bytes, bytearray)) or not bytes(v).startswith(_MAGIC.get(mime, b"")):
+            return None
+        return base64.b64encode(bytes(v)).decode()
+    if mime == "application/json" or mime.endswith("+json"):
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            return None
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    return v if isinstance(v, str) else None
+
+
+class _Results:
+    # One cell's results, in order, held to the server's caps (which it
+    # checks again: this runs in the cell's interpreter). Sizes are bytes
+    # of JSON as the answer frame carries them.
+    def __init__(self, caps, text_max):
+        self.caps, self.text_max = caps, text_max
+        self.list, self.used, self.truncated = [], 0, False
+        self.shown = set()  # figures displayed: not again when the cell ends
+
+    def add(self, obj, main=False, raw=None):
+        if len(self.list) >= self.caps["count"]:
+            self.truncated = True
+            return
+        data = raw if raw is not None else _format(obj, self.caps["formats"])
+        if data is None:
+            return
+        if _is_figure(obj):
+            self.shown.add(id(obj))
+        budget = min(self.caps["bundle"], self.caps["bytes"] - self.used)
+        plain = data.get("text/plain")
+        plain, cut = _cut(plain if isinstance(plain, str) else repr(obj), self.text_max)
+        while plain and len(json.dumps(plain)) > budget // 2:
+            # text/plain is always there: cut to fit, the rest whole or not at all.
+            plain, cut = plain[:len(plain) // 2], True
+        out = {"text/plain": plain}
+        size = len(json.dumps("text/plain")) + len(json.dumps(plain))
+        for mime, v in data.items():
+            if mime == "text/plain" or not isinstance(mime, str) or len(mime) > 127 or not _MIME_NAME.match(mime):
+                continue
+            if len(out) >= _MAX_TYPES:
+                cut = True
+                break
+            v = _mime_value(mime, v)
+            if v is None:
+                continue
+            n = len(json.dumps(mime)) + len(json.dumps(v))
+            if size + n > budget:
+                cut = True
+                continue
+            out[mime] = v
+            size += n
+        if size > budget:
+            self.truncated = True
+            return
+        self.used += size
+        self.list.append({"data": out, "is_main_result": main, "truncated": cut})
+
+
+def _display(*objs, raw=False, **_ignored):
+    """display(obj, ...): each object one more result of the cell, in order
+    (IPython's display; include, exclude, metadata and display_id are not
+    kept)."""
+    results = _state.get("results")
+    for obj in objs:
+        if results is None:
+            # Outside a cell (a thread that outlived it): as IPython
+            # without a shell does.
+            print(repr(obj))
+        elif raw and isinstance(obj, dict):
+            results.add(None, raw=obj)
+        else:
+            results.add(obj)
+
+
+class _IPythonDisplay:
+    # A finder that loads nothing itself: when the cell imports IPython's
+    # display functions, their display becomes the session's, so that
+    # `from IPython.display import display` adds results as in Jupyter
+    # (without a running IPython shell, IPython's own only prints).
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "IPython.core.display_functions":
+            return None
+        for finder in sys.meta_path:
+            if finder is _IPythonDisplay or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                load = spec.loader.exec_module
+
+                def exec_module(module, load=load):
+                    load(module)
+                    module.display = _display
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
 def _run_cell(code, filename, ns):
     # As a notebook does: the cell runs as statements, and a last
     # expression is evaluated and its value shown (None is not).
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    tree = ast.parse(code, filename, "exec")
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
-    exec(compile(tree, filename, "exec"), ns)
+    try:
+        tree = ast.parse(code, filename, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+        body = compile(tree, filename, "exec")
+    except (SyntaxError, ValueError) as e:
+        # The whole cell is compiled before any of it runs, as Python
+        # compiles a script. A cell that does not compile has no frames of
+        # its own: the ones it would carry are ast.parse's and the
+        # driver's, and the error names the cell's line itself.
+        e.__traceback__ = None
+        raise
+    exec(body, ns)
     if last is None:
         return None
-    value = eval(compile(last, filename, "eval"), ns)
+    value = eval(last, ns)
     if value is not None:
         ns["_"] = value
     return value
@@ -200,6 +425,7 @@ def _exec(req, fds, streams, ns, answer, chan):
         answer["error"] = {"name": "DriverError", "value": "want 3 descriptors, got %d" % len(fds), "traceback": ""}
         return
     streams.cell(fds)
+    results = _state["results"] = _Results(req["rich"], limit)
     try:
         _state["user"] = True
         try:
@@ -209,19 +435,24 @@ def _exec(req, fds, streams, ns, answer, chan):
             value = _run_cell(req["code"], "<cell %d>" % req["n"], ns)
             if value is not None:
                 answer["result"], answer["result_truncated"] = _cut(repr(value), limit)
+                # Formatting runs the object's own code (_repr_html_, a
+                # figure's artists): still the cell's, and interruptible.
+                results.add(value, main=True)
         except BaseException as e:
             answer["status"] = "exception"
             answer["error"] = _error(e, limit)
         # savefig may run the cell's own code (artists, formatters): still
         # the cell's time, and interruptible.
         try:
-            answer["images"], answer["images_truncated"] = _figures(req["images_max"])
+            answer["images"], answer["images_truncated"] = _figures(req["images_max"], results)
         except BaseException as e:
             if answer["error"] is None:
                 answer["status"] = "exception"
                 answer["error"] = _error(e, limit)
     finally:
         _state["user"] = False
+        _state["results"] = None
+        answer["results"], answer["results_truncated"] = results.list, results.truncated
         streams.restore()
 
 
@@ -238,6 +469,10 @@ def main(job):
     # classes a cell defines (multiprocessing, joblib).
     sys.modules["__main__"] = main_mod
     ns = main_mod.__dict__
+    # display is a builtin in the cells, as in IPython; IPython's own
+    # (when the root has it) is the same function once imported.
+    builtins.display = _display
+    sys.meta_path.insert(0, _IPythonDisplay)
     chan.send({"hello": job["hello"], "python": sys.version.split()[0]})
     while True:
         try:
@@ -249,7 +484,7 @@ def main(job):
         if req.get("op") != "exec":
             os._exit(LOST)
         answer = {"token": req["token"], "status": "ok", "result": None, "result_truncated": False,
-                  "error": None, "images": [], "images_truncated": False}
+                  "error": None, "images": [], "images_truncated": False, "results": [], "results_truncated": False}
         try:
             _exec(req, fds, streams, ns, answer, chan)
         except KeyboardInterrupt as e:

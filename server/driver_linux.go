@@ -21,12 +21,13 @@ import (
 // driverRequest is one exec, sent with the cell's stdin, stdout and
 // stderr pipes as SCM_RIGHTS.
 type driverRequest struct {
-	Op        string `json:"op"`    // "exec"
-	Token     string `json:"token"` // the answer must carry it
-	Code      string `json:"code"`
-	N         int    `json:"n"`          // the execution count: the cell's file name
-	ResultMax int64  `json:"result_max"` // bytes of result, error value and traceback each
-	ImagesMax int64  `json:"images_max"` // bytes of PNG in all
+	Op        string   `json:"op"`    // "exec"
+	Token     string   `json:"token"` // the answer must carry it
+	Code      string   `json:"code"`
+	N         int      `json:"n"`          // the execution count: the cell's file name
+	ResultMax int64    `json:"result_max"` // bytes of result, error value and traceback each
+	ImagesMax int64    `json:"images_max"` // bytes of PNG in all
+	Rich      richCaps `json:"rich"`       // the rich results' caps and the figures' formats
 }
 
 // driverHello is the driver's first frame.
@@ -50,6 +51,11 @@ type driverAnswer struct {
 	Error           *ExecError   `json:"error"`
 	Images          answerImages `json:"images"`
 	ImagesTruncated bool         `json:"images_truncated"`
+	// Results are the cell's rich results, each a MIME bundle: the
+	// jail's bytes, held to richCaps by boundResults before anything
+	// else sees them.
+	Results          []RichResult `json:"results"`
+	ResultsTruncated bool         `json:"results_truncated"`
 }
 
 // maxImages caps the figures of one exec, whatever their size: a forged
@@ -150,6 +156,85 @@ func cutChars(s string, max int64) (string, bool) {
 		n++
 	}
 	return s, false
+}
+
+// boundResults is the driver's results as the server keeps them: at most
+// caps.Count, each within caps.Bundle and all within caps.Bytes, each MIME
+// name a plain type/subtype, each value a JSON string but for JSON types,
+// base64 of the right kind of image for image/png and image/jpeg, and
+// text/plain in every one. A result that breaks a rule is dropped whole
+// and the list marked truncated: an honest driver never sends one.
+func boundResults(rs []RichResult, caps richCaps) ([]RichResult, bool) {
+	out := []RichResult{}
+	truncated := false
+	var total int64
+	for _, r := range rs {
+		n, ok := bundleSize(r, caps.Bundle)
+		if !ok || len(out) >= caps.Count || total+n > caps.Bytes {
+			truncated = true
+			continue
+		}
+		total += n
+		out = append(out, r)
+	}
+	return out, truncated
+}
+
+// bundleSize is the bytes of r's MIME names and values, and whether r
+// keeps the rules of boundResults within max bytes.
+func bundleSize(r RichResult, max int64) (int64, bool) {
+	if len(r.Data) > maxBundleTypes {
+		return 0, false
+	}
+	var n int64
+	for mime, raw := range r.Data {
+		n += int64(len(mime) + len(raw))
+		if n > max || !isMIMEType(mime) {
+			return 0, false
+		}
+		if mime == "application/json" || strings.HasSuffix(mime, "+json") {
+			continue // any JSON: the frame's decoder checked it
+		}
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			return 0, false
+		}
+		if magic, ok := imageMagic[mime]; ok {
+			b, err := base64.StdEncoding.DecodeString(v)
+			if err != nil || !bytes.HasPrefix(b, magic) {
+				return 0, false
+			}
+		}
+	}
+	_, plain := r.Data["text/plain"]
+	return n, plain
+}
+
+// imageMagic are the first bytes of the images a client may decode and
+// show as they are.
+var imageMagic = map[string][]byte{"image/png": []byte("\x89PNG\r\n\x1a\n"), "image/jpeg": {0xff, 0xd8, 0xff}}
+
+// isMIMEType admits type/subtype of lower-case letters, digits and . + -
+// (RFC 6838's restricted names, as IPython's formatters use them): a
+// name the jail chose is repeated to clients and MCP hosts as a key.
+func isMIMEType(s string) bool {
+	if len(s) > maxMIMETypeName {
+		return false
+	}
+	slash := strings.IndexByte(s, '/')
+	if slash <= 0 || slash == len(s)-1 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if i == slash {
+			continue
+		}
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '+' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // driverLost is the exit status of a driver whose channel failed (the

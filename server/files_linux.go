@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,8 @@ type collectLimits struct {
 	// "N more" line: a jail's long paths would otherwise come back many
 	// times over the file cap, held and sent by the server.
 	MaxSkipped, MaxSkippedBytes int
+	// Rich bounds the rich results the bootstrap left (resultsFile).
+	Rich richCaps
 }
 
 // collected is what the run left in /work.
@@ -34,7 +37,10 @@ type collected struct {
 	files     map[string]string
 	images    []Image
 	truncated bool
-	skipped   []string
+	// results are the bootstrap's rich results, held to lim.Rich.
+	results          []RichResult
+	resultsTruncated bool
+	skipped          []string
 
 	lim          collectLimits
 	skippedBytes int
@@ -157,8 +163,44 @@ func collectWork(work string, inputs map[string]inputFile, lim collectLimits) (*
 		return nil, err
 	}
 	c.images, c.truncated = collectFigures(root, &budget, c)
+	c.results, c.resultsTruncated = collectResults(root, c.lim.Rich)
 	c.finish()
 	return c, nil
+}
+
+// resultsFile is where in figureDir the bootstrap leaves a run's rich
+// results: {"results": [...], "truncated": bool}.
+const resultsFile = "results.json"
+
+// collectResults reads the rich results the bootstrap left, as the
+// program could have written them too (it owns /work): a regular file of
+// at most the caps' bytes and room for the list's own keys, strict JSON,
+// then held to the caps by boundResults. Anything else is no results,
+// and says so when the file was there.
+func collectResults(root int, caps richCaps) ([]RichResult, bool) {
+	fd, st, err := openBeneath(root, figureDir+"/"+resultsFile)
+	if err != nil {
+		return []RichResult{}, !errors.Is(err, unix.ENOENT)
+	}
+	defer unix.Close(fd)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return []RichResult{}, true
+	}
+	data, full, err := readCapped(fd, st.Size, caps.Bytes+int64(caps.Count)*128+1024)
+	if err != nil || !full {
+		return []RichResult{}, true
+	}
+	var left struct {
+		Results   []RichResult `json:"results"`
+		Truncated bool         `json:"truncated"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&left); err != nil || dec.More() {
+		return []RichResult{}, true
+	}
+	results, truncated := boundResults(left.Results, caps)
+	return results, truncated || left.Truncated
 }
 
 // collectFigures reads the PNGs the bootstrap saved, in order.

@@ -170,14 +170,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 		res = s.start(ctx, jl, req, spec, out)
 	}
 	res.StockadeVersion = s.cfg.Version
-	resp := &RunResponse{Result: res, Files: map[string]string{}, Images: []Image{}, FilesSkipped: []string{}, Pool: use}
+	res.Stderr = withNetworkNotices(res.Stderr, res.Network, !spec.Network.Enabled(), out)
+	resp := &RunResponse{Result: res, Files: map[string]string{}, Images: []Image{}, Results: []RichResult{}, FilesSkipped: []string{}, Pool: use}
 	if jl != nil && res.Verdict != jail.VerdictError {
 		c, err := collectWork(jl.p.Workdir(), req.inputs, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32,
-			MaxEntries: 10000, MaxSkipped: 100, MaxSkippedBytes: 64 << 10})
+			MaxEntries: 10000, MaxSkipped: 100, MaxSkippedBytes: 64 << 10, Rich: richCapsOf(s.cfg.FilesMax, nil)})
 		if err != nil {
 			s.logf("collect files: %v", err)
 		} else {
 			resp.Files, resp.Images, resp.FilesTruncated, resp.FilesSkipped = c.files, c.images, c.truncated, c.skipped
+			resp.Results, resp.ResultsTruncated = c.results, c.resultsTruncated
 		}
 	}
 	s.auditEnd(id, caller, req, spec, use, res)
@@ -262,7 +264,7 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 	go func() {
 		// A program that never reads its stdin leaves this write blocked
 		// until the jail ends and the pipe breaks.
-		if writeJob(jl.stdin, req) == nil && req.Stdin != "" {
+		if writeJob(jl.stdin, req, richCapsOf(s.cfg.FilesMax, nil), resultMax(spec.OutputLimit)) == nil && req.Stdin != "" {
 			_, _ = io.WriteString(jl.stdin, req.Stdin)
 		}
 		jl.stdin.Close()

@@ -63,6 +63,9 @@ type ExecRequest struct {
 	Stdin   string            `json:"stdin,omitempty"`   // the cell's stdin
 	Timeout string            `json:"timeout,omitempty"` // at most the session's
 	Files   map[string]string `json:"files,omitempty"`   // path in /work -> base64, written first
+	// FigureFormats are the formats of the figures among the results:
+	// "png" (the default), "svg", or both.
+	FigureFormats []string `json:"figure_formats,omitempty"`
 }
 
 // ExecError is the exception a cell raised, as Python formats it.
@@ -73,6 +76,15 @@ type ExecError struct {
 	// Truncated says the server cut the name, value or traceback at the
 	// result cap, where the driver had not.
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// RichResult is one result of a cell as a MIME bundle, Jupyter's shape
+// and E2B's: data maps a MIME type to its value (text/plain always; an
+// image's base64; a JSON type's JSON).
+type RichResult struct {
+	Data         map[string]json.RawMessage `json:"data"`
+	IsMainResult bool                       `json:"is_main_result"` // the cell's last expression
+	Truncated    bool                       `json:"truncated"`      // text/plain cut, or a type left out, to fit
 }
 
 // ExecVerdict says how an exec ended.
@@ -111,6 +123,11 @@ type ExecResult struct {
 	Error           *ExecError `json:"error"`
 	Images          []Image    `json:"images"` // figures the cell left open, closed since
 	ImagesTruncated bool       `json:"images_truncated"`
+	// Results are the cell's rich results in order: each display() call,
+	// the last expression's value (is_main_result) and each figure left
+	// open.
+	Results          []RichResult `json:"results"`
+	ResultsTruncated bool         `json:"results_truncated"`
 	// FilesChanged are the paths in /work the exec created or changed
 	// (symlinks among them, listed, never followed); read them with the
 	// files routes.
@@ -281,6 +298,18 @@ func checkFiles(files map[string]string, max int) error {
 		if _, err := base64.StdEncoding.DecodeString(data); err != nil {
 			return badRequest("files[%q]: not base64: %v", name, err)
 		}
+	}
+	return nil
+}
+
+// checkFigureFormats admits "png" and "svg", each once.
+func checkFigureFormats(formats []string) error {
+	seen := map[string]bool{}
+	for _, f := range formats {
+		if f != "png" && f != "svg" || seen[f] {
+			return badRequest("figure_formats: %q: want \"png\", \"svg\" or both, each once", f)
+		}
+		seen[f] = true
 	}
 	return nil
 }

@@ -69,7 +69,9 @@ type execPlan struct {
 	stdin   string
 	timeout time.Duration
 	files   map[string]string
-	caller  peer
+	// figureFormats are the figures' formats among the results (nil: png).
+	figureFormats []string
+	caller        peer
 }
 
 // exec runs one cell. The caller holds the session's slot. out, when not
@@ -117,7 +119,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		s.mu.Unlock()
 	}()
 
-	res := &ExecResult{ExecutionCount: n, Images: []Image{}, FilesChanged: FSNames{},
+	res := &ExecResult{ExecutionCount: n, Images: []Image{}, Results: []RichResult{}, FilesChanged: FSNames{},
 		BlockedSyscalls: []jail.BlockedSyscall{}, Network: []jail.NetworkDecision{}}
 	var f execFacts
 	before, berr := s.jl.p.Usage()
@@ -158,6 +160,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		res.BlockedSyscalls = blockedSince(before.Blocked, after.Blocked)
 		res.Network = networkSince(before.Network, after.Network)
 	}
+	res.Stderr = withNetworkNotices(res.Stderr, res.Network, s.noNetwork, out)
 	res.PeakMemoryBytes = after.MemoryPeakBytes
 	if !peakReset {
 		s.mu.Lock()
@@ -173,6 +176,8 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		// Already cut to the caps as it was read (driverConn.readAnswer).
 		res.Result, res.ResultTruncated, res.Error = answer.Result, answer.ResultTruncated, answer.Error
 		res.ImagesTruncated = answer.ImagesTruncated || answer.Images.Cut
+		res.Results, res.ResultsTruncated = boundResults(answer.Results, richCapsOf(srv.cfg.FilesMax, plan.figureFormats))
+		res.ResultsTruncated = res.ResultsTruncated || answer.ResultsTruncated
 		for _, img := range answer.Images.PNGs {
 			res.Images = append(res.Images, Image{Type: "png", Data: img})
 		}
@@ -218,7 +223,8 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	inbox := s.openInbox()
 	defer s.closeInbox()
 	token := newID()
-	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax}
+	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax,
+		Rich: richCapsOf(srv.cfg.FilesMax, plan.figureFormats)}
 	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
 	inR.Close()
 	outW.Close()

@@ -332,8 +332,9 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	}
 	// The largest frame the driver may send: the figures (base64) and
 	// the result, error value and traceback (characters, JSON-escaped: 12
-	// bytes for a character past U+FFFF at worst), and room for the rest.
-	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + 1<<20
+	// bytes for a character past U+FFFF at worst), the rich results (JSON
+	// bytes), and room for the rest.
+	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + richCapsOf(s.cfg.FilesMax, nil).Bytes + 1<<20
 	caps := answerCaps{resultChars: resultMax(spec.OutputLimit), imageBytes: s.cfg.FilesMax, images: maxImages}
 	conn, err := newDriverConn(jl.driver, maxFrame, caps)
 	if err != nil {
@@ -345,7 +346,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	now := time.Now()
 	ctx, stopJail := context.WithCancel(context.Background())
 	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
-		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, idle: idle,
+		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, noNetwork: !spec.Network.Enabled(), idle: idle,
 		created: now, expires: now.Add(ttl), pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
 		slot: make(chan struct{}, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
@@ -486,6 +487,10 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 		s.writeError(w, err.(*apiError))
 		return
 	}
+	if err := checkFigureFormats(req.FigureFormats); err != nil {
+		s.writeError(w, err.(*apiError))
+		return
+	}
 	timeout, err := execTimeout(req.Timeout, ss.execTimeout)
 	if err != nil {
 		s.writeError(w, err.(*apiError))
@@ -521,7 +526,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 			end: time.Now().Add(timeout + interruptGrace + time.Second)}
 	}
 	t0 := time.Now()
-	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, caller: caller}, out)
+	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, figureFormats: req.FigureFormats, caller: caller}, out)
 	if ae != nil {
 		// Before the exec began: no stream has started.
 		s.writeError(w, ae)

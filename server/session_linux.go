@@ -53,6 +53,7 @@ type session struct {
 	execTimeout time.Duration // each exec's default and ceiling
 	execCPU     time.Duration // each exec's CPU time (0: none)
 	outputLimit int64         // per stream per exec
+	noNetwork   bool          // the jail has no allowlist: what its refusals are told
 	idle        time.Duration
 	created     time.Time
 	expires     time.Time
