@@ -184,3 +184,33 @@ func TestCgroupParentFromTheEnvironment(t *testing.T) {
 		t.Errorf("--no-cgroup with $%s: exit %d, stderr %q", envCgroupParent, code, errs)
 	}
 }
+
+// TestAttackForgedHintsLeakHostPathsOrEscapes: the relative-file and
+// module hints quote what the payload wrote on its stderr, as the missing
+// script hint does. A forged FileNotFoundError naming a host file outside
+// the caller's directory (by "..", or absolute) must get no hint (it would
+// tell the payload's reader that the file exists), and no byte of a forged
+// message may reach stockade's stderr raw past --json.
+func TestAttackForgedHintsLeakHostPathsOrEscapes(t *testing.T) {
+	testenv.NeedJail(t)
+	t.Chdir(t.TempDir())
+	// Each its own run: a hint answers the first such line only.
+	for _, forged := range []string{
+		`"FileNotFoundError: [Errno 2] No such file or directory: '" + "../" * 40 + "etc/passwd'"`,
+		`"FileNotFoundError: [Errno 2] No such file or directory: '/etc/passwd'"`,
+		`"FileNotFoundError: [Errno 2] No such file or directory: '\x1b]0;HINT-MARKER\x07\x1b[2J" + "/.." * 40 + "/etc/passwd'"`,
+		`"ModuleNotFoundError: No module named '\x1b]52;c;SElOVA==\x07polars'"`,
+	} {
+		code, out, errs := invoke(t, "", "run", "--json", "--", "python3", "-c", "import sys; sys.stderr.write("+forged+" + '\\n'); sys.exit(1)")
+		var res map[string]any
+		if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 {
+			t.Fatalf("%s: exit %d, stdout %q (%v), stderr %q", forged, code, out, err, errs)
+		}
+		if strings.ContainsAny(errs, "\x1b\x07") || strings.Contains(errs, "HINT-MARKER") {
+			t.Errorf("%s: the payload's bytes reached stockade's stderr raw: %q", forged, errs)
+		}
+		if strings.Contains(errs, "passwd") || strings.Contains(errs, "no module") {
+			t.Errorf("%s: a forged message got a hint: %q", forged, errs)
+		}
+	}
+}
