@@ -123,7 +123,7 @@ func cgroupParentFacts(c *cli.Context, host jail.Host) []string {
 	parent, from := cgroupParent(c)
 	switch {
 	case from == "$"+cgroupParentEnv:
-		return []string{fmt.Sprintf("cgroup parent: %s (from $%s; run and python take it from there too)", parent, cgroupParentEnv)}
+		return []string{fmt.Sprintf("cgroup parent: %s (from $%s, which every command with --cgroup-parent takes)", parent, cgroupParentEnv)}
 	case from != "" && os.Getuid() != 0:
 		return []string{fmt.Sprintf("cgroup parent: %s (--cgroup-parent); to stop typing it: export %s=%s (in ~/.profile), and every command takes it",
 			parent, cgroupParentEnv, shellQuote(parent))}
