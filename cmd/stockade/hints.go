@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -93,10 +94,20 @@ func relativeFileHint(spec jail.Spec, res *jail.Result, cwd string) string {
 		return ""
 	}
 	// Bind the top directory of the path (data/ of data/x.csv) where the
-	// jail can open it, or the file itself when it is not in one.
+	// jail can open it, or the file itself when it is not in one; below
+	// /mnt when its name is taken in the root (etc/, tmp/, usr/), which a
+	// bind there would hide or be refused.
 	top, _, _ := strings.Cut(rel, "/")
-	h := fmt.Sprintf("%s is in your current directory, not in the jail (its cwd is /work, which starts empty): bind it with --ro %s:/%s and open /%s",
-		rel, shellQuote(filepath.Join(cwd, top)), top, rel)
+	src := filepath.Join(cwd, top)
+	if strings.Contains(src, ":") {
+		return "" // --ro SRC:DST cannot say it
+	}
+	dest := "/" + top
+	if _, err := os.Lstat(dest); err == nil {
+		dest = "/mnt/" + top
+	}
+	h := fmt.Sprintf("%s is in your current directory, not in the jail (its cwd is /work, which starts empty): bind it with --ro %s:%s and open %s",
+		rel, shellQuote(src), dest, path.Join(dest, strings.TrimPrefix(rel, top)))
 	// --workdir as root refuses a directory root owns (the jail would
 	// write as root): no alternative that only meets another refusal.
 	if fi, err := os.Stat(cwd); err == nil {
@@ -117,7 +128,7 @@ var noModule = sync.OnceValue(func() *regexp.Regexp {
 // missingModuleHint: `import polars` where polars is in the user's venv or
 // pyenv, not in the jail's root. The default jail runs the host's
 // /usr/bin/python3 with what Debian installed; nothing else says so.
-func missingModuleHint(spec jail.Spec, res *jail.Result, _ string) string {
+func missingModuleHint(spec jail.Spec, res *jail.Result, cwd string) string {
 	if res.Verdict != jail.VerdictExit {
 		return ""
 	}
@@ -126,6 +137,16 @@ func missingModuleHint(spec jail.Spec, res *jail.Result, _ string) string {
 		return ""
 	}
 	mod := m[1]
+	// The user's own module beside the script (helper.py, or a package
+	// directory) is in the caller's directory, not in any root.
+	if cwd != "" && spec.Workdir == "" && !strings.Contains(cwd, ":") {
+		for _, name := range []string{mod + ".py", mod} {
+			if _, err := os.Stat(filepath.Join(cwd, name)); err == nil {
+				return fmt.Sprintf("%s is in your current directory, not in the jail: bind the directory with --ro %s:/src and add --env PYTHONPATH=/src",
+					name, shellQuote(cwd))
+			}
+		}
+	}
 	// Debian names a module's package python3-NAME, lower case, '_' as '-'.
 	deb := "python3-" + strings.ReplaceAll(strings.ToLower(mod), "_", "-")
 	if spec.Rootfs != "" && spec.Rootfs != jail.RootfsHost {

@@ -38,6 +38,21 @@ func TestMissingModuleSaysWhichPythonAndHowToAddOne(t *testing.T) {
 			t.Errorf("import %s: exit %d, stderr lacks %q:\n%s", mod, code, want, errs)
 		}
 	}
+	// The user's own module, beside them: the bind the hint names works.
+	dir := reachable(t)
+	if err := os.WriteFile(filepath.Join(dir, "stockade_helper.py"), []byte("V = 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	code, _, errs = invoke(t, "", "run", "--", "python3", "-c", "import stockade_helper")
+	want := "stockade: stockade_helper.py is in your current directory, not in the jail: bind the directory with --ro " + dir + ":/src and add --env PYTHONPATH=/src"
+	if code != 1 || !strings.Contains(errs, want) || strings.Contains(errs, "apt-get") {
+		t.Errorf("import stockade_helper from its directory: exit %d, stderr %q\nwant %q", code, errs, want)
+	}
+	code, out, errs := invoke(t, "", "run", "--ro", dir+":/src", "--env", "PYTHONPATH=/src", "--", "python3", "-c", "import stockade_helper; print(stockade_helper.V)")
+	if code != 0 || out != "5\n" {
+		t.Errorf("the hint's bind: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 	// A package that is there, missing a submodule: the root is not why.
 	code, _, errs = invoke(t, "", "run", "--", "python3", "-c", "import json.stockade_nosuch")
 	if code != 1 || !strings.Contains(errs, "No module named 'json.stockade_nosuch'") || strings.Contains(errs, "stockade: no module") {
@@ -66,6 +81,22 @@ func TestRelativeFileInCallersDirectoryGetsABindThatWorks(t *testing.T) {
 	code, out, errs := invoke(t, "", "run", "--ro", filepath.Join(dir, "data")+":/data", "--", "python3", "-c", `print(open("/data/x.csv").read())`)
 	if code != 0 || out != "a,b\n1,2\n\n" {
 		t.Errorf("the hint's bind: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// A directory whose name the root has (etc/): bound below /mnt, where
+	// it neither hides the jail's /etc nor is refused.
+	if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "a.conf"), []byte("k=v\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = invoke(t, "", "run", "--", "python3", "-c", `open("etc/a.conf")`)
+	if want := "bind it with --ro " + filepath.Join(dir, "etc") + ":/mnt/etc and open /mnt/etc/a.conf"; code != 1 || !strings.Contains(errs, want) {
+		t.Errorf("open etc/a.conf: exit %d, stderr %q\nwant %q", code, errs, want)
+	}
+	code, out, errs = invoke(t, "", "run", "--ro", filepath.Join(dir, "etc")+":/mnt/etc", "--", "python3", "-c", `print(open("/mnt/etc/a.conf").read(), end="")`)
+	if code != 0 || out != "k=v\n" {
+		t.Errorf("the hint's bind below /mnt: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	// A file that is not here either: no hint.
 	code, _, errs = invoke(t, "", "run", "--", "python3", "-c", `open("data/nosuch.csv")`)
