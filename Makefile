@@ -23,7 +23,7 @@ FUZZTIME ?= 5s
 PREFIX ?= /usr/local
 DOCDIR := $(PREFIX)/share/doc/stockade
 
-.PHONY: all build demo check test test-python test-mcp-inspector lint fuzz vmtest bench soak mutate clean install uninstall install-check deps-%
+.PHONY: all build demo check test test-python test-mcp-inspector test-mcp-sdk lint fuzz vmtest bench soak mutate clean install uninstall install-check deps-%
 
 all: build
 
@@ -48,7 +48,7 @@ build: deps-build
 demo: deps-demo build
 	@scripts/demo $(BIN)
 
-check: deps-check lint test test-python test-mcp-inspector install-check fuzz vmtest
+check: deps-check lint test test-python test-mcp-inspector test-mcp-sdk install-check fuzz vmtest
 	@echo "make check: all passed"
 
 lint: build $(STATICCHECK) $(GOIMPORTS)
@@ -84,6 +84,12 @@ test-python: build
 # over stdio and HTTP; npm ci installs it from the lockfile (once).
 test-mcp-inspector: build
 	tests/mcp-inspector/run $(BIN)
+
+# The official MCP TypeScript SDK's client (its Node range, >=18, takes
+# Debian 12's nodejs) drives stockade mcp over stdio and HTTP: the tools,
+# run_python, a session made, used and closed; npm ci from its lockfile.
+test-mcp-sdk: build
+	tests/mcp-sdk/run $(BIN)
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSize$$' -fuzztime=$(FUZZTIME) ./profiles/
@@ -127,7 +133,16 @@ mutate: deps-build
 DOCS := README.md ARCHITECTURE.md $(wildcard docs/*.md)
 INSTALLED := bin/stockade share/man/man1/stockade.1 share/bash-completion/completions/stockade \
 	share/zsh/site-functions/_stockade share/fish/vendor_completions.d/stockade.fish
+# The directories install makes (each missing level of these, up to /) are
+# recorded in DOCDIR/installed-dirs, kept over a reinstall, so that
+# uninstall removes those (when empty) and never one that was there before,
+# such as an empty /usr/local/bin.
+INSTALL_DIRS := bin share/man/man1 share/bash-completion/completions share/zsh/site-functions \
+	share/fish/vendor_completions.d share/doc/stockade/examples/systemd share/doc/stockade/docs
 install: build
+	@for d in $(INSTALL_DIRS); do p=$(PREFIX)/$$d; \
+		while [ "$$p" != / ] && [ ! -d "$(DESTDIR)$$p" ]; do echo "$$p"; p=$$(dirname "$$p"); done; \
+	done | cat - $(wildcard $(DESTDIR)$(DOCDIR)/installed-dirs) | sort -u -r >build/installed-dirs
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/stockade
 	install -D -m 0644 build/man/stockade.1 $(DESTDIR)$(PREFIX)/share/man/man1/stockade.1
 	install -D -m 0644 build/completions/stockade.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/stockade
@@ -137,10 +152,12 @@ install: build
 	install -m 0644 examples/systemd/* $(DESTDIR)$(DOCDIR)/examples/systemd/
 	install -m 0644 README.md ARCHITECTURE.md $(DESTDIR)$(DOCDIR)/
 	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	install -m 0644 build/installed-dirs $(DESTDIR)$(DOCDIR)/installed-dirs
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
-	rm -rf $(DESTDIR)$(DOCDIR)
+	@made=$$(cat $(DESTDIR)$(DOCDIR)/installed-dirs 2>/dev/null || true); \
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED)) && rm -rf $(DESTDIR)$(DOCDIR) && \
+	for d in $$made; do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done
 
 # install into a staging directory, check every file, uninstall, check that
 # nothing is left.
@@ -157,9 +174,15 @@ install-check: build
 	! command -v man >/dev/null || man -l $$d/share/man/man1/stockade.1 2>/dev/null | grep -q "stockade - run untrusted code" || { echo "install-check: stockade(1) does not render"; exit 1; }; \
 	bash -c 'source '$$d'/share/bash-completion/completions/stockade; COMP_WORDS=(stockade ru); COMP_CWORD=1; _stockade; [[ "$${COMPREPLY[*]}" == run ]]' || { echo "install-check: bash completion of \"ru\" is not \"run\""; exit 1; }
 	$(MAKE) --no-print-directory uninstall DESTDIR=$(CURDIR)/build/install-check PREFIX=/usr/local >/dev/null
-	@test -z "$$(find build/install-check -type f)" || { echo "install-check: uninstall left:"; find build/install-check -type f; exit 1; }
+	@test -z "$$(find build/install-check -mindepth 1)" || { echo "install-check: uninstall left:"; find build/install-check -mindepth 1; exit 1; }
+	@# uninstall removes only the directories install made: an empty bin/
+	@# that was there before stays.
+	@mkdir -p build/install-check/usr/local/bin
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/build/install-check PREFIX=/usr/local >/dev/null
+	$(MAKE) --no-print-directory uninstall DESTDIR=$(CURDIR)/build/install-check PREFIX=/usr/local >/dev/null
+	@test "$$(find build/install-check -mindepth 1 | sort | tr '\n' ' ')" = "build/install-check/usr build/install-check/usr/local build/install-check/usr/local/bin " || { echo "install-check: uninstall removed usr/local/bin, which was there before install, or left:"; find build/install-check -mindepth 1; exit 1; }
 	@rm -rf build/install-check
 	@echo "install-check: ok"
 
 clean:
-	rm -rf bin build $(INIT) tests/mcp-inspector/node_modules
+	rm -rf bin build $(INIT) tests/mcp-inspector/node_modules tests/mcp-sdk/node_modules

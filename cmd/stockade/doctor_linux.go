@@ -27,7 +27,7 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 		Description: "Checks the configuration you will run: give it the --cgroup-parent or --no-cgroup\n" +
 			"you give run. Exit status: 0 the default jail ran, 1 it did not (the output says why), 125 a bad flag.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "cgroup-parent", Usage: "check the jail with its cgroup below this path, as run --cgroup-parent will"},
+			&cli.StringFlag{Name: "cgroup-parent", Usage: "check the jail with its cgroup below this path, as run --cgroup-parent will (default: $STOCKADE_CGROUP_PARENT)"},
 			&cli.BoolFlag{Name: "no-cgroup", Usage: "check the jail without a cgroup, as run --no-cgroup will"},
 		},
 		Action: func(c *cli.Context) error {
@@ -35,10 +35,13 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 				return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf("doctor: unexpected argument %q", c.Args().First())}
 			}
 			host := hostOf(c)
-			if host.NoCgroup && host.CgroupParent != "" {
+			if host.NoCgroup && c.String("cgroup-parent") != "" {
 				return &exitError{code: jail.ExitJailError, msg: "doctor: --cgroup-parent and --no-cgroup: give one of them"}
 			}
 			for _, l := range hostFacts(host) {
+				fmt.Fprintln(stdout, l)
+			}
+			for _, l := range cgroupParentFacts(c, host) {
 				fmt.Fprintln(stdout, l)
 			}
 			prof, err := loadProfile("")
@@ -108,6 +111,26 @@ func hostFacts(host jail.Host) []string {
 		out = append(out, cgroup.DelegationHelp(name, os.Getuid())...)
 	}
 	return out
+}
+
+// cgroupParentFacts says where the checked cgroup parent came from, and
+// to a normal user how to stop typing it: run, python, doctor, selftest,
+// serve and mcp take it from the environment.
+func cgroupParentFacts(c *cli.Context, host jail.Host) []string {
+	if host.NoCgroup {
+		return nil
+	}
+	parent, from := cgroupParent(c)
+	switch {
+	case from == "$"+cgroupParentEnv:
+		return []string{fmt.Sprintf("cgroup parent: %s (from $%s, which every command with --cgroup-parent takes)", parent, cgroupParentEnv)}
+	case from != "" && os.Getuid() != 0:
+		return []string{fmt.Sprintf("cgroup parent: %s (--cgroup-parent); to stop typing it: export %s=%s (in ~/.profile), and every command takes it",
+			parent, cgroupParentEnv, shellQuote(parent))}
+	case from == "" && os.Getuid() != 0:
+		return []string{fmt.Sprintf("cgroup parent: none given; a delegated cgroup is given with --cgroup-parent or $%s (docs/cgroups.md)", cgroupParentEnv)}
+	}
+	return nil
 }
 
 func sysctl(name string) string {

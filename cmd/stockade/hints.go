@@ -3,14 +3,18 @@ package main
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
 )
 
 // hints are what stockade adds on stderr after a run that failed the way a
@@ -20,8 +24,10 @@ import (
 // unless it is sure: a hint that is wrong is worse than none.
 func hints(spec jail.Spec, res *jail.Result, cwd string) []string {
 	var out []string
-	if h := missingScriptHint(spec, res, cwd); h != "" {
-		out = append(out, h)
+	for _, rule := range []func(jail.Spec, *jail.Result, string) string{missingScriptHint, relativeFileHint, missingModuleHint} {
+		if h := rule(spec, res, cwd); h != "" {
+			out = append(out, h)
+		}
 	}
 	return out
 }
@@ -61,6 +67,97 @@ func missingScriptHint(spec jail.Spec, res *jail.Result, cwd string) string {
 		rel, shellQuote(rel), shellQuote(cwd), rel, shellQuote(cwd))
 }
 
+// notFound is CPython's last traceback line for an open() of a path that
+// is not there, naming the path as the program gave it.
+var notFound = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^FileNotFoundError: \[Errno 2\] No such file or directory: '([^'\n]+)'$`)
+})
+
+// relativeFileHint: a script that opens data/x.csv relative to its working
+// directory, run from the directory holding data/. The jail's cwd is its
+// fresh /work, so the file is not there; on the host, it is.
+func relativeFileHint(spec jail.Spec, res *jail.Result, cwd string) string {
+	if cwd == "" || spec.Workdir != "" || res.Verdict != jail.VerdictExit {
+		return ""
+	}
+	m := notFound().FindStringSubmatch(res.Stderr)
+	if m == nil {
+		return ""
+	}
+	// As for the missing script: a path the payload wrote that leaves the
+	// directory, or carries control characters, is not answered.
+	rel := filepath.Clean(m[1])
+	if !filepath.IsLocal(rel) || !printable(rel) {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(cwd, rel)); err != nil {
+		return ""
+	}
+	// Bind the top directory of the path (data/ of data/x.csv) where the
+	// jail can open it, or the file itself when it is not in one; below
+	// /mnt when its name is taken in the root (etc/, tmp/, usr/), which a
+	// bind there would hide or be refused.
+	top, _, _ := strings.Cut(rel, "/")
+	src := filepath.Join(cwd, top)
+	if strings.Contains(src, ":") {
+		return "" // --ro SRC:DST cannot say it
+	}
+	dest := "/" + top
+	if _, err := os.Lstat(dest); err == nil {
+		dest = "/mnt/" + top
+	}
+	h := fmt.Sprintf("%s is in your current directory, not in the jail (its cwd is /work, which starts empty): bind it with --ro %s:%s and open %s",
+		rel, shellQuote(src), dest, path.Join(dest, strings.TrimPrefix(rel, top)))
+	// --workdir as root refuses a directory root owns (the jail would
+	// write as root): no alternative that only meets another refusal.
+	if fi, err := os.Stat(cwd); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && (os.Getuid() != 0 || (st.Uid >= uidMin() && st.Uid != 65534)) {
+			h += fmt.Sprintf(", or run with --workdir %s (the directory as /work, writable; the jail's changes are copied back)", shellQuote(cwd))
+		}
+	}
+	return h
+}
+
+// noModule is CPython's last traceback line for an import of a top-level
+// module it cannot find. A dotted name (a package's missing submodule) is
+// left alone: the package is there, so the root is not the reason.
+var noModule = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^ModuleNotFoundError: No module named '([A-Za-z_][A-Za-z0-9_]{0,63})'$`)
+})
+
+// missingModuleHint: `import polars` where polars is in the user's venv or
+// pyenv, not in the jail's root. The default jail runs the host's
+// /usr/bin/python3 with what Debian installed; nothing else says so.
+func missingModuleHint(spec jail.Spec, res *jail.Result, cwd string) string {
+	if res.Verdict != jail.VerdictExit {
+		return ""
+	}
+	m := noModule().FindStringSubmatch(res.Stderr)
+	if m == nil {
+		return ""
+	}
+	mod := m[1]
+	// The user's own module beside the script (helper.py, or a package
+	// directory) is in the caller's directory, not in any root.
+	if cwd != "" && spec.Workdir == "" && !strings.Contains(cwd, ":") {
+		for _, name := range []string{mod + ".py", mod} {
+			if _, err := os.Stat(filepath.Join(cwd, name)); err == nil {
+				return fmt.Sprintf("%s is in your current directory, not in the jail: bind the directory with --ro %s:/src and add --env PYTHONPATH=/src",
+					name, shellQuote(cwd))
+			}
+		}
+	}
+	// Debian names a module's package python3-NAME, lower case, '_' as '-'.
+	deb := "python3-" + strings.ReplaceAll(strings.ToLower(mod), "_", "-")
+	if spec.Rootfs != "" && spec.Rootfs != jail.RootfsHost {
+		return fmt.Sprintf("no module %s in the jail's root %s: build the root with it (stockade rootfs build --packages %s or --pip %s DIR; see docs/profiles.md, Root filesystems)",
+			mod, shellQuote(spec.Rootfs), deb, mod)
+	}
+	return fmt.Sprintf("no module %s in the jail: its Python is the host's /usr/bin/python3 with the packages Debian installed (a venv's, pyenv's or pip --user's are not there); "+
+		"add it on the host with apt-get install %s (where Debian packages it), or build a root with it and run with --rootfs DIR "+
+		"(stockade rootfs build --pip %s DIR; see docs/jail.md, The data stack, and docs/profiles.md, Root filesystems)", mod, deb, mod)
+}
+
 // printable reports whether s is UTF-8 without control characters.
 func printable(s string) bool {
 	return utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0
@@ -74,4 +171,55 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// roIntoWorkHint answers an --ro refused for a destination in /work (as
+// --ro $PWD/data:/work/data, to keep a script's relative paths working):
+// stockade mounts /work itself, so the bind goes elsewhere, or the
+// directory becomes /work.
+func roIntoWorkHint(ros []string) string {
+	for _, r := range ros {
+		b, err := profiles.ParseBind(r)
+		if err != nil || (b.Dest != "/work" && !strings.HasPrefix(b.Dest, "/work/")) {
+			continue
+		}
+		return fmt.Sprintf("--ro %s: bind it outside /work instead (as --ro %s:/data, and open /data/...), "+
+			"or make a directory the jail's /work with --workdir DIR (writable; the jail's changes are copied back)", r, shellQuote(b.Source))
+	}
+	return ""
+}
+
+// workdirOwnerHint answers the jail's refusal of a --workdir owned by root
+// or a system account with the command that fixes it: the jail writes
+// there as the directory's owner, which must be an ordinary user (a uid
+// of login.defs' UID_MIN or above, and not nobody, as package jail checks).
+func workdirOwnerHint(spec jail.Spec, err error) string {
+	if spec.Workdir == "" || !strings.Contains(err.Error(), "--workdir "+spec.Workdir+" is owned by ") {
+		return ""
+	}
+	min := uidMin()
+	uid := min
+	// Under sudo, the user who typed the command is the natural owner.
+	if v, perr := strconv.ParseUint(os.Getenv("SUDO_UID"), 10, 32); perr == nil && v >= uint64(min) && v != 65534 {
+		uid = uint32(v)
+	}
+	return fmt.Sprintf("the jail writes as the directory's owner, which must be an ordinary user (a uid of %d or above, not nobody): "+
+		"chown -R %d:%d %s (a user of yours, or any unused uid)", min, uid, uid, shellQuote(spec.Workdir))
+}
+
+// uidMin is the first uid of an ordinary user, login.defs' UID_MIN (1000
+// unless it says otherwise), the bound the jail holds a --workdir's owner to.
+func uidMin() uint32 {
+	b, err := os.ReadFile("/etc/login.defs")
+	if err != nil {
+		return 1000
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "UID_MIN" {
+			if v, err := strconv.ParseUint(f[1], 10, 32); err == nil && v > 0 {
+				return uint32(v)
+			}
+		}
+	}
+	return 1000
 }

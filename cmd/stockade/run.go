@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,7 +62,7 @@ func jailFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "ro", Usage: "bind SRC[:DST] read-only (repeatable)"},
 		&cli.StringSliceFlag{Name: "allow-net", Usage: "let the jail reach these hosts through its proxy: NAME, *.SUFFIX, NAME:PORT (443 unless given; :80 for plain HTTP), IP or CIDR (comma-separated or repeated)"},
 		&cli.StringSliceFlag{Name: "allow-private", Usage: "let allowed hosts resolve to this private or special-purpose CIDR (never loopback, link-local or cloud metadata)"},
-		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: stockade's own cgroup)"},
+		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: $STOCKADE_CGROUP_PARENT, else stockade's own cgroup)"},
 		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
 	)
 }
@@ -120,6 +123,11 @@ func pythonCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 				if err != nil {
 					return &exitError{code: jail.ExitJailError, msg: err.Error()}
 				}
+				// Said here, as the script: the bind would refuse it
+				// naming an --ro the user never typed.
+				if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+					return &exitError{code: jail.ExitJailError, msg: fmt.Sprintf("python: %s: no such script (give a FILE that exists, -c CODE, or - for stdin)", args[0])}
+				}
 				code = &profiles.Bind{Source: src, Dest: "/run/stockade/" + filepath.Base(src)}
 				argv = append([]string{"python3", code.Dest}, args[1:]...)
 			}
@@ -152,6 +160,9 @@ func specFromFlags(c *cli.Context, argv []string, code *profiles.Bind) (jail.Spe
 	merged := profiles.Merge(p, layer)
 	merged.Name = p.Name
 	if err := merged.Validate(); err != nil {
+		if h := roIntoWorkHint(c.StringSlice("ro")); h != "" {
+			return jail.Spec{}, fmt.Errorf("%w\n%s", err, h)
+		}
 		return jail.Spec{}, err
 	}
 	return merged.Spec(argv, hostOf(c)), nil
@@ -165,9 +176,35 @@ func hostOf(c *cli.Context) jail.Host {
 	h := jail.DefaultHost()
 	// Every jail of a root with matplotlib gets that root's font cache.
 	h.Providers = []jail.Provider{pydata.FontCache{}}
-	h.CgroupParent = c.String("cgroup-parent")
 	h.NoCgroup = c.Bool("no-cgroup")
+	h.CgroupParent, _ = cgroupParent(c)
 	return h
+}
+
+// cgroupParentEnv names the variable a normal user sets once, where their
+// delegated cgroup is, instead of typing --cgroup-parent on every command.
+const cgroupParentEnv = "STOCKADE_CGROUP_PARENT"
+
+// cgroupParent is the cgroup parent a command's runs go below, and where
+// it came from: the --cgroup-parent flag, else $STOCKADE_CGROUP_PARENT
+// (for a command that has the flag, and not with --no-cgroup), else ""
+// (stockade's own cgroup).
+func cgroupParent(c *cli.Context) (parent, from string) {
+	if v := c.String("cgroup-parent"); v != "" {
+		return v, "--cgroup-parent"
+	}
+	if c.Bool("no-cgroup") || c.Command == nil {
+		return "", ""
+	}
+	for _, f := range c.Command.Flags {
+		if slices.Contains(f.Names(), "cgroup-parent") {
+			if v := os.Getenv(cgroupParentEnv); v != "" {
+				return v, "$" + cgroupParentEnv
+			}
+			break
+		}
+	}
+	return "", ""
 }
 
 // flagValue is one field set from the command line, origin naming the flag.
@@ -280,7 +317,11 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 		return &exitError{code: res.ExitCode}
 	}
 	if err != nil {
-		return &exitError{code: res.ExitCode, msg: err.Error()}
+		msg := err.Error()
+		if h := workdirOwnerHint(spec, err); h != "" {
+			msg += "\n" + h
+		}
+		return &exitError{code: res.ExitCode, msg: msg}
 	}
 	for _, line := range append(explain(res), tips...) {
 		fmt.Fprintln(stderr, "stockade:", line)

@@ -25,7 +25,7 @@ func selftestCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "profile", Usage: "profile to test (NAME or FILE)", DefaultText: "python"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
-			&cli.StringFlag{Name: "cgroup-parent", Usage: "create each attack's cgroup below this path (a delegated cgroup when not root)"},
+			&cli.StringFlag{Name: "cgroup-parent", Usage: "create each attack's cgroup below this path (a delegated cgroup when not root; default: $STOCKADE_CGROUP_PARENT)"},
 			&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only (the resource attacks then show what that leaves)"},
 			&cli.StringSliceFlag{Name: "door", Usage: "attack only this door (" + strings.Join(selftest.Doors(), ", ") + "); repeatable"},
 		},

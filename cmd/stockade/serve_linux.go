@@ -54,7 +54,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "grace", Value: "10s", Usage: "on SIGTERM, how long running jails may finish before they are killed"},
 			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended; reopened on SIGHUP, for logrotate), "-" for stderr, "" for none`},
 			&cli.BoolFlag{Name: "audit-required", Usage: "no run without its audit line: a start line is written before the code reaches the jail, and a run whose line cannot be written is refused (503)"},
-			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: stockade's own cgroup)"},
+			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: $STOCKADE_CGROUP_PARENT, else stockade's own cgroup)"},
 		},
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }

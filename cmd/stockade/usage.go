@@ -81,7 +81,9 @@ func usageError(path string) cli.OnUsageErrorFunc {
 				}
 			}
 			msg = "unknown flag " + dashed(typed)
-			if near := nearest(strings.TrimLeft(typed, "-"), names); near != "" {
+			if habit, ok := dockerHabits[strings.TrimLeft(typed, "-")]; ok && (path == "run" || path == "python") {
+				msg += ": " + habit
+			} else if near := nearest(strings.TrimLeft(typed, "-"), names); near != "" {
 				msg += "; did you mean " + dashed(near) + "?"
 			} else {
 				msg += fmt.Sprintf(" (%s --help lists the flags)", strings.TrimSpace("stockade "+path))
@@ -98,6 +100,25 @@ func usageError(path string) cli.OnUsageErrorFunc {
 		}
 		return &exitError{code: jail.ExitJailError, msg: prefixed(path, msg)}
 	}
+}
+
+// dockerHabits answer the flags a Docker user types by habit with what
+// stockade does instead: most are its defaults, and a near name (-m is one
+// edit from -h) would send the user to the wrong flag.
+var dockerHabits = map[string]string{
+	"m":            "the memory limit is --memory (as --memory 64M)",
+	"read-only":    "the jail's root is always read-only (/work and /tmp are its only writable places); drop the flag",
+	"network":      "no network is the default (as Docker's --network none); --allow-net HOST lets the jail reach named hosts",
+	"net":          "no network is the default (as Docker's --network none); --allow-net HOST lets the jail reach named hosts",
+	"pids-limit":   "the task limit is --pids",
+	"memory-swap":  "swap on top of --memory is --swap (none unless given)",
+	"cap-drop":     "the jail has no capabilities; drop the flag",
+	"security-opt": "no-new-privileges and a seccomp allowlist are always on (--seccomp chooses the policy); drop the flag",
+	"v":            "bind a host directory with --ro SRC:DST (read-only) or --workdir DIR (as /work, writable)",
+	"volume":       "bind a host directory with --ro SRC:DST (read-only) or --workdir DIR (as /work, writable)",
+	"e":            "set a variable with --env KEY=VALUE",
+	"rm":           "every run's jail is removed when it ends; drop the flag",
+	"w":            "the jail's working directory is /work: --workdir DIR binds DIR there",
 }
 
 func prefixed(path, msg string) string {

@@ -47,6 +47,29 @@ func TestMistypedCommandOrFlagIsOneLineWithTheNearestName(t *testing.T) {
 	}
 }
 
+// Docker habits (issue 31): -m was answered "did you mean -h?", and
+// --read-only and --network "unknown flag". Each is still a usage error
+// (exit 125), answered with what stockade does instead.
+func TestDockerHabitsAreAnsweredWithTheStockadeWay(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-m", "64M", "--", "true"}, `stockade: run: unknown flag -m: the memory limit is --memory (as --memory 64M)`},
+		{[]string{"run", "--read-only", "--", "true"}, `stockade: run: unknown flag --read-only: the jail's root is always read-only (/work and /tmp are its only writable places); drop the flag`},
+		{[]string{"python", "--network", "none", "-c", "1"}, `stockade: python: unknown flag --network: no network is the default (as Docker's --network none); --allow-net HOST lets the jail reach named hosts`},
+		{[]string{"run", "--pids-limit", "64", "--", "true"}, `stockade: run: unknown flag --pids-limit: the task limit is --pids`},
+		{[]string{"run", "-v", "/data:/data", "--", "true"}, `stockade: run: unknown flag -v: bind a host directory with --ro SRC:DST (read-only) or --workdir DIR (as /work, writable)`},
+		// Not a command that runs a jail: the nearest name, as before.
+		{[]string{"doctor", "-m", "64M"}, `stockade: doctor: unknown flag -m; did you mean -h?`},
+	} {
+		code, out, errs := runCLI(t, c.args...)
+		if code != jail.ExitJailError || out != "" || errs != c.want+"\n" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 125, nothing on stdout and %q", c.args, code, out, errs, c.want)
+		}
+	}
+}
+
 // Help is still there, on stdout, exit 0: with no command, for a command
 // (stockade help run, stockade run --help), and for a command's commands.
 func TestHelpStillShows(t *testing.T) {

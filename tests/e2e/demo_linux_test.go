@@ -90,6 +90,13 @@ func TestDemoCommandsRunAsPrinted(t *testing.T) {
 	if len(steps) < 5 {
 		t.Fatalf("%d commands in the demo's output:\n%s", len(steps), demo)
 	}
+	// The data stack's step: on a fresh machine it failed with
+	// ModuleNotFoundError until scripts/deps demo installed the stack.
+	last := steps[len(steps)-1]
+	if !strings.Contains(last.cmd, "import pandas as pd, matplotlib.pyplot as plt") || last.exit != 0 ||
+		last.out != "{'Lima': 7, 'Oslo': 15} chart.png written\n" {
+		t.Errorf("the demo's data stack step: %+v", last)
+	}
 	for _, s := range steps {
 		var combined bytes.Buffer
 		cmd := exec.Command("bash", "-c", s.cmd)
