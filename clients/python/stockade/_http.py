@@ -173,18 +173,22 @@ def request(
         try:
             conn.request(method, target, body=body, headers=headers)
             resp = conn.getresponse()
-            hdrs = {k.lower(): v for k, v in resp.getheaders()}
-            # http.client takes the chunks apart; read1 returns what one
-            # read brings, so output is handed on as it comes.
-            answer = Answer(what, hdrs.get("content-type", "").startswith(NDJSON), on_line, _length(hdrs))
-            while True:
-                piece = resp.read1(answer.want())
-                if not piece:
-                    return resp.status, hdrs, answer.end()
-                if answer.feed(piece):
-                    return resp.status, hdrs, answer.result
         except (ConnectionError, http.client.HTTPException, socket.timeout) as e:
             raise ProtocolError(f"{what}: {e}") from e
+        hdrs = {k.lower(): v for k, v in resp.getheaders()}
+        answer = Answer(what, hdrs.get("content-type", "").startswith(NDJSON), on_line, _length(hdrs))
+        while True:
+            # http.client takes the chunks apart; read1 returns what one
+            # read brings, so output is handed on as it comes. (The
+            # callbacks run outside the try: their errors are theirs.)
+            try:
+                piece = resp.read1(answer.want())
+            except (ConnectionError, http.client.HTTPException, socket.timeout) as e:
+                raise ProtocolError(f"{what}: {e}") from e
+            if not piece:
+                return resp.status, hdrs, answer.end()
+            if answer.feed(piece):
+                return resp.status, hdrs, answer.result
     finally:
         conn.close()
 
@@ -212,44 +216,53 @@ async def _arequest(path, method, target, body, content_type, stream, on_line):
     except OSError as e:
         raise connect_error(path, e) from e
     try:
-        body = body or b""
-        head = [f"{method} {target} HTTP/1.1", "Host: stockade", "Connection: close", f"Content-Length: {len(body)}"]
-        if content_type:
-            head.append(f"Content-Type: {content_type}")
-        if stream:
-            head.append(f"Accept: {NDJSON}")
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-        await writer.drain()
-        status_line = await _line(reader)
-        parts = status_line.decode("latin-1").split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise ProtocolError(f"{what}: not an HTTP answer: {status_line[:100]!r}")
-        status = int(parts[1])
-        hdrs: Dict[str, str] = {}
-        for _ in range(MAX_HEADERS + 1):
-            line = await _line(reader)
-            if line in (b"\r\n", b"\n", b""):
-                break
-            k, _, v = line.decode("latin-1").partition(":")
-            hdrs[k.strip().lower()] = v.strip()
-        else:
-            raise ProtocolError(f"{what}: more than {MAX_HEADERS} header lines")
+        try:
+            status, hdrs = await _ahead(reader, writer, what, method, target, body, content_type, stream)
+        except (ConnectionError, asyncio.IncompleteReadError) as e:
+            raise ProtocolError(f"{what}: {e}") from e
         answer = Answer(what, hdrs.get("content-type", "").startswith(NDJSON), on_line, _length(hdrs))
         pieces = _Body(reader, hdrs)
         while True:
-            piece = await pieces.read1(answer.want())
+            # As in request: only the reads' errors are the answer's.
+            try:
+                piece = await pieces.read1(answer.want())
+            except (ConnectionError, asyncio.IncompleteReadError) as e:
+                raise ProtocolError(f"{what}: {e}") from e
             if not piece:
                 return status, hdrs, answer.end()
             if answer.feed(piece):
                 return status, hdrs, answer.result
-    except (ConnectionError, asyncio.IncompleteReadError) as e:
-        raise ProtocolError(f"{what}: {e}") from e
     finally:
         writer.close()
         try:
             await writer.wait_closed()
         except OSError:
             pass
+
+
+async def _ahead(reader, writer, what, method, target, body, content_type, stream) -> Tuple[int, Dict[str, str]]:
+    """Sends the request; reads the answer's status and headers, no more
+    of them than http.client takes."""
+    body = body or b""
+    head = [f"{method} {target} HTTP/1.1", "Host: stockade", "Connection: close", f"Content-Length: {len(body)}"]
+    if content_type:
+        head.append(f"Content-Type: {content_type}")
+    if stream:
+        head.append(f"Accept: {NDJSON}")
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+    await writer.drain()
+    status_line = await _line(reader)
+    parts = status_line.decode("latin-1").split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise ProtocolError(f"{what}: not an HTTP answer: {status_line[:100]!r}")
+    hdrs: Dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = await _line(reader)
+        if line in (b"\r\n", b"\n", b""):
+            return int(parts[1]), hdrs
+        k, _, v = line.decode("latin-1").partition(":")
+        hdrs[k.strip().lower()] = v.strip()
+    raise ProtocolError(f"{what}: more than {MAX_HEADERS} header lines")
 
 
 async def _line(reader: asyncio.StreamReader) -> bytes:

@@ -160,3 +160,23 @@ def test_answer_bounds_its_reads():
             _http.Answer("test", False, None, 11)
         finally:
             _http.MAX_ANSWER = saved
+
+
+def test_a_callbacks_error_is_its_own(tmp_path):
+    """An on_stdout that raises (here a ConnectionError of its own, say a
+    broken pipe to a UI) gets its exception back, not a ProtocolError that
+    blames the server."""
+    lines = b'{"type":"stdout","data":"x"}\n{"type":"result","verdict":"ok"}\n'
+    prefix = HEAD + b"Content-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n" % len(lines) + lines
+
+    def on_stdout(text):
+        raise ConnectionResetError("the UI went away")
+
+    for kind in ("sync", "async"):
+        srv = HostileServer(str(tmp_path / f"{kind}.sock"), prefix, b"")
+        with pytest.raises(ConnectionResetError, match="the UI went away"):
+            if kind == "sync":
+                stockade.Client(srv.path, timeout=30).run("1", on_stdout=on_stdout)
+            else:
+                asyncio.run(stockade.AsyncClient(srv.path, timeout=30).run("1", on_stdout=on_stdout))
+        srv.join()
