@@ -196,6 +196,17 @@ def health() -> Call:
     return Call("GET", "/v1/health", parse=lambda s, b: _object(b))
 
 
+def deliver(res: results.ExecResult, on_result, on_error) -> results.ExecResult:
+    """Calls on_result once per result of the exec, in order, then
+    on_error once with the exception the cell raised, if it raised."""
+    if on_result is not None:
+        for r in res.results:
+            on_result(r)
+    if on_error is not None and res.error is not None:
+        on_error(res.error)
+    return res
+
+
 def output_handler(on_stdout, on_stderr):
     """Routes a stream's output lines to the callbacks."""
     if on_stdout is None and on_stderr is None:

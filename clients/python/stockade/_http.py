@@ -54,6 +54,17 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = s
 
 
+# A piece of a body read at once: small enough that the bound is checked
+# often, large enough that a big answer costs few reads.
+PIECE = 1 << 16
+
+# The longest status or header line and the most header lines read, as
+# http.client allows (its _MAXLINE and _MAXHEADERS): a server that sends
+# headers without end must not grow this client's memory.
+MAX_HEADER_LINE = 1 << 16
+MAX_HEADERS = 100
+
+
 def _result_line(line: bytes, on_line: Optional[LineHandler]) -> Optional[bytes]:
     """One NDJSON line: output goes to on_line, the result is returned."""
     if not line.strip():
@@ -62,11 +73,81 @@ def _result_line(line: bytes, on_line: Optional[LineHandler]) -> Optional[bytes]
         doc = json.loads(line)
     except ValueError as e:
         raise ProtocolError(f"a stream line that is not JSON: {line[:200]!r}") from e
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"a stream line that is not a JSON object: {line[:200]!r}")
     if doc.get("type") == "result":
         return line
     if on_line is not None:
         on_line(doc)
     return None
+
+
+class Answer:
+    """What both clients keep of an answer's body, with one bound: at most
+    MAX_ANSWER bytes held, checked before each read (want() never asks for
+    more than one byte past it) rather than after a read the server sized.
+    A plain body is held whole; an NDJSON stream one line at a time, each
+    output line handed to on_line as it completes. The server is trusted
+    with none of it: a chunk header, a Content-Length or a line without
+    end makes this raise ProtocolError, never hold more.
+
+    The body grows in one bytearray (appending is amortized linear; joining
+    bytes objects copies everything so far on every piece), and a line's
+    end is searched for in the new bytes only."""
+
+    def __init__(self, what: str, ndjson: bool, on_line: Optional[LineHandler], length: Optional[int]):
+        self.what = what
+        self.ndjson = ndjson
+        self.on_line = on_line
+        # Read here, not as a default argument: a test lowers it.
+        self.cap = MAX_ANSWER
+        if not ndjson and length is not None and length > self.cap:
+            raise ProtocolError(f"{what}: an answer of {length} bytes, larger than {self.cap}")
+        self.buf = bytearray()
+        self.result: Optional[bytes] = None
+        # Bytes searched for a line's end: the search is linear in what
+        # came (a test holds it to that).
+        self.scanned = 0
+
+    def want(self) -> int:
+        """How many bytes to read next."""
+        return max(1, min(PIECE, self.cap + 1 - len(self.buf)))
+
+    def feed(self, piece: bytes) -> bool:
+        """Takes a piece of the body; True once a stream's result came."""
+        start = len(self.buf)
+        self.buf += piece
+        while self.ndjson:
+            i = self.buf.find(b"\n", start)
+            self.scanned += (len(self.buf) if i < 0 else i + 1) - start
+            if i < 0:
+                break
+            line = bytes(self.buf[:i])
+            del self.buf[:i + 1]
+            start = 0
+            res = _result_line(line, self.on_line)
+            if res is not None:
+                self.result = res
+                return True
+        if len(self.buf) > self.cap:
+            kind = "a stream line" if self.ndjson else "an answer"
+            raise ProtocolError(f"{self.what}: {kind} larger than {self.cap} bytes")
+        return False
+
+    def end(self) -> bytes:
+        """At the body's end: a stream's result (its last line, maybe
+        without a newline) or the whole body."""
+        if not self.ndjson:
+            return bytes(self.buf)
+        res = _result_line(bytes(self.buf), self.on_line)
+        if res is None:
+            raise ProtocolError(f"{self.what}: the stream ended without a result")
+        return res
+
+
+def _length(hdrs: Dict[str, str]) -> Optional[int]:
+    n = hdrs.get("content-length")
+    return int(n) if n is not None and n.isdigit() else None
 
 
 def request(
@@ -81,6 +162,7 @@ def request(
 ) -> Tuple[int, Dict[str, str], bytes]:
     """Sends one request; returns status, headers and body. A streamed
     answer's body is its result line; each output line goes to on_line."""
+    what = f"{method} {target}"
     conn = _UnixConnection(path, timeout)
     try:
         headers = {"Host": "stockade"}
@@ -92,20 +174,21 @@ def request(
             conn.request(method, target, body=body, headers=headers)
             resp = conn.getresponse()
         except (ConnectionError, http.client.HTTPException, socket.timeout) as e:
-            raise ProtocolError(f"{method} {target}: {e}") from e
+            raise ProtocolError(f"{what}: {e}") from e
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
-        if hdrs.get("content-type", "").startswith(NDJSON):
-            while True:
-                line = resp.readline(MAX_ANSWER)
-                if not line:
-                    raise ProtocolError(f"{method} {target}: the stream ended without a result")
-                res = _result_line(line, on_line)
-                if res is not None:
-                    return resp.status, hdrs, res
-        data = resp.read(MAX_ANSWER + 1)
-        if len(data) > MAX_ANSWER:
-            raise ProtocolError(f"{method} {target}: an answer larger than {MAX_ANSWER} bytes")
-        return resp.status, hdrs, data
+        answer = Answer(what, hdrs.get("content-type", "").startswith(NDJSON), on_line, _length(hdrs))
+        while True:
+            # http.client takes the chunks apart; read1 returns what one
+            # read brings, so output is handed on as it comes. (The
+            # callbacks run outside the try: their errors are theirs.)
+            try:
+                piece = resp.read1(answer.want())
+            except (ConnectionError, http.client.HTTPException, socket.timeout) as e:
+                raise ProtocolError(f"{what}: {e}") from e
+            if not piece:
+                return resp.status, hdrs, answer.end()
+            if answer.feed(piece):
+                return resp.status, hdrs, answer.result
     finally:
         conn.close()
 
@@ -127,55 +210,28 @@ async def arequest(
 
 
 async def _arequest(path, method, target, body, content_type, stream, on_line):
+    what = f"{method} {target}"
     try:
-        reader, writer = await asyncio.open_unix_connection(path, limit=1 << 20)
+        reader, writer = await asyncio.open_unix_connection(path, limit=MAX_HEADER_LINE)
     except OSError as e:
         raise connect_error(path, e) from e
     try:
-        body = body or b""
-        head = [f"{method} {target} HTTP/1.1", "Host: stockade", "Connection: close", f"Content-Length: {len(body)}"]
-        if content_type:
-            head.append(f"Content-Type: {content_type}")
-        if stream:
-            head.append(f"Accept: {NDJSON}")
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-        await writer.drain()
-        status_line = await reader.readline()
-        parts = status_line.decode("latin-1").split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise ProtocolError(f"{method} {target}: not an HTTP answer: {status_line[:100]!r}")
-        status = int(parts[1])
-        hdrs: Dict[str, str] = {}
+        try:
+            status, hdrs = await _ahead(reader, writer, what, method, target, body, content_type, stream)
+        except (ConnectionError, asyncio.IncompleteReadError) as e:
+            raise ProtocolError(f"{what}: {e}") from e
+        answer = Answer(what, hdrs.get("content-type", "").startswith(NDJSON), on_line, _length(hdrs))
+        pieces = _Body(reader, hdrs)
         while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
-            k, _, v = line.decode("latin-1").partition(":")
-            hdrs[k.strip().lower()] = v.strip()
-        chunks = _Body(reader, hdrs)
-        if hdrs.get("content-type", "").startswith(NDJSON):
-            buf = b""
-            async for piece in chunks:
-                buf += piece
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    res = _result_line(line, on_line)
-                    if res is not None:
-                        return status, hdrs, res
-                if len(buf) > MAX_ANSWER:
-                    raise ProtocolError(f"{method} {target}: a stream line larger than {MAX_ANSWER} bytes")
-            res = _result_line(buf, on_line)
-            if res is None:
-                raise ProtocolError(f"{method} {target}: the stream ended without a result")
-            return status, hdrs, res
-        data = b""
-        async for piece in chunks:
-            data += piece
-            if len(data) > MAX_ANSWER:
-                raise ProtocolError(f"{method} {target}: an answer larger than {MAX_ANSWER} bytes")
-        return status, hdrs, data
-    except (ConnectionError, asyncio.IncompleteReadError) as e:
-        raise ProtocolError(f"{method} {target}: {e}") from e
+            # As in request: only the reads' errors are the answer's.
+            try:
+                piece = await pieces.read1(answer.want())
+            except (ConnectionError, asyncio.IncompleteReadError) as e:
+                raise ProtocolError(f"{what}: {e}") from e
+            if not piece:
+                return status, hdrs, answer.end()
+            if answer.feed(piece):
+                return status, hdrs, answer.result
     finally:
         writer.close()
         try:
@@ -184,45 +240,85 @@ async def _arequest(path, method, target, body, content_type, stream, on_line):
             pass
 
 
+async def _ahead(reader, writer, what, method, target, body, content_type, stream) -> Tuple[int, Dict[str, str]]:
+    """Sends the request; reads the answer's status and headers, no more
+    of them than http.client takes."""
+    body = body or b""
+    head = [f"{method} {target} HTTP/1.1", "Host: stockade", "Connection: close", f"Content-Length: {len(body)}"]
+    if content_type:
+        head.append(f"Content-Type: {content_type}")
+    if stream:
+        head.append(f"Accept: {NDJSON}")
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+    await writer.drain()
+    status_line = await _line(reader)
+    parts = status_line.decode("latin-1").split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise ProtocolError(f"{what}: not an HTTP answer: {status_line[:100]!r}")
+    hdrs: Dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = await _line(reader)
+        if line in (b"\r\n", b"\n", b""):
+            return int(parts[1]), hdrs
+        k, _, v = line.decode("latin-1").partition(":")
+        hdrs[k.strip().lower()] = v.strip()
+    raise ProtocolError(f"{what}: more than {MAX_HEADERS} header lines")
+
+
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    """A status, header or chunk-size line, at most MAX_HEADER_LINE bytes
+    (the reader's limit; over it, readline raises ValueError)."""
+    try:
+        return await reader.readline()
+    except ValueError as e:
+        raise ProtocolError(f"a line longer than {MAX_HEADER_LINE} bytes in the answer's head") from e
+
+
 class _Body:
     """An answer's body, as it arrives: chunked, by Content-Length, or to
-    the end of the connection."""
+    the end of the connection. read1(n) returns at most n bytes, whatever a
+    chunk header or a Content-Length announces: the caller's bound holds
+    before the bytes are read."""
 
     def __init__(self, reader: asyncio.StreamReader, hdrs: Dict[str, str]):
         self.reader = reader
         self.chunked = "chunked" in hdrs.get("transfer-encoding", "").lower()
-        n = hdrs.get("content-length")
-        self.length = int(n) if n is not None and n.isdigit() else None
+        # Bytes left: of the current chunk (chunked), of the body (by
+        # length), or None: to the end of the connection.
+        self.left = 0 if self.chunked else _length(hdrs)
+        self.done = False
 
-    def __aiter__(self):
-        return self._pieces()
-
-    async def _pieces(self):
-        if self.chunked:
-            while True:
-                size_line = await self.reader.readline()
-                try:
-                    size = int(size_line.split(b";")[0].strip(), 16)
-                except ValueError as e:
-                    raise ProtocolError(f"bad chunk size {size_line[:40]!r}") from e
-                if size == 0:
-                    # Trailers, then the blank line.
-                    while (await self.reader.readline()) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return
-                yield await self.reader.readexactly(size)
-                await self.reader.readline()
-        elif self.length is not None:
-            left = self.length
-            while left > 0:
-                piece = await self.reader.read(min(left, 1 << 16))
-                if not piece:
-                    raise ProtocolError(f"the answer ended {left} bytes short")
-                left -= len(piece)
-                yield piece
-        else:
-            while True:
-                piece = await self.reader.read(1 << 16)
-                if not piece:
-                    return
-                yield piece
+    async def read1(self, n: int) -> bytes:
+        if self.done:
+            return b""
+        if self.chunked and self.left == 0:
+            size_line = await _line(self.reader)
+            try:
+                size = int(size_line.split(b";")[0].strip(), 16)
+            except ValueError as e:
+                raise ProtocolError(f"bad chunk size {size_line[:40]!r}") from e
+            if size < 0:
+                raise ProtocolError(f"bad chunk size {size_line[:40]!r}")
+            if size == 0:
+                # Trailers, then the blank line: no more of them than of
+                # headers.
+                for _ in range(MAX_HEADERS + 1):
+                    if (await _line(self.reader)) in (b"\r\n", b"\n", b""):
+                        break
+                else:
+                    raise ProtocolError(f"more than {MAX_HEADERS} trailer lines")
+                self.done = True
+                return b""
+            self.left = size
+        if self.left is None:
+            return await self.reader.read(n)
+        if self.left == 0:
+            self.done = True
+            return b""
+        piece = await self.reader.read(min(n, self.left))
+        if not piece:
+            raise ProtocolError(f"the answer ended {self.left} bytes short")
+        self.left -= len(piece)
+        if self.chunked and self.left == 0:
+            await _line(self.reader)  # the CRLF after the chunk's data
+        return piece

@@ -3,6 +3,7 @@
 from typing import Any, Callable, List, Mapping, Optional, Union
 
 from . import _api, _http
+from .client import OnError, OnResult
 from .results import ExecResult, FileEntry, RunResult, SessionEnd, SessionInfo
 
 Output = Optional[Callable[[str], None]]
@@ -86,9 +87,11 @@ class AsyncSession:
         return self.start().__await__()
 
     async def run(self, code: str, stdin: Union[None, str, bytes] = None, timeout: Union[None, float, str] = None,
-                  files: Optional[_api.Files] = None, on_stdout: Output = None, on_stderr: Output = None) -> ExecResult:
+                  files: Optional[_api.Files] = None, on_stdout: Output = None, on_stderr: Output = None,
+                  on_result: OnResult = None, on_error: OnError = None) -> ExecResult:
         handler = _api.output_handler(on_stdout, on_stderr)
-        return await self._client._do(_api.exec_(self.id, code, stdin, timeout, files, stream=handler is not None), handler)
+        res = await self._client._do(_api.exec_(self.id, code, stdin, timeout, files, stream=handler is not None), handler)
+        return _api.deliver(res, on_result, on_error)
 
     async def interrupt(self) -> None:
         await self._client._do(_api.interrupt(self.id))

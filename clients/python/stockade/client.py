@@ -3,9 +3,11 @@
 from typing import Any, Callable, List, Mapping, Optional, Union
 
 from . import _api, _http
-from .results import ExecResult, FileEntry, RunResult, SessionEnd, SessionInfo
+from .results import ExecError, ExecResult, FileEntry, Result, RunResult, SessionEnd, SessionInfo
 
 Output = Optional[Callable[[str], None]]
+OnResult = Optional[Callable[[Result], None]]
+OnError = Optional[Callable[[ExecError], None]]
 
 
 class Client:
@@ -94,11 +96,15 @@ class Session:
         self.end: Optional[SessionEnd] = None
 
     def run(self, code: str, stdin: Union[None, str, bytes] = None, timeout: Union[None, float, str] = None,
-            files: Optional[_api.Files] = None, on_stdout: Output = None, on_stderr: Output = None) -> ExecResult:
+            files: Optional[_api.Files] = None, on_stdout: Output = None, on_stderr: Output = None,
+            on_result: OnResult = None, on_error: OnError = None) -> ExecResult:
         """Runs one cell. A cell that raised, timed out or ran out of
-        memory is a result (see .verdict, .state, .error)."""
+        memory is a result (see .verdict, .state, .error). on_result is
+        called with each Result of the cell (its last expression, its
+        figures), on_error with the ExecError it raised, if it did."""
         handler = _api.output_handler(on_stdout, on_stderr)
-        return self._client._do(_api.exec_(self.id, code, stdin, timeout, files, stream=handler is not None), handler)
+        res = self._client._do(_api.exec_(self.id, code, stdin, timeout, files, stream=handler is not None), handler)
+        return _api.deliver(res, on_result, on_error)
 
     def interrupt(self) -> None:
         """KeyboardInterrupt in the running exec (BusyError when idle)."""

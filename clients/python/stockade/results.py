@@ -27,6 +27,63 @@ class Image:
             f.write(self.data)
 
 
+# The short names a MIME bundle's formats are also known by (E2B's, and
+# Result's properties), and which of them are binary: base64 on the wire,
+# bytes here.
+_FORMATS = {
+    "text": "text/plain", "html": "text/html", "markdown": "text/markdown", "latex": "text/latex",
+    "json": "application/json", "javascript": "application/javascript", "svg": "image/svg+xml",
+    "png": "image/png", "jpeg": "image/jpeg", "pdf": "application/pdf",
+}
+_BINARY = ("image/png", "image/jpeg", "application/pdf")
+
+
+@dataclass
+class Result:
+    """One result of a session's exec, as a MIME bundle: ``data`` maps a
+    MIME type to its content (text as str; PNG, JPEG and PDF as bytes).
+
+    Today the server returns two kinds: the cell's last expression
+    (``text/plain``, its repr; ``is_main_result`` True) and each figure the
+    cell left open (``image/png``). Richer formats (HTML for a DataFrame,
+    display() mid-cell) arrive as more keys of ``data`` and more results,
+    with no change to this type or to on_result."""
+
+    data: Dict[str, Any] = field(default_factory=dict)
+    is_main_result: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def formats(self) -> List[str]:
+        """The short names of the formats it has ("text", "png", ...), or
+        the MIME type where there is none."""
+        short = {v: k for k, v in _FORMATS.items()}
+        return [short.get(m, m) for m in self.data]
+
+    text = property(lambda self: self.data.get("text/plain"))
+    html = property(lambda self: self.data.get("text/html"))
+    markdown = property(lambda self: self.data.get("text/markdown"))
+    latex = property(lambda self: self.data.get("text/latex"))
+    json = property(lambda self: self.data.get("application/json"))
+    javascript = property(lambda self: self.data.get("application/javascript"))
+    svg = property(lambda self: self.data.get("image/svg+xml"))
+    png = property(lambda self: self.data.get("image/png"))
+    jpeg = property(lambda self: self.data.get("image/jpeg"))
+    pdf = property(lambda self: self.data.get("application/pdf"))
+
+    @classmethod
+    def from_json(cls, doc: Dict[str, Any]) -> "Result":
+        """A bundle as a server may send it: its formats under "data", or
+        beside is_main_result, by MIME type or by short name."""
+        bundle = doc.get("data") if isinstance(doc.get("data"), dict) else doc
+        data: Dict[str, Any] = {}
+        for k, v in bundle.items():
+            mime = _FORMATS.get(k, k)
+            if "/" not in mime or v is None:
+                continue
+            data[mime] = _b64(v) if mime in _BINARY and isinstance(v, str) else v
+        return cls(data=data, is_main_result=bool(doc.get("is_main_result")), raw=doc)
+
+
 @dataclass
 class ExecError:
     """The exception a session's exec raised, as Python formats it."""
@@ -103,7 +160,9 @@ class ExecResult:
 
     ``state`` is "kept" when the session's Python state survived the exec
     (the interpreter answered), "lost" otherwise. ``result`` is the repr of
-    the cell's last expression; ``error`` the exception it raised."""
+    the cell's last expression; ``error`` the exception it raised;
+    ``results`` every result as a MIME bundle (the last expression's, then
+    each figure's), what on_result is called with."""
 
     verdict: str = ""
     state: str = ""
@@ -115,6 +174,7 @@ class ExecResult:
     result: Optional[str] = None
     error: Optional[ExecError] = None
     images: List[Image] = field(default_factory=list)
+    results: List[Result] = field(default_factory=list)
     files_changed: List[str] = field(default_factory=list)
     execution_count: int = 0
     wall_ms: float = 0.0
@@ -135,7 +195,22 @@ class ExecResult:
         error = None
         if isinstance(err, dict):
             error = ExecError(name=err.get("name", ""), value=err.get("value", ""), traceback=err.get("traceback", ""))
-        return _fill(cls, doc, error=error, images=_images(doc))
+        return _fill(cls, doc, error=error, images=_images(doc), results=_results(doc))
+
+
+def _results(doc: Dict[str, Any]) -> List[Result]:
+    """A server's results as it sends them, where it does; else today's
+    two kinds, made into bundles: the last expression's repr, then each
+    figure."""
+    if isinstance(doc.get("results"), list):
+        return [Result.from_json(r) for r in doc["results"] if isinstance(r, dict)]
+    out = []
+    if isinstance(doc.get("result"), str):
+        out.append(Result(data={"text/plain": doc["result"]}, is_main_result=True, raw={"result": doc["result"]}))
+    for i in doc.get("images") or []:
+        if isinstance(i, dict):
+            out.append(Result(data={"image/" + str(i.get("type", "png")): _b64(i.get("data"))}, raw=i))
+    return out
 
 
 @dataclass
