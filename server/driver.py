@@ -27,6 +27,9 @@ CHAN = 3
 LOST = 86
 DRIVER_FILE = "<stockade driver>"  # the name the bootstrap compiles this under
 _state = {"user": False}
+# The jail's environment as the bootstrap found it, before the session's
+# env: what a restarted driver starts from.
+_BASE_ENV = dict(os.environ)
 
 
 def _on_sigint(signum, frame):
@@ -200,6 +203,11 @@ def _exec(req, fds, streams, ns, answer, chan):
         answer["error"] = {"name": "DriverError", "value": "want 3 descriptors, got %d" % len(fds), "traceback": ""}
         return
     streams.cell(fds)
+    # The exec's env, for this cell alone: what the names held before is
+    # put back after it (the server checked the names).
+    env = req.get("env") or {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         _state["user"] = True
         try:
@@ -222,7 +230,49 @@ def _exec(req, fds, streams, ns, answer, chan):
                 answer["error"] = _error(e, limit)
     finally:
         _state["user"] = False
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         streams.restore()
+
+
+def _restart(req, chan):
+    # A fresh interpreter in the same jail, /work and /tmp kept: every
+    # other process of the jail killed (kill(-1) reaches every process of
+    # the jail's pid namespace this user may signal, never its init), then
+    # the bootstrap's command line exec'd again, with a job that makes it
+    # a driver whose first frame carries the server's new hello. The
+    # channel stays descriptor 3 across the exec; every other descriptor
+    # the driver holds is close-on-exec.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # no other process
+    # The cells' own children are the driver's, and stay its zombies
+    # across the exec: reaped here (the rest, orphans, are init's).
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    job = json.dumps({"session": {"hello": req["hello"], "env": req.get("session_env") or {}}}).encode()
+    try:
+        fd = os.memfd_create("stockade-job")
+    except (AttributeError, OSError):
+        fd = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+    os.write(fd, b"%d\n" % len(job) + job)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.dup2(fd, 0)
+    os.close(fd)
+    os.set_inheritable(CHAN, True)
+    argv = list(getattr(sys, "orig_argv", None) or [])
+    if not argv:
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0")[:-1]]
+    os.execve(sys.executable or "/usr/bin/python3", argv, _BASE_ENV)
 
 
 def main(job):
@@ -246,6 +296,11 @@ def main(job):
             continue
         except Exception:
             os._exit(LOST)
+        if req.get("op") == "restart":
+            try:
+                _restart(req, chan)
+            finally:
+                os._exit(LOST)  # execve returned: it failed
         if req.get("op") != "exec":
             os._exit(LOST)
         answer = {"token": req["token"], "status": "ok", "result": None, "result_truncated": False,

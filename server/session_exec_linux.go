@@ -69,6 +69,7 @@ type execPlan struct {
 	stdin   string
 	timeout time.Duration
 	files   map[string]string
+	env     map[string]string // this exec's alone (checkExecEnv)
 	caller  peer
 }
 
@@ -214,7 +215,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	}
 	drain := s.jl.p.DrainOutput(outR, errR, s.outputLimit, sout, serr)
 	token := newID()
-	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax}
+	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax, Env: plan.env}
 	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
 	inR.Close()
 	outW.Close()
