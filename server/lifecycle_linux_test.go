@@ -73,7 +73,7 @@ func TestSessionTTLExtend(t *testing.T) {
 	}
 }
 
-func TestServeSessionMaxLifeBelowTTLRefused(t *testing.T) {
+func TestServeSessionFlagsRefused(t *testing.T) {
 	bin := needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
