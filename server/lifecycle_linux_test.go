@@ -146,6 +146,9 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 	if _, in := s.info(id); in.Restarts != 1 || !in.Alive {
 		t.Errorf("info: %+v", in)
 	}
+	if !strings.Contains(s.logString(), `"event":"session_restart","run_id":"`+id+`"`) {
+		t.Errorf("no audit line of the restart:\n%s", s.logString())
+	}
 	// Twice in a row, and the session still runs cells.
 	if code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil); code != 200 || !bytes.Contains(body, []byte(`"restarts":2`)) {
 		t.Errorf("second restart: %d %s", code, body)

@@ -82,6 +82,13 @@ func (s *Server) handleRestart(w http.ResponseWriter, r *http.Request, caller pe
 		return
 	}
 	defer func() { <-ss.slot }()
+	// The restart kills every process of the session: the operator's log
+	// has its line before it happens (and none happens without it, under
+	// --audit-required).
+	if err := s.auditSession("session_restart", ss); err != nil && s.cfg.AuditRequired {
+		s.writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("the session was not restarted: its audit line could not be written (--audit-required): %v", err)})
+		return
+	}
 	res, ae := ss.restart(s)
 	if ae != nil {
 		s.writeError(w, ae)
