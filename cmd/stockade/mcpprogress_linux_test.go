@@ -98,6 +98,29 @@ func TestMCPStdioInterruptAndProgress(t *testing.T) {
 		t.Errorf("state after the interrupt: %v", sc)
 	}
 
+	// A single-use run streams too (POST /v1/run as NDJSON), and its
+	// result is the one an unstreamed run gets.
+	for len(notes) > 0 {
+		<-notes
+	}
+	p1 := &sdk.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "import time\nprint('single', flush=True)\ntime.sleep(1)"}}
+	p1.SetProgressToken("single")
+	res, err := cs.CallTool(ctx, p1)
+	var single map[string]any
+	b, _ = json.Marshal(res.StructuredContent)
+	json.Unmarshal(b, &single)
+	if err != nil || res.IsError || single["verdict"] != "ok" || single["stdout"] != "single\n" || single["type"] != nil {
+		t.Errorf("a single-use run with progress: %v %v", err, single)
+	}
+	sawSingle := false
+	for len(notes) > 0 {
+		n := <-notes
+		sawSingle = sawSingle || strings.Contains(n.Message, "single\n")
+	}
+	if !sawSingle {
+		t.Errorf("no progress with a single-use run's output")
+	}
+
 	// A silent cell is said to be running.
 	for len(notes) > 0 {
 		<-notes
