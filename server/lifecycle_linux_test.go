@@ -18,17 +18,22 @@ import (
 // POST .../ttl moves the end of a session, within --session-ttl from now
 // and --session-max-life from its start; the jail's own clock allows it.
 func TestSessionTTLExtend(t *testing.T) {
-	s := startServer(t, "--pool", "1", "--session-ttl", "4s", "--session-max-life", "9s")
-	c := s.session(SessionRequest{TTL: "2s"})
+	s := startServer(t, "--pool", "1", "--session-ttl", "8s", "--session-max-life", "20s")
+	c := s.session(SessionRequest{TTL: "4s"})
 	id := c.SessionID
 	ttl := func(v string) (int, []byte) {
 		return s.call("POST", "/v1/sessions/"+id+"/ttl", TTLRequest{TTL: v}, nil)
+	}
+	code, body := ttl("8s")
+	var in SessionInfo
+	if code != 200 || json.Unmarshal(body, &in) != nil || !in.ExpiresAt.After(c.ExpiresAt) || !in.Alive {
+		t.Fatalf("ttl 8s: %d %s (made to expire at %v)", code, body, c.ExpiresAt)
 	}
 	for _, bad := range []struct {
 		ttl  string
 		code int
 		says string
-	}{{"5s", 422, "--session-ttl"}, {"soon", 400, "ttl"}, {"0s", 400, "positive"}, {"", 400, "missing"}} {
+	}{{"9s", 422, "--session-ttl"}, {"soon", 400, "ttl"}, {"0s", 400, "positive"}, {"", 400, "missing"}} {
 		if code, body := ttl(bad.ttl); code != bad.code || !bytes.Contains(body, []byte(bad.says)) {
 			t.Errorf("ttl %q: %d %s", bad.ttl, code, body)
 		}
@@ -37,24 +42,19 @@ func TestSessionTTLExtend(t *testing.T) {
 		t.Errorf("an unknown field: %d %s", code, body)
 	}
 	s.cell(id, "x = 'kept'")
-	code, body := ttl("4s")
-	var in SessionInfo
-	if code != 200 || json.Unmarshal(body, &in) != nil || !in.ExpiresAt.After(c.ExpiresAt) || !in.Alive {
-		t.Fatalf("ttl 4s: %d %s (made to expire at %v)", code, body, c.ExpiresAt)
-	}
 	// Past the ttl it was made with, and past the jail's own clock as it
-	// was set from that ttl (ttl + 1s), the session lives and keeps its
-	// state.
-	time.Sleep(time.Until(c.CreatedAt.Add(3500 * time.Millisecond)))
+	// would be set from that ttl (ttl + 1s), the session lives and keeps
+	// its state.
+	time.Sleep(time.Until(c.CreatedAt.Add(6 * time.Second)))
 	if r := s.cell(id, "x"); r.Verdict != ExecOK || !resultIs(r, "'kept'") || !r.Session.ExpiresAt.Equal(in.ExpiresAt) {
 		t.Fatalf("after the ttl it was made with: %+v", r)
 	}
 	// Moved again it may not pass --session-max-life from its start.
-	if code, body := ttl("4s"); code != 200 {
-		t.Errorf("ttl 4s again, within the max life: %d %s", code, body)
+	if code, body := ttl("8s"); code != 200 {
+		t.Errorf("ttl 8s again, within the max life: %d %s", code, body)
 	}
-	time.Sleep(time.Until(c.CreatedAt.Add(6 * time.Second)))
-	if code, body := ttl("4s"); code != 422 || !bytes.Contains(body, []byte("--session-max-life")) {
+	time.Sleep(time.Until(c.CreatedAt.Add(12500 * time.Millisecond)))
+	if code, body := ttl("8s"); code != 422 || !bytes.Contains(body, []byte("--session-max-life")) {
 		t.Errorf("past the max life: %d %s", code, body)
 	}
 	if r := s.cell(id, "x"); !resultIs(r, "'kept'") {
@@ -164,14 +164,14 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 func TestAttackSessionRestartLeavesProcesses(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	id := s.session(SessionRequest{}).SessionID
-	r := s.cell(id, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(4)\n    os.write(3, b'5\\n{\"x\"}')\n    os._exit(0)\n'forked'")
+	r := s.cell(id, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(6)\n    os.write(3, b'5\\n{\"x\"}')\n    os._exit(0)\n'forked'")
 	if !resultIs(r, "'forked'") {
 		t.Fatalf("fork: %+v", r)
 	}
 	if code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil); code != 200 || !bytes.Contains(body, []byte(`"restarted":true`)) {
 		t.Fatalf("restart: %d %s", code, body)
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(7 * time.Second)
 	r = s.cell(id, "import os\nlen([p for p in os.listdir('/proc') if p.isdigit()])")
 	if r.Verdict != ExecOK || !resultIs(r, "2") || !r.Session.Alive {
 		t.Errorf("after the restart, the child's time gone by: %s %+v", resultText(r), r)
