@@ -272,6 +272,19 @@ def _restart(req, chan):
     if not argv:
         with open("/proc/self/cmdline", "rb") as f:
             argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0")[:-1]]
+    # What was done to the process's signals survives execve: an ignored
+    # signal stays ignored (a cell's signal.SIG_IGN), a blocked one blocked
+    # (SIGINT, blocked above: left so, no timeout or interrupt would reach
+    # the fresh interpreter and each would cost the session). Put back as
+    # a fresh process has them; a SIGINT that comes now finds the driver
+    # outside a cell, and is dropped.
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGINT, signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     os.execve(sys.executable or "/usr/bin/python3", argv, _BASE_ENV)
 
 

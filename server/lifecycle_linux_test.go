@@ -128,7 +128,7 @@ func TestSessionExecEnv(t *testing.T) {
 func TestSessionRestartKeepsWork(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	id := s.session(SessionRequest{Env: map[string]string{"SHARED": "session"}}).SessionID
-	r := s.cell(id, "import os, subprocess\nx = 1\nopen('/work/a.txt', 'w').write('kept')\nopen('/tmp/t.txt', 'w').write('tmp')\n"+
+	r := s.cell(id, "import os, signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nx = 1\nopen('/work/a.txt', 'w').write('kept')\nopen('/tmp/t.txt', 'w').write('tmp')\n"+
 		"os.environ['CELL_SET'] = 'cell'\np = subprocess.Popen(['sleep', '1000'])\np.pid")
 	if r.Verdict != ExecOK || r.Result == nil {
 		t.Fatalf("set-up: %+v", r)
@@ -138,9 +138,9 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 	if code != 200 || json.Unmarshal(body, &rr) != nil || !rr.Restarted || rr.State != "fresh" || rr.Restarts != 1 || rr.Python == "" || rr.SessionID != id || !rr.Session.Alive {
 		t.Fatalf("restart: %d %s", code, body)
 	}
-	r = s.cell(id, "import os\nprocs = sorted(open('/proc/%s/comm' % p).read().strip() for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())\n"+
-		"[globals().get('x'), open('/work/a.txt').read(), open('/tmp/t.txt').read(), os.environ.get('SHARED'), os.environ.get('CELL_SET'), 'sleep' in procs, len(procs)]")
-	if r.Verdict != ExecOK || !resultIs(r, "[None, 'kept', 'tmp', 'session', None, False, 1]") || r.ExecutionCount != 2 {
+	r = s.cell(id, "import os\nimport signal\nprocs = sorted(open('/proc/%s/comm' % p).read().strip() for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())\n"+
+		"[globals().get('x'), open('/work/a.txt').read(), open('/tmp/t.txt').read(), os.environ.get('SHARED'), os.environ.get('CELL_SET'), 'sleep' in procs, len(procs), signal.getsignal(signal.SIGTERM) == signal.SIG_DFL]")
+	if r.Verdict != ExecOK || !resultIs(r, "[None, 'kept', 'tmp', 'session', None, False, 1, True]") || r.ExecutionCount != 2 {
 		t.Errorf("after the restart: %s %+v", resultText(r), r)
 	}
 	if _, in := s.info(id); in.Restarts != 1 || !in.Alive {
@@ -148,6 +148,15 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 	}
 	if !strings.Contains(s.logString(), `"event":"session_restart","run_id":"`+id+`"`) {
 		t.Errorf("no audit line of the restart:\n%s", s.logString())
+	}
+	// The fresh interpreter answers KeyboardInterrupt: a timeout keeps
+	// its state (a SIGINT the restart left blocked would cost the session).
+	s.cell(id, "y = 'fresh'")
+	if r := s.exec(id, ExecRequest{Code: ptr("while True: pass"), Timeout: "1s"}); r.Verdict != ExecTimeout || r.State != "kept" {
+		t.Errorf("a timeout after the restart: %+v", r)
+	}
+	if r := s.cell(id, "y"); !resultIs(r, "'fresh'") {
+		t.Errorf("state after the timeout: %+v", r)
 	}
 	// Twice in a row, and the session still runs cells.
 	if code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil); code != 200 || !bytes.Contains(body, []byte(`"restarts":2`)) {
