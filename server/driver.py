@@ -268,6 +268,9 @@ def _restart(req, chan):
     os.dup2(fd, 0)
     os.close(fd)
     os.set_inheritable(CHAN, True)
+    # Whatever else a cell left open and inheritable would be the fresh
+    # interpreter's: only 0 to 2 and the channel go through the exec.
+    os.closerange(CHAN + 1, os.sysconf("SC_OPEN_MAX"))
     argv = list(getattr(sys, "orig_argv", None) or [])
     if not argv:
         with open("/proc/self/cmdline", "rb") as f:

@@ -128,7 +128,13 @@ func TestSessionExecEnv(t *testing.T) {
 func TestSessionRestartKeepsWork(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	id := s.session(SessionRequest{Env: map[string]string{"SHARED": "session"}}).SessionID
-	r := s.cell(id, "import os, signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nx = 1\nopen('/work/a.txt', 'w').write('kept')\nopen('/tmp/t.txt', 'w').write('tmp')\n"+
+	fds := "sorted(os.listdir('/proc/self/fd'))"
+	before := s.cell(id, "import os\n"+fds)
+	r := s.cell(id, "fd = os.open('/work', os.O_RDONLY)\nos.set_inheritable(fd, True)\nfd")
+	if before.Result == nil || r.Result == nil {
+		t.Fatalf("an inheritable descriptor: %+v then %+v", before, r)
+	}
+	r = s.cell(id, "import os, signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nx = 1\nopen('/work/a.txt', 'w').write('kept')\nopen('/tmp/t.txt', 'w').write('tmp')\n"+
 		"os.environ['CELL_SET'] = 'cell'\np = subprocess.Popen(['sleep', '1000'])\np.pid")
 	if r.Verdict != ExecOK || r.Result == nil {
 		t.Fatalf("set-up: %+v", r)
@@ -140,8 +146,11 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 	}
 	r = s.cell(id, "import os\nimport signal\nprocs = sorted(open('/proc/%s/comm' % p).read().strip() for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())\n"+
 		"[globals().get('x'), open('/work/a.txt').read(), open('/tmp/t.txt').read(), os.environ.get('SHARED'), os.environ.get('CELL_SET'), 'sleep' in procs, len(procs), signal.getsignal(signal.SIGTERM) == signal.SIG_DFL]")
-	if r.Verdict != ExecOK || !resultIs(r, "[None, 'kept', 'tmp', 'session', None, False, 1, True]") || r.ExecutionCount != 2 {
+	if r.Verdict != ExecOK || !resultIs(r, "[None, 'kept', 'tmp', 'session', None, False, 1, True]") || r.ExecutionCount != 4 {
 		t.Errorf("after the restart: %s %+v", resultText(r), r)
+	}
+	if r := s.cell(id, "import os\n"+fds); r.Result == nil || *r.Result != *before.Result {
+		t.Errorf("the descriptors after the restart: %s, before the cells: %s", resultText(r), resultText(before))
 	}
 	if _, in := s.info(id); in.Restarts != 1 || !in.Alive {
 		t.Errorf("info: %+v", in)
