@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -31,6 +32,9 @@ type Backend interface {
 	ReadFile(ctx context.Context, sessionID, path string) ([]byte, error)
 	WriteFile(ctx context.Context, sessionID, path string, data []byte) error
 	ListFiles(ctx context.Context, sessionID, dir string) (map[string]any, error)
+	// Interrupt raises KeyboardInterrupt in the session's running exec
+	// (POST /v1/sessions/{id}/interrupt).
+	Interrupt(ctx context.Context, sessionID string) error
 }
 
 // Job is one piece of code to run, as a tool's arguments give it.
@@ -38,6 +42,11 @@ type Job struct {
 	Code    string
 	Stdin   string
 	Timeout time.Duration // 0: the jail's own
+	// OnOutput, when not nil, is given the program's output as it comes
+	// ("stdout" or "stderr", and the text): the run is streamed (NDJSON).
+	// It is called from the goroutine that reads the stream, and must not
+	// block: the server cancels a run whose caller stops reading.
+	OnOutput func(stream, text string)
 }
 
 // Outcome is a run's or an exec's result: the fields the text shows, and
@@ -174,6 +183,12 @@ func (b *HTTPBackend) do(ctx context.Context, method, path string, body io.Reade
 		return nil, &APIError{Method: method, Path: path, Msg: err.Error()}
 	}
 	defer resp.Body.Close()
+	return answer(method, path, resp)
+}
+
+// answer reads a whole answer: its body when it is 2xx, else the
+// server's reason as an APIError (with the body, which a run's 500 uses).
+func answer(method, path string, resp *http.Response) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error()}
@@ -243,7 +258,7 @@ func (b *HTTPBackend) Run(ctx context.Context, job Job) (*Outcome, error) {
 	if limits != (Limits{}) {
 		req["limits"] = limits
 	}
-	data, err := b.postJSON(ctx, "/v1/run", req)
+	data, err := b.post(ctx, "/v1/run", req, job.OnOutput)
 	// A run whose jail could not be set up is answered 500 with a result:
 	// it is the run's outcome, verdict "error".
 	var ae *APIError
@@ -270,6 +285,9 @@ func decodeOutcome(data []byte) (*Outcome, error) {
 	}
 	if err := json.Unmarshal(data, &o.Raw); err != nil {
 		return nil, fmt.Errorf("stockade server: a result that is not a JSON object: %w", err)
+	}
+	if o.Raw["type"] == "result" {
+		delete(o.Raw, "type") // a stream's last line: the same object as unstreamed
 	}
 	return &o, nil
 }
@@ -299,12 +317,73 @@ func (b *HTTPBackend) Exec(ctx context.Context, sessionID string, job Job) (*Out
 		// sent it); the server refuses a longer one.
 		req["timeout"] = formatDuration(job.Timeout)
 	}
-	data, err := b.postJSON(ctx, sessionPath(sessionID)+"/exec", req)
+	data, err := b.post(ctx, sessionPath(sessionID)+"/exec", req, job.OnOutput)
 	if err != nil {
 		return nil, err
 	}
 	return decodeOutcome(data)
 }
+
+func (b *HTTPBackend) Interrupt(ctx context.Context, sessionID string) error {
+	_, err := b.do(ctx, http.MethodPost, sessionPath(sessionID)+"/interrupt", nil, "")
+	return err
+}
+
+// post is postJSON, streamed when onOutput is not nil: the answer asked
+// for as NDJSON, each output line handed to onOutput as it comes, and the
+// last line (the result, "type": "result") returned as the whole answer
+// would have been. An answer that is not a stream (a refusal, a run whose
+// jail could not be set up) is read as do reads it.
+func (b *HTTPBackend) post(ctx context.Context, path string, v any, onOutput func(stream, text string)) ([]byte, error) {
+	if onOutput == nil {
+		return b.postJSON(ctx, path, v)
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://stockade"+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, &APIError{Method: http.MethodPost, Path: path, Msg: err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", ndjson)
+	resp, err := b.Client.Do(req)
+	if err != nil {
+		return nil, &APIError{Method: http.MethodPost, Path: path, Msg: err.Error()}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), ndjson) {
+		return answer(http.MethodPost, path, resp)
+	}
+	// A line is one chunk of output or the result: the server's caps
+	// keep both far below maxAnswer.
+	r := bufio.NewReaderSize(io.LimitReader(resp.Body, maxAnswer+1), 64<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			var head struct {
+				Type string `json:"type"`
+				Data string `json:"data"`
+			}
+			if jerr := json.Unmarshal(line, &head); jerr != nil {
+				return nil, &APIError{Method: http.MethodPost, Path: path, Status: resp.StatusCode, Msg: "a streamed line that is not JSON: " + jerr.Error()}
+			}
+			switch head.Type {
+			case "stdout", "stderr":
+				onOutput(head.Type, head.Data)
+			case "result":
+				return line, nil
+			}
+		}
+		if err != nil {
+			return nil, &APIError{Method: http.MethodPost, Path: path, Status: resp.StatusCode, Msg: "the stream ended without a result: " + err.Error()}
+		}
+	}
+}
+
+// ndjson is the media type of stockade serve's streamed answers.
+const ndjson = "application/x-ndjson"
 
 func (b *HTTPBackend) CloseSession(ctx context.Context, sessionID string) (map[string]any, error) {
 	data, err := b.do(ctx, http.MethodDelete, sessionPath(sessionID), nil, "")

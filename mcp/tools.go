@@ -82,6 +82,9 @@ func NewServer(b Backend, opts Options) *sdk.Server {
 	sdk.AddTool(s, &sdk.Tool{Name: "run_python", Description: "Run Python code in a jail and return its verdict, stdout, stderr, " +
 		"the last expression's value and each display(obj) (sessions), the traceback of an exception and one image per matplotlib figure left open. " +
 		"isError is set when the verdict is not ok."}, t.runPython)
+	sdk.AddTool(s, &sdk.Tool{Name: "interrupt", Description: "Interrupt the run_python call running in a session: " +
+		"KeyboardInterrupt in its code, which then returns verdict interrupted with the session's state kept. " +
+		"For a cell that runs too long; fails when no run_python call is running in the session."}, t.interrupt)
 	sdk.AddTool(s, &sdk.Tool{Name: "create_session", Description: "Start a Python session: one long-lived jail whose variables, " +
 		"imports and /work files stay between run_python calls that pass its session_id. Returns session_id, limits and expiry times."}, t.createSession)
 	sdk.AddTool(s, &sdk.Tool{Name: "close_session", Description: "End a session and return its accounting (verdict, peaks, blocked system calls, network)."}, t.closeSession)
@@ -96,11 +99,18 @@ type tools struct {
 	opts Options
 }
 
-func (t *tools) runPython(ctx context.Context, _ *sdk.CallToolRequest, a runArgs) (*sdk.CallToolResult, any, error) {
+func (t *tools) runPython(ctx context.Context, req *sdk.CallToolRequest, a runArgs) (*sdk.CallToolResult, any, error) {
 	if a.TimeoutSeconds < 0 || math.IsNaN(a.TimeoutSeconds) || a.TimeoutSeconds > 1e6 {
 		return nil, nil, fmt.Errorf("timeout_seconds %v: want a positive number of seconds", a.TimeoutSeconds)
 	}
 	job := Job{Code: a.Code, Stdin: a.Stdin, Timeout: time.Duration(a.TimeoutSeconds * float64(time.Second))}
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		// The client asked for progress: the output as it comes, and a
+		// beat while the code runs silent (progress.go).
+		p := startProgress(ctx, req.Session, tok)
+		defer p.stop()
+		job.OnOutput = p.output
+	}
 	var o *Outcome
 	var err error
 	if a.SessionID == "" {
@@ -115,6 +125,22 @@ func (t *tools) runPython(ctx context.Context, _ *sdk.CallToolRequest, a runArgs
 		return nil, nil, err
 	}
 	return outcomeResult(o, a.SessionID == ""), nil, nil
+}
+
+func (t *tools) interrupt(ctx context.Context, _ *sdk.CallToolRequest, a sessionArgs) (*sdk.CallToolResult, any, error) {
+	if err := checkSessionID(a.SessionID); err != nil {
+		return nil, nil, err
+	}
+	if err := t.b.Interrupt(ctx, a.SessionID); err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+			return nil, nil, fmt.Errorf("session %s runs no code now: nothing to interrupt", a.SessionID)
+		}
+		return nil, nil, err
+	}
+	text := fmt.Sprintf("interrupting session %s: its running run_python call ends with verdict interrupted, state kept (or, if the code ignores KeyboardInterrupt, the session is ended)", a.SessionID)
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}},
+		StructuredContent: map[string]any{"session_id": a.SessionID, "status": "interrupting"}}, nil, nil
 }
 
 func (t *tools) createSession(ctx context.Context, _ *sdk.CallToolRequest, _ noArgs) (*sdk.CallToolResult, any, error) {

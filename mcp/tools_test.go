@@ -55,6 +55,11 @@ func (f *fakeBackend) ListFiles(_ context.Context, id, dir string) (map[string]a
 	return map[string]any{"path": dir, "entries": []any{}}, nil
 }
 
+func (f *fakeBackend) Interrupt(_ context.Context, id string) error {
+	f.record("interrupt " + id)
+	return nil
+}
+
 // connect serves NewServer(b) to an SDK client in memory.
 func connect(t *testing.T, b Backend) *sdk.ClientSession {
 	t.Helper()
@@ -122,7 +127,7 @@ func TestToolsListed(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Join(names, " "); got != "close_session create_session download_file list_files run_python upload_file" {
+	if got := strings.Join(names, " "); got != "close_session create_session download_file interrupt list_files run_python upload_file" {
 		t.Errorf("tools: %s", got)
 	}
 }
@@ -150,6 +155,7 @@ func TestAttackToolArgumentsLoosenJail(t *testing.T) {
 		"upload_file":    {"session_id": "abc", "path": "a", "content": "x"},
 		"download_file":  {"session_id": "abc", "path": "a"},
 		"list_files":     {"session_id": "abc"},
+		"interrupt":      {"session_id": "abc"},
 	}
 	for tool, args := range base {
 		for k, v := range extras {

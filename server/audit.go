@@ -156,7 +156,8 @@ func (a *AuditLog) health(required bool) AuditHealth {
 // written before its code reaches the jail (a run whose start line cannot
 // be written does not start), without the outcome.
 //
-// A session writes "session_start" and "session_end" lines, and for each
+// A session writes "session_start" and "session_end" lines (and a
+// "session_restart" line before each POST .../restart), and for each
 // exec an "exec_end" line (and with --audit-required an "exec_start"
 // line before the cell reaches the interpreter): their RunID is the
 // session's id and, for an exec, its execution count ("<id>/3").

@@ -27,6 +27,9 @@ CHAN = 3
 LOST = 86
 DRIVER_FILE = "<stockade driver>"  # the name the bootstrap compiles this under
 _state = {"user": False, "results": None}
+# The jail's environment as the bootstrap found it, before the session's
+# env: what a restarted driver starts from.
+_BASE_ENV = dict(os.environ)
 
 
 def _on_sigint(signum, frame):
@@ -426,6 +429,11 @@ def _exec(req, fds, streams, ns, answer, chan):
         return
     streams.cell(fds)
     results = _state["results"] = _Results(req["rich"], limit)
+    # The exec's env, for this cell alone: what the names held before is
+    # put back after it (the server checked the names).
+    env = req.get("env") or {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         _state["user"] = True
         try:
@@ -453,7 +461,65 @@ def _exec(req, fds, streams, ns, answer, chan):
         _state["user"] = False
         _state["results"] = None
         answer["results"], answer["results_truncated"] = results.list, results.truncated
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         streams.restore()
+
+
+def _restart(req, chan):
+    # A fresh interpreter in the same jail, /work and /tmp kept: every
+    # other process of the jail killed (kill(-1) reaches every process of
+    # the jail's pid namespace this user may signal, never its init), then
+    # the bootstrap's command line exec'd again, with a job that makes it
+    # a driver whose first frame carries the server's new hello. The
+    # channel stays descriptor 3 across the exec; every other descriptor
+    # the driver holds is close-on-exec.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # no other process
+    # The cells' own children are the driver's, and stay its zombies
+    # across the exec: reaped here (the rest, orphans, are init's).
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    job = json.dumps({"session": {"hello": req["hello"], "env": req.get("session_env") or {}}}).encode()
+    try:
+        fd = os.memfd_create("stockade-job")
+    except (AttributeError, OSError):
+        fd = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+    os.write(fd, b"%d\n" % len(job) + job)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.dup2(fd, 0)
+    os.close(fd)
+    os.set_inheritable(CHAN, True)
+    # Whatever else a cell left open and inheritable would be the fresh
+    # interpreter's: only 0 to 2 and the channel go through the exec.
+    os.closerange(CHAN + 1, os.sysconf("SC_OPEN_MAX"))
+    argv = list(getattr(sys, "orig_argv", None) or [])
+    if not argv:
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0")[:-1]]
+    # What was done to the process's signals survives execve: an ignored
+    # signal stays ignored (a cell's signal.SIG_IGN), a blocked one blocked
+    # (SIGINT, blocked above: left so, no timeout or interrupt would reach
+    # the fresh interpreter and each would cost the session). Put back as
+    # a fresh process has them; a SIGINT that comes now finds the driver
+    # outside a cell, and is dropped.
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGINT, signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    os.execve(sys.executable or "/usr/bin/python3", argv, _BASE_ENV)
 
 
 def main(job):
@@ -481,6 +547,11 @@ def main(job):
             continue
         except Exception:
             os._exit(LOST)
+        if req.get("op") == "restart":
+            try:
+                _restart(req, chan)
+            finally:
+                os._exit(LOST)  # execve returned: it failed
         if req.get("op") != "exec":
             os._exit(LOST)
         answer = {"token": req["token"], "status": "ok", "result": None, "result_truncated": False,

@@ -28,6 +28,12 @@ type driverRequest struct {
 	ResultMax int64    `json:"result_max"` // bytes of result, error value and traceback each
 	ImagesMax int64    `json:"images_max"` // bytes of PNG in all
 	Rich      richCaps `json:"rich"`       // the rich results' caps and the figures' formats
+	// Env is set for the cell and put back after it (exec); Hello and
+	// SessionEnv are a restart's: the fresh driver's first frame carries
+	// Hello, and its environment is the jail's with SessionEnv added.
+	Env        map[string]string `json:"env,omitempty"`
+	Hello      string            `json:"hello,omitempty"`
+	SessionEnv map[string]string `json:"session_env,omitempty"`
 }
 
 // driverHello is the driver's first frame.
@@ -43,7 +49,10 @@ type driverHello struct {
 type driverAnswer struct {
 	// Started, alone in its frame, says the cell is about to run: a
 	// KeyboardInterrupt sent before it would be dropped as late.
-	Started         string       `json:"started,omitempty"`
+	Started string `json:"started,omitempty"`
+	// Hello and Python are a restarted driver's first frame.
+	Hello           string       `json:"hello,omitempty"`
+	Python          string       `json:"python,omitempty"`
 	Token           string       `json:"token"`
 	Status          string       `json:"status"` // "ok" or "exception"
 	Result          *string      `json:"result"`

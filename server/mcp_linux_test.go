@@ -55,7 +55,7 @@ func TestServeMCPStreamableHTTP(t *testing.T) {
 	s.waitReady()
 	cs := mcpSession(t, s)
 	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 6 {
+	if err != nil || len(tools.Tools) != 7 {
 		t.Fatalf("tools/list: %v %v", tools, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

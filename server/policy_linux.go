@@ -10,14 +10,24 @@ import (
 // limits laid over it (tighten only) and validated, as a flag's or a
 // file's value would be. The errors are 422s naming the field.
 func (s *Server) requestSpec(name string, limits Limits) (jail.Spec, error) {
+	return s.layeredSpec(s.policies[name], s.specs[name], limits)
+}
+
+// sessionRequestSpec is requestSpec for a session: its limits laid over
+// the profile as sessions have it (the session layers over the profile).
+func (s *Server) sessionRequestSpec(name string, limits Limits) (jail.Spec, error) {
+	return s.layeredSpec(s.sessionPolicies[name], s.sessionSpecs[name], limits)
+}
+
+func (s *Server) layeredSpec(policy *profiles.Profile, spec jail.Spec, limits Limits) (jail.Spec, error) {
 	if len(limits) == 0 {
-		return s.specs[name], nil
+		return spec, nil
 	}
 	layer, err := limits.layer()
 	if err != nil {
 		return jail.Spec{}, err
 	}
-	merged, err := profiles.Tighten(s.policies[name], layer)
+	merged, err := profiles.Tighten(policy, layer)
 	if err == nil {
 		err = merged.Validate()
 	}

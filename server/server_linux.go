@@ -60,8 +60,17 @@ type Config struct {
 	// (0: no cap) and per caller uid (0: no cap).
 	SessionIdle, SessionTTL     time.Duration
 	Sessions, SessionsPerCaller int
-	Grace                       time.Duration
-	Audit                       *AuditLog // one JSON line per run (nil: none)
+	// SessionMaxLife bounds a session's whole life, from its start, over
+	// every POST .../ttl (0: SessionTTL, so that no extension outlives
+	// the lifetime the operator set).
+	SessionMaxLife time.Duration
+	// SessionLayer is the profile layer laid over every offered profile
+	// for sessions alone (serve's --session-timeout and the like): the
+	// limits of each exec, which the server applies, never the jail's.
+	// nil: SessionDefaults alone.
+	SessionLayer *profiles.Profile
+	Grace        time.Duration
+	Audit        *AuditLog // one JSON line per run (nil: none)
 	// AuditRequired: no run without its audit line. Each run's start line
 	// is written before its code reaches the jail, and a run whose line
 	// cannot be written is refused (503).
@@ -116,6 +125,9 @@ func (c Config) withDefaults() Config {
 	if c.SessionTTL <= 0 {
 		c.SessionTTL = time.Hour
 	}
+	if c.SessionMaxLife <= 0 {
+		c.SessionMaxLife = c.SessionTTL
+	}
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -127,12 +139,17 @@ type Server struct {
 	cfg      Config
 	policies map[string]*profiles.Profile // each offered profile, as served
 	specs    map[string]jail.Spec         // and the spec of its pooled jails
-	pools    map[string]*pool
-	gate     *gate
-	budget   *budget
-	bodies   *bodyBudget
-	started  time.Time
-	runSeq   atomic.Int64 // numbers the runs in the audit log
+	// sessionPolicies and sessionSpecs are each profile with the session
+	// layers over it (SessionDefaults, Config.SessionLayer): a session's
+	// ceilings and defaults.
+	sessionPolicies map[string]*profiles.Profile
+	sessionSpecs    map[string]jail.Spec
+	pools           map[string]*pool
+	gate            *gate
+	budget          *budget
+	bodies          *bodyBudget
+	started         time.Time
+	runSeq          atomic.Int64 // numbers the runs in the audit log
 	// aslrWarned: the log has said once that ASLR is off, so that a
 	// session cannot tell its driver replaced (driverimage_linux.go).
 	aslrWarned atomic.Bool
@@ -230,7 +247,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBody > cfg.BodyBudget {
 		return nil, fmt.Errorf("serve: --max-body %d is more than --body-budget %d: no body that large could ever be read (raise --body-budget)", cfg.MaxBody, cfg.BodyBudget)
 	}
+	if cfg.SessionMaxLife < cfg.SessionTTL {
+		return nil, fmt.Errorf("serve: --session-max-life %v is less than --session-ttl %v: a session asking for the ttl it may ask for could not live that long", cfg.SessionMaxLife, cfg.SessionTTL)
+	}
 	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*pool{},
+		sessionPolicies: map[string]*profiles.Profile{}, sessionSpecs: map[string]jail.Spec{},
 		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
 		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now(),
 		sessions: newSessionTable(), metrics: newMetrics()}
@@ -256,6 +277,14 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serve: profile %s given twice", p.Name)
 		}
 		s.policies[p.Name], s.specs[p.Name] = policy, spec
+		sessionPolicy := profiles.Merge(policy, SessionDefaults())
+		if cfg.SessionLayer != nil {
+			sessionPolicy = profiles.Merge(sessionPolicy, cfg.SessionLayer)
+		}
+		if err := sessionPolicy.Validate(); err != nil {
+			return nil, fmt.Errorf("serve: profile %s, for sessions: %w", p.Name, err)
+		}
+		s.sessionPolicies[p.Name], s.sessionSpecs[p.Name] = sessionPolicy, sessionPolicy.Spec(bootstrapArgs(), cfg.Host)
 		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.closeFailed)
 	}
 	return s, nil

@@ -66,6 +66,32 @@ type ExecRequest struct {
 	// FigureFormats are the formats of the figures among the results:
 	// "png" (the default), "svg", or both.
 	FigureFormats []string `json:"figure_formats,omitempty"`
+	// Env is added to the interpreter's environment for this exec alone
+	// (os.environ, and so every process the cell starts), then put back:
+	// checkExecEnv says which names and how much.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// TTLRequest is the body of POST /v1/sessions/{id}/ttl: the session ends
+// this long from now ("30m"), as E2B's set_timeout.
+type TTLRequest struct {
+	TTL string `json:"ttl"`
+}
+
+// RestartResult is the answer to POST /v1/sessions/{id}/restart: 200
+// whether or not the interpreter came back.
+type RestartResult struct {
+	SessionID string `json:"session_id"`
+	// Restarted says a fresh interpreter answered: every variable, import
+	// and process of the session is gone, /work and /tmp are kept.
+	Restarted bool `json:"restarted"`
+	// State is "fresh" when restarted, else "lost": the session ended.
+	State    string       `json:"state"`
+	Why      string       `json:"why,omitempty"`
+	Python   string       `json:"python,omitempty"` // the fresh interpreter's version
+	Restarts int          `json:"restarts"`         // the session's, this one counted
+	WallMs   float64      `json:"wall_ms"`
+	Session  SessionState `json:"session"`
 }
 
 // ExecError is the exception a cell raised, as Python formats it.
@@ -163,6 +189,7 @@ type SessionInfo struct {
 	Alive           bool           `json:"alive"`
 	Busy            bool           `json:"busy"`
 	ExecutionCount  int            `json:"execution_count"`
+	Restarts        int            `json:"restarts"`          // POST .../restart that brought a fresh interpreter
 	MemoryBytes     uint64         `json:"memory_bytes"`      // now
 	PeakMemoryBytes uint64         `json:"peak_memory_bytes"` // the most, so far
 	CPUMs           float64        `json:"cpu_ms"`
@@ -365,4 +392,69 @@ func execTimeout(v string, ceiling time.Duration) (time.Duration, error) {
 		return 0, &apiError{Status: 422, Msg: fmt.Sprintf("timeout: %v is above the session's ceiling of %v", d, ceiling)}
 	}
 	return d, nil
+}
+
+// The bounds of an exec's env: a handful of settings and secrets for one
+// cell, not a second way to ship data (files and stdin are that).
+const (
+	maxExecEnvVars  = 64
+	maxExecEnvBytes = 32 << 10 // names and values, together
+	maxEnvName      = 128
+)
+
+// reservedEnv are the names an exec's env may not set, each with the
+// reason: what stockade or the jail relies on. The cell can set any of
+// them itself (os.environ); refusing them here keeps a caller's setting
+// from changing, in silence, how every program the cell starts is loaded
+// and where it connects.
+var reservedEnv = []struct{ prefix, why string }{
+	{"LD_", "the dynamic loader's: it would load code into every program the cell starts"},
+	{"PYTHON", "the start-up of every Python the cell starts (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME); the session's interpreter is already running"},
+	{"HTTP_PROXY", "the jail's route to the hosts the operator allowed"},
+	{"HTTPS_PROXY", "the jail's route to the hosts the operator allowed"},
+	{"ALL_PROXY", "the jail's route to the hosts the operator allowed"},
+	{"NO_PROXY", "the jail's route to the hosts the operator allowed"},
+	{"MPLCONFIGDIR", "matplotlib's font cache, which stockade builds once and binds read-only"},
+}
+
+// checkExecEnv checks an exec's env: at most maxExecEnvVars variables and
+// maxExecEnvBytes in all, each name a portable shell name (letters,
+// digits, underscore, not first a digit) and none of reservedEnv (case
+// aside: the proxies are read in either case), no value with NUL.
+func checkExecEnv(env map[string]string) error {
+	if len(env) > maxExecEnvVars {
+		return badRequest("env: %d variables, at most %d", len(env), maxExecEnvVars)
+	}
+	total := 0
+	for k, v := range env {
+		total += len(k) + len(v)
+		if !envName(k) {
+			return badRequest("env: name %.40q: want letters, digits and _ (not first a digit), at most %d bytes", k, maxEnvName)
+		}
+		for _, r := range reservedEnv {
+			if strings.HasPrefix(strings.ToUpper(k), r.prefix) {
+				return badRequest("env: %s: an exec may not set %s* names: %s", k, r.prefix, r.why)
+			}
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return badRequest("env[%q]: value contains NUL", k)
+		}
+	}
+	if total > maxExecEnvBytes {
+		return badRequest("env: %d bytes of names and values, at most %d", total, maxExecEnvBytes)
+	}
+	return nil
+}
+
+func envName(k string) bool {
+	if k == "" || len(k) > maxEnvName || ('0' <= k[0] && k[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }

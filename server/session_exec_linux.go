@@ -71,6 +71,7 @@ type execPlan struct {
 	files   map[string]string
 	// figureFormats are the figures' formats among the results (nil: png).
 	figureFormats []string
+	env           map[string]string // this exec's alone (checkExecEnv)
 	caller        peer
 }
 
@@ -224,7 +225,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	defer s.closeInbox()
 	token := newID()
 	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax,
-		Rich: richCapsOf(srv.cfg.FilesMax, plan.figureFormats)}
+		Rich: richCapsOf(srv.cfg.FilesMax, plan.figureFormats), Env: plan.env}
 	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
 	inR.Close()
 	outW.Close()

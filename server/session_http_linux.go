@@ -29,6 +29,8 @@ func (s *Server) routeSessions(mux *http.ServeMux) {
 	mux.HandleFunc("/v1/sessions/{id}", s.admitted("GET, DELETE", "GET or DELETE /v1/sessions/{id}", s.handleSession))
 	mux.HandleFunc("/v1/sessions/{id}/exec", s.admitted("POST", "POST /v1/sessions/{id}/exec", s.handleExec))
 	mux.HandleFunc("/v1/sessions/{id}/interrupt", s.admitted("POST", "POST /v1/sessions/{id}/interrupt", s.handleInterrupt))
+	mux.HandleFunc("/v1/sessions/{id}/ttl", s.admitted("POST", "POST /v1/sessions/{id}/ttl", s.handleTTL))
+	mux.HandleFunc("/v1/sessions/{id}/restart", s.admitted("POST", "POST /v1/sessions/{id}/restart", s.handleRestart))
 	mux.HandleFunc("/v1/sessions/{id}/files", s.admitted("GET", "GET /v1/sessions/{id}/files?path=DIR", s.handleFiles))
 	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", s.admitted("GET, PUT, DELETE", "GET, PUT or DELETE /v1/sessions/{id}/files/{path}", s.handleFiles))
 	mux.HandleFunc("/v1/metrics", s.handleMetrics)
@@ -213,8 +215,9 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	if len(req.Files) > 0 && s.specs[name].WorkdirMode == jail.WorkdirNone {
 		return nil, badRequest("files: profile %s has no writable /work", name)
 	}
-	// The one door a request's limits go through, as /v1/run's do.
-	spec, err := s.requestSpec(name, req.Limits)
+	// The one door a request's limits go through, as /v1/run's do, over
+	// the profile as sessions have it (--session-timeout and the like).
+	spec, err := s.sessionRequestSpec(name, req.Limits)
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) {
@@ -284,8 +287,9 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 		s.closeSession(ss, SessionFailed, "its audit line could not be written (--audit-required)", false)
 		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("the session was not started: its audit line could not be written (--audit-required): %v", err)}
 	}
+	st := ss.state()
 	return &SessionCreated{SessionID: ss.id, Profile: name, Limits: ss.limits, CreatedAt: ss.created,
-		ExpiresAt: ss.expires, IdleExpiresAt: ss.idleExpires(), Pool: use}, nil
+		ExpiresAt: st.ExpiresAt, IdleExpiresAt: st.IdleExpiresAt, Pool: use}, nil
 }
 
 // sessionJail takes a jail for a session: from the pool when its jails
@@ -347,7 +351,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	ctx, stopJail := context.WithCancel(context.Background())
 	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
 		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, noNetwork: !spec.Network.Enabled(), idle: idle,
-		created: now, expires: now.Add(ttl), pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
+		created: now, expires: now.Add(ttl), env: req.Env, pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
 		slot: make(chan struct{}, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
 	hello := newID()
@@ -369,8 +373,9 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	done := make(chan *jail.Result, 1)
 	go func() {
 		// The jail's own clock is a backstop: the janitor ends the session
-		// at its lifetime.
-		res, _ := jl.p.Start(ctx, jail.StartOptions{Lifetime: ttl + time.Second, Stdout: io.Discard, Stderr: io.Discard})
+		// at its lifetime, which POST .../ttl may move up to
+		// --session-max-life from its start.
+		res, _ := jl.p.Start(ctx, jail.StartOptions{Lifetime: s.cfg.SessionMaxLife + time.Second, Stdout: io.Discard, Stderr: io.Discard})
 		done <- res
 	}()
 	abort := func(e *apiError) (*session, *apiError) {
@@ -491,6 +496,10 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 		s.writeError(w, err.(*apiError))
 		return
 	}
+	if err := checkExecEnv(req.Env); err != nil {
+		s.writeError(w, err.(*apiError))
+		return
+	}
 	timeout, err := execTimeout(req.Timeout, ss.execTimeout)
 	if err != nil {
 		s.writeError(w, err.(*apiError))
@@ -526,7 +535,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 			end: time.Now().Add(timeout + interruptGrace + time.Second)}
 	}
 	t0 := time.Now()
-	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, figureFormats: req.FigureFormats, caller: caller}, out)
+	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, figureFormats: req.FigureFormats, env: req.Env, caller: caller}, out)
 	if ae != nil {
 		// Before the exec began: no stream has started.
 		s.writeError(w, ae)

@@ -56,8 +56,10 @@ type session struct {
 	noNetwork   bool          // the jail has no allowlist: what its refusals are told
 	idle        time.Duration
 	created     time.Time
-	expires     time.Time
 	pool        PoolUse
+	// env is the session's own environment (SessionRequest.Env), which a
+	// restarted driver is given again.
+	env map[string]string
 
 	jl   *ready
 	conn *driverConn
@@ -95,7 +97,9 @@ type session struct {
 	// inbox takes the driver's frames for the running exec (nil between
 	// execs): room for the two an exec is owed, its started frame and its
 	// answer, and no more.
-	inbox chan driverFrame
+	inbox    chan driverFrame
+	expires  time.Time // the janitor's TTL; POST .../ttl moves it
+	restarts int       // POST .../restart that brought a fresh driver
 }
 
 // inboxFrames is what an exec's inbox holds: a started frame and the answer.
@@ -365,7 +369,7 @@ func (s *session) info() SessionInfo {
 		u = jail.Usage{}
 	}
 	in := SessionInfo{SessionID: s.id, Profile: s.profile, Alive: s.end == nil, Busy: s.busy,
-		ExecutionCount: s.count, MemoryBytes: u.MemoryBytes, PeakMemoryBytes: s.peakMem, CPUMs: ms(u.CPU),
+		ExecutionCount: s.count, Restarts: s.restarts, MemoryBytes: u.MemoryBytes, PeakMemoryBytes: s.peakMem, CPUMs: ms(u.CPU),
 		CreatedAt: s.created, LastUsedAt: s.lastUsed, ExpiresAt: s.expires, IdleExpiresAt: s.lastUsed.Add(s.idle),
 		Limits: s.limits, Pool: s.pool}
 	if s.end != nil {
@@ -564,11 +568,12 @@ func (srv *Server) janitor(ctx context.Context) {
 			s.mu.Lock()
 			idleOver := !s.busy && now.After(s.lastUsed.Add(s.idle))
 			ttlOver := now.After(s.expires)
+			life := s.expires.Sub(s.created).Round(time.Millisecond)
 			alive := s.end == nil
 			s.mu.Unlock()
 			switch {
 			case ttlOver:
-				srv.closeSession(s, SessionTTL, fmt.Sprintf("its lifetime of %v ran out", s.expires.Sub(s.created).Round(time.Millisecond)), true)
+				srv.closeSession(s, SessionTTL, fmt.Sprintf("its lifetime of %v ran out", life), true)
 			case idleOver && alive:
 				srv.closeSession(s, SessionIdle, fmt.Sprintf("no request for its idle timeout of %v", s.idle), true)
 			case idleOver:

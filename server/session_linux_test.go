@@ -105,7 +105,7 @@ func ptr[T any](v T) *T { return &v }
 func TestSessionKeepsStateAcrossExecs(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	c := s.session(SessionRequest{})
-	if !c.Pool.Hit || c.Limits.MemoryBytes != 512<<20 || c.Limits.TimeoutMs != 10000 || !c.ExpiresAt.After(c.IdleExpiresAt) {
+	if !c.Pool.Hit || c.Limits.MemoryBytes != 512<<20 || c.Limits.TimeoutMs != 300000 || !c.ExpiresAt.After(c.IdleExpiresAt) {
 		t.Errorf("a session of the python profile from the pool: %+v", c)
 	}
 	id := c.SessionID
@@ -418,6 +418,8 @@ func TestAttackSessionOtherUID(t *testing.T) {
 		{"GET", "/v1/sessions/" + id, ""},
 		{"POST", "/v1/sessions/" + id + "/exec", `{"code": "secret"}`},
 		{"POST", "/v1/sessions/" + id + "/interrupt", ""},
+		{"POST", "/v1/sessions/" + id + "/ttl", `{"ttl": "1m"}`},
+		{"POST", "/v1/sessions/" + id + "/restart", ""},
 		{"GET", "/v1/sessions/" + id + "/files/secret.txt", ""},
 		{"GET", "/v1/sessions/" + id + "/files?path=.", ""},
 		{"PUT", "/v1/sessions/" + id + "/files/planted.txt", "x"},
@@ -487,7 +489,7 @@ func TestSessionCeilings(t *testing.T) {
 	if c.Limits.IdleTimeoutMs != 5000 || c.Limits.TTLMs != 20000 {
 		t.Errorf("limits %+v", c.Limits)
 	}
-	if code, body := s.call("POST", "/v1/sessions/"+c.SessionID+"/exec", ExecRequest{Code: ptr("1"), Timeout: "11s"}, nil); code != 422 {
+	if code, body := s.call("POST", "/v1/sessions/"+c.SessionID+"/exec", ExecRequest{Code: ptr("1"), Timeout: "6m"}, nil); code != 422 {
 		t.Errorf("an exec's timeout above the session's: %d %s", code, body)
 	}
 	if code, body := s.call("POST", "/v1/sessions", SessionRequest{}, nil); code != 429 || !bytes.Contains(body, []byte("--sessions-per-caller")) {

@@ -96,7 +96,7 @@ func TestMCPStdioOwnPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tools.Tools) != 6 {
+	if len(tools.Tools) != 7 {
 		t.Errorf("%d tools", len(tools.Tools))
 	}
 	res, text, sc := mcpCall(t, cs, "run_python", map[string]any{"code": "print(6*7)"})

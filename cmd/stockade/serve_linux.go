@@ -27,7 +27,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve runs over HTTP/1.1 + JSON on a unix socket, from a pool of prepared jails",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: "/run/stockade/stockade.sock", Usage: "unix socket to listen on (ignored under systemd socket activation)"},
 			&cli.StringFlag{Name: "group", Usage: "group that owns the socket (mode 0660)"},
 			&cli.StringSliceFlag{Name: "profile", Usage: "profile to offer (repeatable; the first is the default)", DefaultText: "python"},
@@ -48,14 +48,15 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "budget-memory", Usage: "memory all live jails (waiting and running) may hold together (0: no budget)"},
 			&cli.Int64Flag{Name: "budget-pids", Usage: "pids all live jails may hold together (0: no budget)"},
 			&cli.StringFlag{Name: "session-idle", Value: "10m", Usage: "the longest a session may go without a request before it ends (and its default idle_timeout)"},
-			&cli.StringFlag{Name: "session-ttl", Value: "1h", Usage: "the longest a session may live (and its default ttl)"},
+			&cli.StringFlag{Name: "session-ttl", Value: "1h", Usage: "the longest ttl a session may ask for, when made or by POST .../ttl (and its default ttl)"},
+			&cli.StringFlag{Name: "session-max-life", Usage: "the longest a session may live from its start, however often its ttl is moved", DefaultText: "--session-ttl"},
 			&cli.IntFlag{Name: "sessions", Value: 32, Usage: "sessions the server holds at once, live or ended and kept for their /work (0: no cap)"},
 			&cli.IntFlag{Name: "sessions-per-caller", Value: 8, Usage: "sessions one caller uid holds at once (0: no cap)"},
 			&cli.StringFlag{Name: "grace", Value: "10s", Usage: "on SIGTERM, how long running jails may finish before they are killed"},
 			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended; reopened on SIGHUP, for logrotate), "-" for stderr, "" for none`},
 			&cli.BoolFlag{Name: "audit-required", Usage: "no run without its audit line: a start line is written before the code reaches the jail, and a run whose line cannot be written is refused (503)"},
-			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: $STOCKADE_CGROUP_PARENT, else stockade's own cgroup)"},
-		},
+		}, append(sessionFlags(),
+			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: $STOCKADE_CGROUP_PARENT, else stockade's own cgroup)"})...),
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
 			// The signals are ours before the socket exists: a SIGTERM or
@@ -128,6 +129,17 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 		if *f.dst <= 0 {
 			return cfg, fmt.Errorf("--%s %s: must be more than 0", f.name, c.String(f.name))
 		}
+	}
+	if v := c.String("session-max-life"); v != "" {
+		if cfg.SessionMaxLife, err = profiles.ParseDuration(v); err != nil {
+			return cfg, fmt.Errorf("--session-max-life: %w", err)
+		}
+		if cfg.SessionMaxLife < cfg.SessionTTL {
+			return cfg, fmt.Errorf("--session-max-life %s: less than --session-ttl %s, which a session may ask for", v, c.String("session-ttl"))
+		}
+	}
+	if cfg.SessionLayer, err = sessionLayer(c); err != nil {
+		return cfg, err
 	}
 	for _, f := range []string{"sessions", "sessions-per-caller"} {
 		if c.Int(f) < 0 {
@@ -285,4 +297,47 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// sessionFlags are serve's --session-FLAG for each field a session's
+// execs take from the server (server.SessionFields): the schema's own
+// flag name and help, the default shown the session layer's
+// (server.SessionDefaults) or else the profile's.
+func sessionFlags() []cli.Flag {
+	defaults := server.SessionDefaults()
+	var flags []cli.Flag
+	for _, f := range profiles.Flags() {
+		if !slices.Contains(server.SessionFields(), f.Field) {
+			continue
+		}
+		def := "the profile's"
+		if defaults.IsSet(f.Field) {
+			def = defaults.Text(f.Field)
+		}
+		flags = append(flags, &cli.StringFlag{Name: "session-" + f.Name, Usage: "each session exec's " + f.Usage + "; /v1/run keeps the profile's", DefaultText: def})
+	}
+	return flags
+}
+
+// sessionLayer is the profile layer of the --session-FLAGs given, each
+// value set through Profile.Set with its flag as origin, so a bad value
+// gets the error a profile file's would; server.New merges it over every
+// offered profile (and SessionDefaults) for sessions and validates it.
+func sessionLayer(c *cli.Context) (*profiles.Profile, error) {
+	layer := &profiles.Profile{Name: "serve --session flags"}
+	given := false
+	for _, f := range profiles.Flags() {
+		name := "session-" + f.Name
+		if !slices.Contains(server.SessionFields(), f.Field) || !c.IsSet(name) {
+			continue
+		}
+		if err := layer.Set(f.Field, c.String(name), profiles.Origin{File: "--" + name}); err != nil {
+			return nil, err
+		}
+		given = true
+	}
+	if !given {
+		return nil, nil
+	}
+	return layer, nil
 }
