@@ -39,7 +39,8 @@ const floodBytes = 128 << 20
 // depend on the machine's speed or load: the bytes stockade read(2) (its
 // /proc/PID/io rchar, read from the exited process before it is reaped)
 // stay about the limit while the jail writes 128 times as much, its peak
-// RSS stays below half the flood, and every byte written is counted. What
+// RSS (28 MB here, Go's own) stays below half the flood, and every byte
+// written is counted. What
 // the dropping costs in CPU time is a benchmark:
 // BenchmarkOutputFloodHostCPU, run by make bench. The pacing that keeps it
 // within --cpus is held by TestDrainPaceSpendsWithinItsRate.
@@ -48,19 +49,19 @@ func TestAttackOutputFloodIsNotCopiedOrHeld(t *testing.T) {
 	bin := testenv.NeedBinary(t, "the bytes are counted on a stockade process")
 	const limit = 1 << 20
 	flood := fmt.Sprintf("import os\nb = b'x' * %d\nfor _ in range(%d):\n    os.write(1, b)\n", limit, floodBytes/limit)
-	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "120s", "--output-limit", "1M", "--", "python3", "-c", flood)
+	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "300s", "--output-limit", "1M", "--", "python3", "-c", flood)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	proctest.Group(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := proctest.Budget(t, jailDeadline(120*time.Second))
+	d := proctest.Budget(t, jailDeadline(300*time.Second))
 	stop := proctest.KillAfter(cmd, d)
 	read, readErr := exitedRead(cmd.Process.Pid)
 	err := cmd.Wait()
 	if stop() {
-		t.Fatalf("stockade run --timeout 120s still running after %v: killed it; stderr %q", d, tail(stderr.String(), 2000))
+		t.Fatalf("stockade run --timeout 300s still running after %v: killed it; stderr %q", d, tail(stderr.String(), 2000))
 	}
 	if _, ok := proctest.ExitCode(err); !ok {
 		t.Fatal(err)
@@ -87,7 +88,7 @@ func TestAttackOutputFloodIsNotCopiedOrHeld(t *testing.T) {
 	if read > 16<<20 {
 		t.Errorf("stockade read %d bytes for a flood of %d past a limit of %d: what it drops went through it", read, floodBytes, limit)
 	}
-	if peak > floodBytes/2 {
+	if peak > 64<<20 {
 		t.Errorf("peak RSS %d for a flood of %d: what it drops was held", peak, floodBytes)
 	}
 }
