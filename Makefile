@@ -23,7 +23,7 @@ FUZZTIME ?= 5s
 PREFIX ?= /usr/local
 DOCDIR := $(PREFIX)/share/doc/stockade
 
-.PHONY: all build demo check test test-python test-mcp-inspector test-mcp-sdk lint fuzz vmtest bench soak mutate clean install uninstall install-check deps-%
+.PHONY: all binary build demo check test test-python test-mcp-inspector test-mcp-sdk lint fuzz vmtest bench soak mutate clean install uninstall install-check deps-%
 
 all: build
 
@@ -33,9 +33,13 @@ deps-%:
 # The jail's init is built first, as a small static binary, and embedded:
 # stockade runs it from a sealed memfd (see jail/jailinit_linux.go).
 INIT := jail/jailinit.bin
-build: deps-build
+# binary is the jail's init and stockade alone, without the man page and
+# completions: what scripts/mutate rebuilds for every mutant.
+binary: deps-build
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(INIT) ./jail/internal/jailinit/jailinit
 	$(GO) build -tags urfave_cli_no_docs,embed_jailinit -ldflags "-X main.version=$(VERSION) -X main.docDir=$(DOCDIR)" -o $(BIN) ./cmd/stockade
+
+build: binary
 	@# stockade(1) and the completions come from the same command tables. The
 	@# man page needs the CLI library's document generator, which the shipped
 	@# binary leaves out, so a separate build makes it (tag stockade_genman).

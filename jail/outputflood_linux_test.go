@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,68 +25,145 @@ while True:
     os.write(1, b)
 `
 
-// A jail flooding stdout makes stockade drop what is past --output-limit,
-// on the host's CPU outside the jail's cgroup: reading it 32 KiB at a
-// time cost stockade 0.6-1.2 s in 4 s at --cpus 0.2, on top of the
-// jail's 800 ms. Past the limit the output is now spliced to /dev/null
-// from a 1 MiB pipe and the dropping is paced so that the jail and it
-// together stay within the jail's limit (the jail waits on its full
-// pipe). Measured as the host sees it: stockade's own CPU (every thread,
-// read from the exited process before it is reaped) plus the jail's
-// cgroup counter. The rusage after wait4, as TestAttackRefusedSyscallLoopCPU
-// uses, is logged too, but it counts the jail's Python only when the
-// jail's init reaped it before dying, which a killed flood often is not.
-func TestAttackOutputFloodHostCPU(t *testing.T) {
+// floodBytes is what TestAttackOutputFloodIsNotCopiedOrHeld's jail writes:
+// 128 times the output limit, so that a drain which copied or kept what
+// it drops would show it many times over its own bounds.
+const floodBytes = 128 << 20
+
+// TestAttackOutputFloodIsNotCopiedOrHeld: a jail writing far past
+// --output-limit makes stockade, outside the jail's cgroup, drop the rest.
+// Reading it through stockade's memory 32 KiB at a time cost stockade as
+// much CPU as the jail spent writing (0.6-1.2 s in 4 s at --cpus 0.2); so
+// past the limit it is spliced to /dev/null from the jail's 1 MiB pipe,
+// never read, and never held. Judged by counts the host keeps, which do not
+// depend on the machine's speed or load: the bytes stockade read(2) (its
+// /proc/PID/io rchar, read from the exited process before it is reaped)
+// stay about the limit while the jail writes 128 times as much, its peak
+// RSS (28 MB here, Go's own) stays below half the flood, and every byte
+// written is counted. What
+// the dropping costs in CPU time is a benchmark:
+// BenchmarkOutputFloodHostCPU, run by make bench. The pacing that keeps it
+// within --cpus is held by TestDrainPaceSpendsWithinItsRate.
+func TestAttackOutputFloodIsNotCopiedOrHeld(t *testing.T) {
 	testenv.NeedJail(t)
-	bin := testenv.NeedBinary(t, "the cost is measured on a stockade process")
-	const cpus, wall, limit = 0.2, 4 * time.Second, 1 << 20
-	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--output-limit", "1M", "--", "python3", "-c", outputFlood)
+	bin := testenv.NeedBinary(t, "the bytes are counted on a stockade process")
+	const limit = 1 << 20
+	flood := fmt.Sprintf("import os\nb = b'x' * %d\nfor _ in range(%d):\n    os.write(1, b)\n", limit, floodBytes/limit)
+	cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "300s", "--output-limit", "1M", "--", "python3", "-c", flood)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	proctest.Group(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// exitedCPU waits for the exit itself, so the deadline is a kill.
-	d := proctest.Budget(t, jailDeadline(wall))
+	d := proctest.Budget(t, jailDeadline(300*time.Second))
 	stop := proctest.KillAfter(cmd, d)
-	self, selfErr := exitedCPU(cmd.Process.Pid)
+	read, readErr := exitedRead(cmd.Process.Pid)
 	err := cmd.Wait()
 	if stop() {
-		t.Fatalf("stockade run --timeout 4s still running after %v: killed it; stderr %q", d, tail(stderr.String(), 2000))
+		t.Fatalf("stockade run --timeout 300s still running after %v: killed it; stderr %q", d, tail(stderr.String(), 2000))
 	}
 	if _, ok := proctest.ExitCode(err); !ok {
 		t.Fatal(err)
 	}
-	if selfErr != nil {
-		t.Fatal(selfErr)
+	if readErr != nil {
+		t.Fatal(readErr)
 	}
-	out := stdout.Bytes()
 	var r Result
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("result %.200q: %v", out, err)
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("result %.200q: %v; stderr %q", stdout.Bytes(), err, tail(stderr.String(), 2000))
 	}
-	reaped := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	jailCPU := time.Duration(r.CPUMs * float64(time.Millisecond))
-	host := self + jailCPU
-	budget := time.Duration(cpus * float64(wall))
-	t.Logf("verdict %s; in %v: stockade itself %v + the jail %v = %v (limit %v; rusage after wait4 %v); %d bytes written, %d kept",
-		r.Verdict, wall, self, jailCPU, host, budget, reaped, r.StdoutBytes, len(r.Stdout))
-	if r.Verdict != VerdictTimeout {
-		t.Fatalf("verdict %s, want timeout: %+v", r.Verdict, r.Error)
+	peak := int64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) << 10
+	t.Logf("verdict %s: %d bytes written, %d kept; stockade read %d bytes, peak RSS %d (its own or its jail's)",
+		r.Verdict, r.StdoutBytes, len(r.Stdout), read, peak)
+	if r.Verdict != VerdictOutput {
+		t.Fatalf("verdict %s, want output: %+v; stderr %q", r.Verdict, r.Error, tail(stderr.String(), 2000))
 	}
-	// What is kept and counted must not change with how the rest is
-	// dropped.
-	if len(r.Stdout) != limit || strings.Trim(r.Stdout, "x") != "" || !r.StdoutTruncated || r.StdoutBytes <= limit {
-		t.Fatalf("stdout: %d bytes kept (want %d of x), truncated %v, %d bytes counted", len(r.Stdout), limit, r.StdoutTruncated, r.StdoutBytes)
+	if len(r.Stdout) != limit || strings.Trim(r.Stdout, "x") != "" || !r.StdoutTruncated || r.StdoutBytes != floodBytes {
+		t.Fatalf("stdout: %d bytes kept (want %d of x), truncated %v, %d bytes counted (want %d)",
+			len(r.Stdout), limit, r.StdoutTruncated, r.StdoutBytes, floodBytes)
 	}
-	if r.StdoutBytes < 100*limit {
-		// Under emulation (make vmtest's qemu TCG) Python may barely
-		// start in time; the cost of starting dominates.
-		t.Skipf("only %d bytes written in %v: this machine is too slow to judge the drain's share", r.StdoutBytes, wall)
+	// The kept megabyte is read, and stockade reads a few hundred KiB of
+	// its own (the profile, /proc, the cgroup's files): 1.3 MB here.
+	if read > 16<<20 {
+		t.Errorf("stockade read %d bytes for a flood of %d past a limit of %d: what it drops went through it", read, floodBytes, limit)
 	}
-	if host > budget*5/4 {
-		t.Fatalf("stockade and its jail cost the host %v of CPU in %v, more than the jail's limit of %v", host, wall, budget)
+	if peak > 64<<20 {
+		t.Errorf("peak RSS %d for a flood of %d: what it drops was held", peak, floodBytes)
+	}
+}
+
+// BenchmarkOutputFloodHostCPU: what a jail flooding stdout for 4 s at
+// --cpus 0.2 costs the host, stockade's own CPU (every thread, read from
+// the exited process before it is reaped) plus the jail's cgroup counter,
+// as a fraction of the jail's limit (cpu/limit; the drain is paced to keep
+// it near 1). A time, so a benchmark (make bench), never a check: on a
+// loaded or emulated machine it measures the machine (issue 28: 0 bytes
+// were written in 4 s under the v2 VM's TCG at a load of 20).
+func BenchmarkOutputFloodHostCPU(b *testing.B) {
+	testenv.NeedJail(b)
+	bin := testenv.NeedBinary(b, "the cost is measured on a stockade process")
+	const cpus, wall = 0.2, 4 * time.Second
+	var ratio, written float64
+	for range b.N {
+		cmd := exec.Command(bin, "run", "--json", "--cpus", "0.2", "--timeout", "4s", "--output-limit", "1M", "--", "python3", "-c", outputFlood)
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		proctest.Group(cmd)
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		stop := proctest.KillAfter(cmd, jailDeadline(wall))
+		self, selfErr := exitedCPU(cmd.Process.Pid)
+		err := cmd.Wait()
+		if stop() {
+			b.Fatal("stockade run --timeout 4s outlived its deadline")
+		}
+		if _, ok := proctest.ExitCode(err); !ok || selfErr != nil {
+			b.Fatal(err, selfErr)
+		}
+		var r Result
+		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+			b.Fatalf("result %.200q: %v", stdout.Bytes(), err)
+		}
+		host := self + time.Duration(r.CPUMs*float64(time.Millisecond))
+		ratio += float64(host) / (cpus * float64(wall))
+		written += float64(r.StdoutBytes)
+	}
+	b.ReportMetric(ratio/float64(b.N), "cpu/limit")
+	b.ReportMetric(written/float64(b.N)/(1<<20), "MiB-written")
+}
+
+// exitedRead waits for process pid to exit, leaves it unreaped, and
+// returns the bytes it read with read(2) and its kind (rchar of
+// /proc/pid/io, which splice does not add to), all its threads together.
+func exitedRead(pid int) (int64, error) {
+	if err := waitExited(pid); err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/io has no rchar: %q", pid, b)
+}
+
+// waitExited waits for process pid to exit and leaves it unreaped.
+func waitExited(pid int) error {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == nil {
+			return nil
+		}
+		if err != unix.EINTR {
+			return fmt.Errorf("waitid %d: %w", pid, err)
+		}
 	}
 }
 
@@ -93,15 +171,8 @@ func TestAttackOutputFloodHostCPU(t *testing.T) {
 // the user+system CPU of all its threads, not counting its children, from
 // /proc/pid/stat (a zombie keeps its totals there until reaped).
 func exitedCPU(pid int) (time.Duration, error) {
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return 0, fmt.Errorf("waitid %d: %w", pid, err)
-		}
+	if err := waitExited(pid); err != nil {
+		return 0, err
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -123,4 +194,48 @@ func exitedCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// TestDrainPaceSpendsWithinItsRate: the drain that drops a flood, and the
+// jail it drains, may together spend no more than the jail's --cpus over
+// the wall time that passed, plus one burst. The bucket is driven with
+// charges as fast as it lets them through, for 300 ms of this machine's
+// time, with the jail idle and with the jail using half its limit; what
+// was let through is compared with the rate times the time that did pass,
+// so a slow or loaded machine only lets less through. Without the pacing
+// the drain spent whatever the flood cost it, outside the jail's cgroup.
+func TestDrainPaceSpendsWithinItsRate(t *testing.T) {
+	const rate = 0.2
+	const charge = 500 * time.Microsecond
+	for _, busy := range []bool{false, true} {
+		start := time.Now()
+		jail := func() (time.Duration, error) {
+			if !busy {
+				return 0, nil
+			}
+			// Half the limit: a jail that took it all would leave the
+			// drain in debt for good (the real one blocks on its full
+			// pipe instead, and uses nothing).
+			return time.Duration(float64(time.Since(start)) * rate / 2), nil
+		}
+		p := newDrainPace(rate, jail, make(chan struct{}))
+		var charged time.Duration
+		for time.Since(start) < 300*time.Millisecond {
+			p.spend(charge)
+			charged += charge
+		}
+		elapsed := time.Since(start)
+		p.mu.Lock()
+		jailSeen := p.jailUsed
+		p.mu.Unlock()
+		allowed := drainBurst + time.Duration(float64(elapsed)*rate)
+		t.Logf("jail busy %v: %v charged and %v of the jail's seen in %v (allowed %v)", busy, charged, jailSeen, elapsed, allowed)
+		if charged+jailSeen > allowed+time.Microsecond {
+			t.Errorf("jail busy %v: the drain let %v through and saw the jail use %v in %v, more than %v at --cpus %v",
+				busy, charged, jailSeen, elapsed, allowed, rate)
+		}
+		if busy && jailSeen == 0 {
+			t.Errorf("the jail's own CPU was never read")
+		}
+	}
 }

@@ -120,3 +120,78 @@ func TestAttackProxyMetadataThroughAllowPrivate(t *testing.T) {
 		}
 	}
 }
+
+// neverRanges are the never-reachable rows outside the metadata addresses
+// themselves that a private range or no range at all would otherwise
+// cover: an address in each, the reason the proxy must give, and the row.
+var neverRanges = []struct{ addr, reason, row string }{
+	// 169.254.169.254 behind the local-use NAT64 prefix (RFC 8215): a
+	// NAT64 gateway on the host's network dials the metadata service.
+	{"64:ff9b:1::a9fe:a9fe", "NAT64 address (64:ff9b:1::/48)", "64:ff9b:1::/48"},
+	{"64:ff9b::a9fe:a9fe", "NAT64 address (64:ff9b::/96)", "64:ff9b::/96"},
+	// AWS's DNS resolver, inside fc00::/7, which --allow-private opens.
+	{"fd00:ec2::253", "cloud metadata range (AWS fd00:ec2::/32)", "fd00:ec2::/32"},
+	{"100::1", "discard-only address (100::/64)", "100::/64"},
+}
+
+// TestAttackProxyNeverReachableRanges: an IP literal or a listed name that
+// resolves into a never-reachable range outside the metadata addresses
+// (the NAT64 prefixes, AWS's service range, the discard prefix) is refused
+// at the CONNECT and itemised as never reachable, both with no
+// --allow-private and with every private range opened; and no
+// --allow-private can name the range. Without the 64:ff9b:1::/48 row the
+// metadata address behind a NAT64 was dialled with no --allow-private at
+// all; without fd00:ec2::/32, --allow-private fc00::/7 opened AWS's range.
+func TestAttackProxyNeverReachableRanges(t *testing.T) {
+	wide, err := ParsePrivate(wideOpen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, open := range [][]netip.Prefix{nil, wide} {
+		rules := []string{"0.0.0.0/0", "[::/0]:443"}
+		names := map[string]netip.Addr{}
+		for i, r := range neverRanges {
+			name := fmt.Sprintf("never%d.example", i)
+			names[name] = netip.MustParseAddr(r.addr)
+			rules = append(rules, name)
+		}
+		f := newFixture(t, Config{
+			Addrs: AddrPolicy{AllowPrivate: open},
+			Resolve: func(_ context.Context, name string) ([]netip.Addr, error) {
+				if a, ok := names[name]; ok {
+					return []netip.Addr{a}, nil
+				}
+				return nil, fmt.Errorf("no such host %s", name)
+			},
+		}, rules...)
+		for i, r := range neverRanges {
+			literal := netip.AddrPortFrom(netip.MustParseAddr(r.addr), 443).String()
+			for _, target := range []string{literal, fmt.Sprintf("never%d.example:443", i)} {
+				line, c := connect(t, f.addr, target)
+				c.Close()
+				if !strings.HasPrefix(line, "HTTP/1.1 403 ") || !strings.Contains(line, r.reason) {
+					t.Errorf("CONNECT %s (%s) with --allow-private %v: %q, want 403 %s", target, r.addr, open, line, r.reason)
+				}
+			}
+		}
+		ds := f.decisions()
+		f.mu.Lock()
+		if len(f.dialed) != 0 {
+			t.Errorf("with --allow-private %v: dialled %v", open, f.dialed)
+		}
+		f.mu.Unlock()
+		if len(ds) != 2*len(neverRanges) {
+			t.Errorf("%d decisions, want %d: %+v", len(ds), 2*len(neverRanges), ds)
+		}
+		for _, d := range ds {
+			if d.Allowed || d.never == "" {
+				t.Errorf("with --allow-private %v: %+v, want refused as never reachable", open, d)
+			}
+		}
+	}
+	for _, r := range neverRanges {
+		if _, err := ParsePrivate([]string{r.row}); err == nil || !strings.Contains(err.Error(), "never reachable") {
+			t.Errorf("--allow-private %s: %v, want refused as never reachable", r.row, err)
+		}
+	}
+}

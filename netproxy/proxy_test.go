@@ -399,3 +399,73 @@ func TestProxyHonoursUpstreamProxy(t *testing.T) {
 		t.Fatalf("upstream proxy saw %q", seen)
 	}
 }
+
+// rawHead sends head as the jail wrote it and returns the status line and
+// the rest of what came back before the connection closed or went quiet.
+func rawHead(t *testing.T, addr, head string) (string, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	// The proxy closes every plain-HTTP connection after its one answer,
+	// so this waits only on a machine that slow.
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%q: %v", head, err)
+	}
+	if strings.HasPrefix(head, "CONNECT ") && strings.Contains(line, " 200 ") {
+		return strings.TrimSpace(line), "" // the tunnel waits for a ClientHello
+	}
+	rest, _ := io.ReadAll(br)
+	return strings.TrimSpace(line), string(rest)
+}
+
+// TestAttackProxyHostHeaderDiffersFromTarget: the jail's Host header names
+// another server than its CONNECT target or absolute-form URL (a proxy
+// that checked one and dialled the other, or passed the jail's Host on to
+// an origin that serves several names, would reach it). The proxy decides
+// on the target and dials only what it checked: an allowed target with
+// the Host of a refused one opens to the allowed one's address, a refused
+// target with an allowed Host is refused, and a plain-HTTP origin sees the
+// checked host as its one Host.
+func TestAttackProxyHostHeaderDiffersFromTarget(t *testing.T) {
+	f := newFixture(t, Config{}, "example.com", "meta.example", "plain.example:80", "meta.example:80", "loop.example:80")
+	for _, tc := range []struct {
+		head   string
+		status string // the status line's start
+		body   string // in what came back, for plain HTTP
+	}{
+		{"CONNECT example.com:443 HTTP/1.1\r\nHost: meta.example:443\r\n\r\n", "HTTP/1.1 200 ", ""},
+		{"CONNECT example.com:443 HTTP/1.1\r\nHost: 169.254.169.254:443\r\nHost: loop.example\r\n\r\n", "HTTP/1.1 200 ", ""},
+		{"CONNECT meta.example:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "HTTP/1.1 403 stockade: meta.example resolves to 169.254.169.254: cloud metadata", ""},
+		{"CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "HTTP/1.1 403 stockade: IP address not in the allowlist", ""},
+		{"GET http://plain.example/p HTTP/1.1\r\nHost: meta.example\r\n\r\n", "HTTP/1.1 200 ", "hello from plain.example /p"},
+		{"GET http://plain.example/q HTTP/1.1\r\nhost: loop.example\r\nHOST: 169.254.169.254\r\n\r\n", "HTTP/1.1 200 ", "hello from plain.example /q"},
+		{"GET http://meta.example/ HTTP/1.1\r\nHost: plain.example\r\n\r\n", "HTTP/1.1 403 stockade: meta.example resolves to 169.254.169.254: cloud metadata", ""},
+		{"GET http://loop.example/ HTTP/1.1\r\nHost: plain.example\r\n\r\n", "HTTP/1.1 403 stockade: loop.example resolves to 127.0.0.1: loopback", ""},
+	} {
+		line, rest := rawHead(t, f.addr, tc.head)
+		if !strings.HasPrefix(line, tc.status) || !strings.Contains(rest, tc.body) {
+			t.Errorf("%q: %q %.200q, want %q with %q", tc.head, line, rest, tc.status, tc.body)
+		}
+	}
+	ds := f.decisions()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := []string{"203.0.113.10:443", "203.0.113.10:443", "203.0.113.11:80", "203.0.113.11:80"}
+	if fmt.Sprint(f.dialed) != fmt.Sprint(want) {
+		t.Errorf("dialled %v, want only the targets' checked addresses %v", f.dialed, want)
+	}
+	for _, d := range ds {
+		if d.Allowed && d.Host != "example.com" && d.Host != "plain.example" {
+			t.Errorf("allowed by its Host header: %+v", d)
+		}
+	}
+}

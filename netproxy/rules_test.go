@@ -107,6 +107,20 @@ func TestAddrClasses(t *testing.T) {
 		{"169.254.1.1", "link-local"},
 		{"168.63.129.16", "Azure"},
 		{"fd00:ec2::254", "AWS"},
+		// The rest of AWS's service range (its DNS resolver fd00:ec2::253,
+		// NTP fd00:ec2::123) is never reachable, not a private ULA.
+		{"fd00:ec2::253", "AWS fd00:ec2::/32"},
+		{"fd00:ec2:ffff::1", "AWS fd00:ec2::/32"},
+		{"fd00:ec3::1", "unique local"}, // its neighbour is an ordinary ULA
+		// The local-use NAT64 prefix (RFC 8215) carries any IPv4 address,
+		// the metadata service's among them.
+		{"64:ff9b:1::a9fe:a9fe", "NAT64 address (64:ff9b:1::/48)"},
+		{"64:ff9b:1:ffff::1", "NAT64 address (64:ff9b:1::/48)"},
+		{"64:ff9b::a9fe:a9fe", "NAT64 address (64:ff9b::/96)"},
+		{"100::1", "discard-only"},
+		{"100::ffff:ffff:ffff:ffff", "discard-only"},
+		{"fec0::1", "site-local"},
+		{"feff::1", "site-local"},
 		{"fe80::1", "link-local"},
 		{"10.0.0.1", "RFC 1918"},
 		{"10.1.2.3", ""}, // --allow-private

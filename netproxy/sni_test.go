@@ -20,6 +20,26 @@ type helloSNI struct {
 	omit bool   // no server_name extension at all
 	kind byte   // NameType: 0 is host_name
 	name string // may be empty, an address, or hold any byte
+	// more are further host_names after name: in the same list, or with
+	// split in a second server_name extension.
+	more  []string
+	split bool
+}
+
+// sniExtension is one server_name extension (RFC 6066) listing entries.
+func sniExtension(entries ...[]byte) []byte {
+	var list []byte
+	for _, e := range entries {
+		list = append(list, e...)
+	}
+	list = append(be16(len(list)), list...)
+	ext := append([]byte{0, 0}, be16(len(list))...)
+	return append(ext, list...)
+}
+
+// sniEntry is one ServerName: its NameType and the name.
+func sniEntry(kind byte, name string) []byte {
+	return append(append([]byte{kind}, be16(len(name))...), name...)
 }
 
 // makeHello builds one TLS record holding a minimal ClientHello, enough
@@ -32,12 +52,19 @@ func makeHello(s helloSNI) []byte {
 	body = append(body, 1, 0)                 // legacy_compression_methods: null
 	exts := []byte{0x00, 0x0b, 0x00, 2, 1, 0} // ec_point_formats, so extensions are never empty
 	if !s.omit {
-		entry := append([]byte{s.kind}, be16(len(s.name))...)
-		entry = append(entry, s.name...)
-		list := append(be16(len(entry)), entry...)
-		exts = append(exts, 0, 0)
-		exts = append(exts, be16(len(list))...)
-		exts = append(exts, list...)
+		entries := [][]byte{sniEntry(s.kind, s.name)}
+		var second [][]byte
+		for _, m := range s.more {
+			if s.split {
+				second = append(second, sniEntry(0, m))
+			} else {
+				entries = append(entries, sniEntry(0, m))
+			}
+		}
+		exts = append(exts, sniExtension(entries...)...)
+		if len(second) > 0 {
+			exts = append(exts, sniExtension(second...)...)
+		}
 	}
 	body = append(body, be16(len(exts))...)
 	body = append(body, exts...)
@@ -220,5 +247,57 @@ func TestAttackProxySNIWithoutAName(t *testing.T) {
 		if d.Allowed && d.BytesUp > 0 && d.Host != "example.com" && d.Host != "203.0.113.7" {
 			t.Errorf("allowed: %+v", d)
 		}
+	}
+}
+
+// TestAttackProxySNIWithTwoNames: a ClientHello that names the allowed
+// server and another, in one server_name list or in two server_name
+// extensions, shows the proxy one name and the server (which may take the
+// first, the last or any) another: CONNECT example.com with SNI [other,
+// example.com] opened a tunnel that the server answers as other. Each is
+// refused before a byte is forwarded, whichever name comes first, and even
+// when both are the allowed name.
+func TestAttackProxySNIWithTwoNames(t *testing.T) {
+	p, addr, up := newSNIProxy(t)
+	for _, tc := range []struct {
+		sni  helloSNI
+		want string // "refused" at the hello, or "open"
+	}{
+		{helloSNI{name: "other.example", more: []string{"example.com"}}, "refused"},
+		{helloSNI{name: "example.com", more: []string{"other.example"}}, "refused"},
+		{helloSNI{name: "example.com", more: []string{"example.com"}}, "refused"},
+		{helloSNI{name: "other.example", more: []string{"example.com"}, split: true}, "refused"},
+		{helloSNI{name: "example.com", more: []string{"other.example"}, split: true}, "refused"},
+		{helloSNI{name: "example.com", more: []string{"example.com"}, split: true}, "refused"},
+		{helloSNI{name: "example.com"}, "open"},
+	} {
+		line, open := sendHello(t, addr, "example.com:443", makeHello(tc.sni))
+		got := "refused"
+		if open {
+			got = "open"
+		}
+		if !strings.HasPrefix(line, "HTTP/1.1 200 ") || got != tc.want {
+			t.Errorf("CONNECT example.com:443 with SNI %q then %q (split %v): %s (%s), want %s",
+				tc.sni.name, tc.sni.more, tc.sni.split, got, line, tc.want)
+		}
+	}
+	p.Close()
+	forwarded := 0
+	for _, n := range up.settled(t) {
+		if n > 0 {
+			forwarded++
+		}
+	}
+	if forwarded != 1 {
+		t.Errorf("%d tunnels forwarded bytes upstream, want only the one open", forwarded)
+	}
+	two := 0
+	for _, d := range p.cfg.Log.Decisions() {
+		if !d.Allowed && strings.Contains(d.Reason, "two") {
+			two += d.Count
+		}
+	}
+	if two != 6 {
+		t.Errorf("%d tunnels refused for naming two servers, want 6: %+v", two, p.cfg.Log.Decisions())
 	}
 }

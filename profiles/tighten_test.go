@@ -144,3 +144,51 @@ func TestSpecSetsEveryPointedField(t *testing.T) {
 		}
 	}
 }
+
+// TestTightenZeroIsNoLimitBothWays: for cpu_time and file_size 0 is no
+// limit at all, so under a ceiling a request's 0 is the loosest value, not
+// the tightest (a request with cpu_time "0" under a profile's 5s ran with
+// no CPU limit), while under a profile without a limit any value is
+// tighter. Both directions, each field, against the same table: a refusal
+// where the request would loosen the jail, and no refusal where it would
+// not.
+func TestTightenZeroIsNoLimitBothWays(t *testing.T) {
+	for _, c := range []struct {
+		f                 Field
+		ceiling, req, err string // err: "" when the request is taken
+	}{
+		{FieldCPUTime, "5s", "0", "request: limits.cpu_time: 0 (no limit) is above the ceiling of 5s"},
+		{FieldCPUTime, "5s", "0s", "request: limits.cpu_time: 0 (no limit) is above the ceiling of 5s"},
+		{FieldCPUTime, "5s", "6s", "request: limits.cpu_time: 6s is above the ceiling of 5s"},
+		{FieldCPUTime, "5s", "5s", ""},
+		{FieldCPUTime, "5s", "1ms", ""},
+		{FieldCPUTime, "0", "0", ""},
+		{FieldCPUTime, "0", "1h", ""},
+		{FieldCPUTime, "0", "1ns", ""},
+		{FieldFileSize, "64M", "0", "request: limits.file_size: 0 (no limit) is above the ceiling of 64M"},
+		{FieldFileSize, "64M", "65M", "request: limits.file_size: 65M is above the ceiling of 64M"},
+		{FieldFileSize, "64M", "64M", ""},
+		{FieldFileSize, "64M", "1", ""},
+		{FieldFileSize, "0", "0", ""},
+		{FieldFileSize, "0", "1T", ""},
+	} {
+		base := Defaults()
+		base.Name = ""
+		if err := base.SetValue(c.f, c.ceiling, Origin{File: "capped.toml"}); err != nil {
+			t.Fatal(err)
+		}
+		req := requestLayer(t, map[Field]any{c.f: c.req})
+		m, err := Tighten(base, req)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != c.err {
+			t.Errorf("%s %s under a ceiling of %s: %q, want %q", c.f, c.req, c.ceiling, got, c.err)
+			continue
+		}
+		if err == nil && m.Text(c.f) != req.Text(c.f) {
+			t.Errorf("%s %s under a ceiling of %s: tightened to %s", c.f, c.req, c.ceiling, m.Text(c.f))
+		}
+	}
+}

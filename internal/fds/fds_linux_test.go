@@ -218,3 +218,83 @@ func TestListSeesWhatIsOpen(t *testing.T) {
 		}
 	}
 }
+
+// manyFDs is more descriptors than one 4 KiB getdents64 page of
+// /proc/self/fd lists (24 bytes an entry for a 3- or 4-digit number: about
+// 170), so that List must read several pages.
+const manyFDs = 600
+
+// List reads /proc/self/fd page by page to its end: a descriptor past the
+// first page is listed like any other. Read only once, a table of more
+// than a page would hide its tail from every check built on List (the
+// read-back of close-on-exec, CloseInherited).
+func TestListReadsEveryPage(t *testing.T) {
+	f, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var dups []int
+	defer func() {
+		for _, d := range dups {
+			unix.Close(d)
+		}
+	}()
+	for range manyFDs {
+		d, err := Dup(int(f.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dups = append(dups, d)
+	}
+	open, err := List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []int
+	for _, d := range dups {
+		if !slices.Contains(open, d) {
+			missing = append(missing, d)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("List with %d descriptors open misses %d of them: %v", len(open)+len(missing), len(missing), missing)
+	}
+}
+
+// Init's first step with more inherited descriptors than one page lists:
+// every one of them goes, none is left for the payload, and the runtime's
+// own stay.
+func TestCloseInheritedClosesEveryPage(t *testing.T) {
+	f, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	extra := make([]*os.File, manyFDs)
+	for i := range extra {
+		extra[i] = f
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=close-inherited")
+	cmd.ExtraFiles = extra
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	var tb table
+	if err := json.Unmarshal(out, &tb); err != nil {
+		t.Fatalf("helper: %v: %s", err, out)
+	}
+	inherited := len(tb.Before) - len(ours(tb.Before))
+	if inherited < manyFDs {
+		t.Fatalf("the helper started with %d inherited descriptors, want %d", inherited, manyFDs)
+	}
+	if tb.Err != "" {
+		t.Fatalf("CloseInherited with %d inherited: %s", inherited, tb.Err)
+	}
+	if want := ours(tb.Before); fmt.Sprint(tb.After) != fmt.Sprint(want) {
+		t.Errorf("after CloseInherited of %d: %d descriptors left, want the runtime's own only (%d): %v", inherited, len(tb.After), len(want), tb.After)
+	}
+}
