@@ -4,7 +4,28 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
+
+// refuseBody answers a body that could not be read or decoded (408, 413,
+// 400) and ends the connection after the answer. What is left of the
+// body is unread, and net/http reads it (up to 256 KiB, to keep the
+// connection) before the answer and again when it closes the body, with
+// no deadline, the handler's being cleared: a caller that stalled a small
+// body never got its 408 and held the connection, and its place under
+// --max-conns, for ever. A read deadline already past makes those reads
+// fail at once, and net/http closes a connection whose body it could not
+// finish.
+func (s *Server) refuseBody(w http.ResponseWriter, err error) {
+	endBody(w)
+	s.writeError(w, s.bodyRefusal(err))
+}
+
+// endBody makes every later read of the request's body fail at once (see
+// refuseBody): the connection closes after the answer.
+func endBody(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+}
 
 // takeBodyShare takes the body's share of the budget before it is read,
 // or answers why not: 413 for a Content-Length over --max-body (not read),

@@ -24,7 +24,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	rc := http.NewResponseController(w)
 	req, spec, cold, err := s.parse(rc, r)
 	if err != nil {
-		s.writeError(w, s.bodyRefusal(err))
+		s.refuseBody(w, err)
 		return
 	}
 	// From here the request's context ends when its caller closes the

@@ -131,7 +131,7 @@ func (s *Server) readSessionBody(w http.ResponseWriter, r *http.Request, caller 
 	}
 	if err != nil {
 		done()
-		s.writeError(w, s.bodyRefusal(err))
+		s.refuseBody(w, err)
 		return nil, false
 	}
 	return done, true
@@ -624,8 +624,12 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	uid, gid := ss.jl.p.WorkOwner()
 	n, err := writeWorkFile(ss.workFD, p, http.MaxBytesReader(w, r.Body, s.cfg.MaxBody), uid, gid)
-	_ = rc.SetReadDeadline(time.Time{})
-	if err != nil {
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	} else {
+		// The body may be left unread (a refused path, a stall, too
+		// large): the connection closes after the answer (refuseBody).
+		endBody(w)
 		var tooBig *http.MaxBytesError
 		var ne net.Error
 		switch {
