@@ -8,18 +8,26 @@ import (
 )
 
 // refuseBody answers a body that could not be read or decoded (408, 413,
-// 400) and ends the connection after the answer. What is left of the
-// body is unread, and net/http reads it (up to 256 KiB, to keep the
-// connection) before the answer and again when it closes the body, with
-// no deadline, the handler's being cleared: a caller that stalled a small
-// body never got its 408 and held the connection, and its place under
-// --max-conns, for ever. A read deadline already past makes those reads
-// fail at once, and net/http closes a connection whose body it could not
-// finish.
+// 400, 422). When its body was not read whole (unreadBody) it also ends
+// the connection after the answer: net/http reads what is left (up to
+// 256 KiB, to keep the connection) before the answer and again when it
+// closes the body, with no deadline, the handler's being cleared, so a
+// caller that stalled a small body never got its 408 and held the
+// connection, and its place under --max-conns, for ever. A read deadline
+// already past makes those reads fail at once, and net/http closes a
+// connection whose body it could not finish.
 func (s *Server) refuseBody(w http.ResponseWriter, err error) {
-	endBody(w)
+	if errors.As(err, new(unreadBody)) {
+		endBody(w)
+	}
 	s.writeError(w, s.bodyRefusal(err))
 }
+
+// unreadBody is a body whose reading failed: some of it may still be
+// on the connection.
+type unreadBody struct{ error }
+
+func (u unreadBody) Unwrap() error { return u.error }
 
 // endBody makes every later read of the request's body fail at once (see
 // refuseBody): the connection closes after the answer.

@@ -3,13 +3,17 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/profiles"
 )
 
 // A caller sends the head of a request and a few bytes of a small body,
@@ -107,5 +111,37 @@ func TestAttackFailedPutTruncatesFile(t *testing.T) {
 	}
 	if r := s.cell(id, "import os\nopen('keep.txt').read(), oct(os.stat('keep.txt').st_mode & 0o777)"); !resultIs(r, "('new', '0o600')") {
 		t.Errorf("a whole PUT: %+v", r)
+	}
+}
+
+// open_files 10 or 11 passed validation (its minimum was 3), but the
+// jail's init applies the limit to itself and then opens descriptors of
+// its own: the jail could not start, and the caller got a 500 naming
+// inotify. Below the minimum is the caller's error, naming the field; at
+// the minimum a run and a session start and run a cell.
+func TestAttackOpenFilesTooFewForInit(t *testing.T) {
+	s := startServer(t, "--pool", "0")
+	for _, n := range []int{10, 11} {
+		limits := Limits{"open_files": n}
+		code, _, body := s.post(RunRequest{Code: code("print(1)"), Limits: limits})
+		if code/100 != 4 || !strings.Contains(string(body), string(profiles.FieldOpenFiles)) {
+			t.Errorf("/v1/run with open_files %d: %d %s, want a 4xx naming %s", n, code, body, profiles.FieldOpenFiles)
+		}
+		code2, body2 := s.call("POST", "/v1/sessions", SessionRequest{Limits: limits}, nil)
+		if code2/100 != 4 || !strings.Contains(string(body2), string(profiles.FieldOpenFiles)) {
+			t.Errorf("/v1/sessions with open_files %d: %d %s, want a 4xx naming %s", n, code2, body2, profiles.FieldOpenFiles)
+		}
+	}
+	limits := Limits{"open_files": profiles.MinOpenFiles}
+	if r := s.run(RunRequest{Code: code("print(1)"), Limits: limits}); r.Verdict != "ok" || r.Stdout != "1\n" {
+		t.Errorf("/v1/run at open_files %d: %+v", profiles.MinOpenFiles, r)
+	}
+	code, body := s.call("POST", "/v1/sessions", SessionRequest{Limits: limits}, nil)
+	var c SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("/v1/sessions at open_files %d: %d %s\n%s", profiles.MinOpenFiles, code, body, s.logString())
+	}
+	if r := s.cell(c.SessionID, "6 * 7"); !resultIs(r, "42") {
+		t.Errorf("a cell in a session at open_files %d: %+v", profiles.MinOpenFiles, r)
 	}
 }

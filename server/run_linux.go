@@ -64,7 +64,11 @@ func checkJSONType(r *http.Request) error {
 func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([]byte, error) {
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	return readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	b, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	if err != nil {
+		return nil, unreadBody{err}
+	}
+	return b, nil
 }
 
 // refuse answers a request that will not be read. A client that sends its
