@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,8 +28,10 @@ type Backend interface {
 	Exec(ctx context.Context, sessionID string, job Job) (*Outcome, error)
 	// CloseSession ends a session and returns its final accounting.
 	CloseSession(ctx context.Context, sessionID string) (map[string]any, error)
-	// ReadFile, WriteFile and ListFiles reach a session's /work.
-	ReadFile(ctx context.Context, sessionID, path string) ([]byte, error)
+	// ReadFile, WriteFile and ListFiles reach a session's /work. ReadFile
+	// reads at most max bytes: a larger file is a *TooLarge, never read
+	// whole.
+	ReadFile(ctx context.Context, sessionID, path string, max int64) ([]byte, error)
 	WriteFile(ctx context.Context, sessionID, path string, data []byte) error
 	ListFiles(ctx context.Context, sessionID, dir string) (map[string]any, error)
 }
@@ -143,8 +146,32 @@ func (e *APIError) Error() string {
 // output caps keep real answers far below it.
 const maxAnswer = 256 << 20
 
+// TooLarge is an answer larger than its caller would take: it was not read
+// past that.
+type TooLarge struct {
+	Method, Path string
+	Size         int64 // the answer's length, or -1 when it did not say
+	Max          int64
+}
+
+func (e *TooLarge) Error() string {
+	if e.Size < 0 {
+		return fmt.Sprintf("stockade server: %s %s: answer larger than %d bytes", e.Method, e.Path, e.Max)
+	}
+	return fmt.Sprintf("stockade server: %s %s: answer of %d bytes, larger than %d", e.Method, e.Path, e.Size, e.Max)
+}
+
 // do sends one request and returns the answer's body when it is 2xx.
 func (b *HTTPBackend) do(ctx context.Context, method, path string, body io.Reader, contentType string) ([]byte, error) {
+	return b.doMax(ctx, method, path, body, contentType, maxAnswer)
+}
+
+// doMax is do for an answer of at most max bytes. An answer that says it
+// is longer is refused unread; one that does not say is read to max+1
+// bytes at most. Each answer is held whole, so each caller's own bound
+// matters: download_file's 1 MiB was checked after the whole file (16
+// calls on a 60 MiB file took 2.1 GB of the server's memory).
+func (b *HTTPBackend) doMax(ctx context.Context, method, path string, body io.Reader, contentType string, max int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://stockade"+path, body)
 	if err != nil {
 		return nil, &APIError{Method: method, Path: path, Msg: err.Error()}
@@ -157,12 +184,23 @@ func (b *HTTPBackend) do(ctx context.Context, method, path string, body io.Reade
 		return nil, &APIError{Method: method, Path: path, Msg: err.Error()}
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	size := resp.ContentLength
+	if size < 0 {
+		// An in-process answer (POST /v1/mcp) has its length in its
+		// header alone.
+		if n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+			size = n
+		}
+	}
+	if size > max {
+		return nil, &TooLarge{Method: method, Path: path, Size: size, Max: max}
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
 		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error()}
 	}
-	if len(data) > maxAnswer {
-		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: fmt.Sprintf("answer larger than %d bytes", maxAnswer)}
+	if int64(len(data)) > max {
+		return nil, &TooLarge{Method: method, Path: path, Size: -1, Max: max}
 	}
 	if resp.StatusCode/100 == 2 {
 		return data, nil
@@ -297,8 +335,8 @@ func (b *HTTPBackend) CloseSession(ctx context.Context, sessionID string) (map[s
 	return decodeObject(data)
 }
 
-func (b *HTTPBackend) ReadFile(ctx context.Context, sessionID, path string) ([]byte, error) {
-	return b.do(ctx, http.MethodGet, filePath(sessionID, path), nil, "")
+func (b *HTTPBackend) ReadFile(ctx context.Context, sessionID, path string, max int64) ([]byte, error) {
+	return b.doMax(ctx, http.MethodGet, filePath(sessionID, path), nil, "", max)
 }
 
 func (b *HTTPBackend) WriteFile(ctx context.Context, sessionID, path string, data []byte) error {
