@@ -207,8 +207,13 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 		name = "python"
 	}
 	host := hostOf(c)
-	srv, err := server.New(server.Config{Profiles: []server.Profile{{Name: name, Policy: policy}}, Host: host, Pool: c.Int("pool"),
-		Log: stderr, Audit: server.NewAuditWriter(stderr), Notices: os.Stderr, Facts: hostFacts(host), Version: version})
+	// serve's caps, from the one place serve's flags take them: with a
+	// zero Config the pool held sessions without limit (40 of 40, 2.5 GB),
+	// for whoever reached its --http port.
+	cfg := server.Defaults()
+	cfg.Profiles, cfg.Host, cfg.Pool = []server.Profile{{Name: name, Policy: policy}}, host, c.Int("pool")
+	cfg.Log, cfg.Audit, cfg.Notices, cfg.Facts, cfg.Version = stderr, server.NewAuditWriter(stderr), os.Stderr, hostFacts(host), version
+	srv, err := server.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -225,7 +230,8 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()
-	fmt.Fprintf(stderr, "stockade mcp: running its own pool (profile %s, %d prepared) on the private socket %s\n", name, c.Int("pool"), sock)
+	fmt.Fprintf(stderr, "stockade mcp: running its own pool (profile %s, %d prepared; at most %d sessions, %d runs at once) on the private socket %s\n",
+		name, c.Int("pool"), min(cfg.Sessions, cfg.SessionsPerCaller), cfg.Concurrency, sock)
 	done := func() {
 		stop()
 		if err := <-served; err != nil {

@@ -341,3 +341,31 @@ func TestMCPDocsHostConfigs(t *testing.T) {
 		cs.Close()
 	}
 }
+
+// TestAttackMCPOwnPoolSessionsUncapped: `stockade mcp` with a pool of its
+// own made its server from a zero Config: no session cap at all (40 of 40
+// create_session calls succeeded, 2.5 GB), for whoever reached its --http
+// port. It runs with serve's defaults (server.Defaults): every caller of
+// this process is its own uid, so --sessions-per-caller 8 is its cap.
+func TestAttackMCPOwnPoolSessionsUncapped(t *testing.T) {
+	cs, _, stderr := mcpStdio(t, "--pool", "0", "--memory", "64M")
+	const perCaller = 8 // server.Defaults().SessionsPerCaller, as serve's help says
+	var ids []string
+	for i := range perCaller + 1 {
+		res, text, sc := mcpCall(t, cs, "create_session", nil)
+		if i < perCaller {
+			id, _ := sc["session_id"].(string)
+			if res.IsError || id == "" {
+				t.Fatalf("session %d of %d: %s\n%s", i+1, perCaller, text, stderr.String())
+			}
+			ids = append(ids, id)
+			continue
+		}
+		if !res.IsError || !strings.Contains(text, "429") || !strings.Contains(text, "sessions-per-caller") {
+			t.Errorf("session %d, past the cap of %d: isError %v, %s", i+1, perCaller, res.IsError, text)
+		}
+	}
+	for _, id := range ids {
+		mcpCall(t, cs, "close_session", map[string]any{"session_id": id})
+	}
+}
