@@ -118,6 +118,26 @@ type HTTPBackend struct {
 	// Limits.Timeout.
 	Profile string
 	Limits  *Limits
+	// PoolMissed, when set, is told each time the server answers that a
+	// run or session took a fresh jail because its limits are not the
+	// profile's: the server's prepared jails have the profile's limits,
+	// so Limits tighter than those miss them on every call.
+	PoolMissed func(reason string)
+}
+
+// limitsMissPool is the server's reason for a fresh jail when a request's
+// limits are not its profile's (PoolUse.Reason).
+const limitsMissPool = "limits differ from the profile's"
+
+// notePool tells PoolMissed about an answer's pool use ("pool": {"hit",
+// "reason"}) that missed for the limits this backend sends.
+func (b *HTTPBackend) notePool(answer map[string]any) {
+	if b.PoolMissed == nil {
+		return
+	}
+	if use, ok := answer["pool"].(map[string]any); ok && use["hit"] == false && use["reason"] == limitsMissPool {
+		b.PoolMissed(limitsMissPool)
+	}
 }
 
 // NewHTTPBackend returns a backend whose requests go through rt. It
@@ -271,7 +291,11 @@ func (b *HTTPBackend) Run(ctx context.Context, job Job) (*Outcome, error) {
 	if err != nil && !(errors.As(err, &ae) && ae.Status == 500 && hasVerdict(data)) {
 		return nil, err
 	}
-	return decodeOutcome(data)
+	o, err := decodeOutcome(data)
+	if err == nil {
+		b.notePool(o.Raw)
+	}
+	return o, err
 }
 
 func hasVerdict(data []byte) bool {
@@ -307,7 +331,11 @@ func (b *HTTPBackend) CreateSession(ctx context.Context) (map[string]any, error)
 	if err != nil {
 		return nil, err
 	}
-	return decodeObject(data)
+	m, err := decodeObject(data)
+	if err == nil {
+		b.notePool(m)
+	}
+	return m, err
 }
 
 func (b *HTTPBackend) Exec(ctx context.Context, sessionID string, job Job) (*Outcome, error) {

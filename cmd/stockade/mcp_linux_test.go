@@ -369,3 +369,37 @@ func TestAttackMCPOwnPoolSessionsUncapped(t *testing.T) {
 		mcpCall(t, cs, "close_session", map[string]any{"session_id": id})
 	}
 }
+
+// TestAttackMCPServerLimitsMissPoolSilently: docs/mcp.md's first host
+// configuration sends --memory 256M with every call; the server's prepared
+// jails have its profile's 512M, so every call took a fresh jail, and
+// nothing said so. stockade mcp says it on stderr, once, naming the flag;
+// without limit flags the pool serves and nothing is said.
+func TestAttackMCPServerLimitsMissPoolSilently(t *testing.T) {
+	sock := startServeWith(t, "--pool", "1")
+	const notice = "not a prepared one"
+	cs, _, stderr := mcpStdio(t, "--server", sock, "--memory", "256M", "--timeout", "5s")
+	for range 2 {
+		res, text, sc := mcpCall(t, cs, "run_python", map[string]any{"code": "print(6*7)"})
+		if pool, _ := sc["pool"].(map[string]any); res.IsError || pool["hit"] != false {
+			t.Fatalf("run_python with --memory 256M: %s %v", text, sc["pool"])
+		}
+	}
+	if got := stderr.String(); strings.Count(got, notice) != 1 || !strings.Contains(got, "--memory 256M") {
+		t.Errorf("stderr, after two calls that missed the pool for --memory 256M: want one notice naming it:\n%s", got)
+	}
+	cs.Close()
+	cs, _, stderr = mcpStdio(t, "--server", sock, "--timeout", "5s")
+	var hit bool
+	for range 20 { // the pool refills behind each call
+		_, _, sc := mcpCall(t, cs, "run_python", map[string]any{"code": "print(6*7)"})
+		if pool, _ := sc["pool"].(map[string]any); pool["hit"] == true {
+			hit = true
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !hit || strings.Contains(stderr.String(), notice) {
+		t.Errorf("without limit flags: pool hit %v, stderr:\n%s", hit, stderr.String())
+	}
+}
