@@ -145,3 +145,98 @@ func TestAttackOpenFilesTooFewForInit(t *testing.T) {
 		t.Errorf("a cell in a session at open_files %d: %+v", profiles.MinOpenFiles, r)
 	}
 }
+
+// holdConns opens n connections that the server accepted (each answered
+// GET /v1/health with 200) and keeps them open. A connection refused
+// while fewer are held is tried again: one the test's client closed just
+// before counts until the server has read its end.
+func holdConns(t *testing.T, s *testServer, n int) []net.Conn {
+	t.Helper()
+	s.hc.CloseIdleConnections()
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); len(held) < n; {
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch code := getOn(t, c, bufio.NewReader(c)); {
+		case code == 200:
+			held = append(held, c)
+			continue
+		case code != 503 || time.Now().After(deadline):
+			t.Fatalf("GET /v1/health with %d connections held: %d", len(held), code)
+		}
+		c.Close()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return held
+}
+
+// --max-conns caps the connections open at once from all callers; only
+// the per-caller cap had a test. One uid under its per-caller cap holds
+// --max-conns 3 connections, and a fourth is refused naming the total
+// cap.
+func TestAttackConnectionsPastMaxConns(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--max-conns", "3", "--max-conns-per-caller", "100")
+	holdConns(t, s, 3)
+	c, err := net.Dial("unix", s.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The refusal is written as the connection is accepted, before any
+	// request; the deadline only ends a test that would hang.
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a fourth connection past --max-conns 3: %v, want a 503", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "(--max-conns)") {
+		t.Errorf("a fourth connection past --max-conns 3: %d %s, want 503 naming --max-conns", resp.StatusCode, body)
+	}
+}
+
+// A session's body takes its share of --body-budget before it is read (a
+// stalled one holds its share while it waits), and a chunked body, whose
+// size nothing says, is charged --max-body: otherwise callers sending
+// slow or chunked bodies to the session routes would make the server
+// hold bodies past its budget. While one such body is being read, the
+// budget has no room for another.
+func TestAttackSessionBodiesOutsideBudget(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--max-body", "1M", "--body-budget", "1M", "--queue-wait", "1s", "--body-timeout", "60s")
+	id := s.session(SessionRequest{}).SessionID
+	exec := "/v1/sessions/" + id + "/exec"
+	for _, head := range []string{
+		"Content-Length: 1048576\r\n\r\n{\"code\": \"",
+		"Transfer-Encoding: chunked\r\n\r\na\r\n{\"code\": \"\r\n",
+	} {
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s", exec, head)
+		// Once the stalled body holds its share, a small one waits and is
+		// refused naming the budget.
+		var last string
+		eventually(t, fmt.Sprintf("a body refused while a stalled one (%q) is read", strings.SplitN(head, "\r\n", 2)[0]), func() bool {
+			code, body := s.call("POST", exec, ExecRequest{Code: code("1")}, nil)
+			last = fmt.Sprintf("%d %s", code, body)
+			return code == 503 && strings.Contains(string(body), "--body-budget")
+		})
+		if t.Failed() {
+			t.Logf("last answer: %s", last)
+		}
+		c.Close()
+		eventually(t, "the budget given back when the stalled caller left", func() bool {
+			code, _ := s.call("POST", exec, ExecRequest{Code: code("1")}, nil)
+			return code == 200
+		})
+	}
+}

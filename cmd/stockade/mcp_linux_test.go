@@ -403,3 +403,27 @@ func TestAttackMCPServerLimitsMissPoolSilently(t *testing.T) {
 		t.Errorf("without limit flags: pool hit %v, stderr:\n%s", hit, stderr.String())
 	}
 }
+
+// TestAttackMCPServerSessionLimitsDropped: with --server, the limit flags
+// ride along with create_session as with run_python; dropped there, the
+// model's session got the server profile's 512M and 10 s while the
+// command line said 100M and 4 s. The session reports the command line's
+// limits, and its jail sees 100M.
+func TestAttackMCPServerSessionLimitsDropped(t *testing.T) {
+	sock := startServe(t)
+	needSessions(t, sock)
+	cs, _, _ := mcpStdio(t, "--server", sock, "--memory", "100M", "--timeout", "4s")
+	res, text, sc := mcpCall(t, cs, "create_session", nil)
+	id, _ := sc["session_id"].(string)
+	if res.IsError || id == "" {
+		t.Fatalf("create_session: %s", text)
+	}
+	defer mcpCall(t, cs, "close_session", map[string]any{"session_id": id})
+	if limits, _ := sc["limits"].(map[string]any); limits["memory_bytes"] != float64(100<<20) || limits["timeout_ms"] != float64(4000) {
+		t.Errorf("the session's limits are not the command line's (--memory 100M --timeout 4s): %v", sc["limits"])
+	}
+	res, text, sc = mcpCall(t, cs, "run_python", map[string]any{"session_id": id, "code": "int(open('/proc/meminfo').readline().split()[1]) * 1024"})
+	if res.IsError || sc["result"] != strconv.Itoa(100<<20) {
+		t.Errorf("the session's jail sees MemTotal %v, not --memory 100M: %s", sc["result"], text)
+	}
+}
