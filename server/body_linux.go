@@ -30,8 +30,13 @@ type unreadBody struct{ error }
 func (u unreadBody) Unwrap() error { return u.error }
 
 // endBody makes every later read of the request's body fail at once (see
-// refuseBody): the connection closes after the answer.
+// refuseBody), and says the connection closes after the answer: a body
+// read whole whose reader never saw its end (the last write to /work
+// failed) would otherwise keep a connection whose background read failed
+// on the past deadline, and net/http cancels the context of every later
+// request on it. Call it before the answer's header is written.
 func endBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
 	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
 }
 
