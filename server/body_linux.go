@@ -3,22 +3,17 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
 
 // refuseBody answers a body that could not be read or decoded (408, 413,
-// 400, 422). When its body was not read whole (unreadBody) it also ends
-// the connection after the answer: net/http reads what is left (up to
-// 256 KiB, to keep the connection) before the answer and again when it
-// closes the body, with no deadline, the handler's being cleared, so a
-// caller that stalled a small body never got its 408 and held the
-// connection, and its place under --max-conns, for ever. A read deadline
-// already past makes those reads fail at once, and net/http closes a
-// connection whose body it could not finish.
+// 400, 422); when some of it is still unread (unreadBody), the answer
+// says the connection closes, and endUnreadBodies sees that it does.
 func (s *Server) refuseBody(w http.ResponseWriter, err error) {
 	if errors.As(err, new(unreadBody)) {
-		endBody(w)
+		w.Header().Set("Connection", "close")
 	}
 	s.writeError(w, s.bodyRefusal(err))
 }
@@ -29,15 +24,46 @@ type unreadBody struct{ error }
 
 func (u unreadBody) Unwrap() error { return u.error }
 
-// endBody makes every later read of the request's body fail at once (see
-// refuseBody), and says the connection closes after the answer: a body
-// read whole whose reader never saw its end (the last write to /work
-// failed) would otherwise keep a connection whose background read failed
-// on the past deadline, and net/http cancels the context of every later
-// request on it. Call it before the answer's header is written.
-func endBody(w http.ResponseWriter) {
-	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+// endUnreadBodies ends the connection of every request whose handler
+// returned without reading its body to the end: a refusal before the body
+// (404, 403, 429), a body that stalled (408) or was too large (413).
+// net/http reads what is left (up to 256 KiB, to keep the connection)
+// before the answer and again when it closes the body, with no deadline,
+// the handler's being cleared: a caller that stalled a small body never
+// got its 408 and held the connection, and its place under --max-conns,
+// for ever. A read deadline already past makes those reads fail at once,
+// and net/http closes a connection whose body it could not finish. A body
+// read to its end is left alone: a failed read behind it would cancel
+// the context of the connection's later requests.
+func endUnreadBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		b := &bodyRead{ReadCloser: r.Body}
+		r.Body = b
+		h.ServeHTTP(w, r)
+		if !b.eof && (r.ContentLength < 0 || b.n < r.ContentLength) {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		}
+	})
+}
+
+// bodyRead counts what was read of a body, and whether its end was.
+type bodyRead struct {
+	io.ReadCloser
+	n   int64
+	eof bool
+}
+
+func (b *bodyRead) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
 }
 
 // takeBodyShare takes the body's share of the budget before it is read,

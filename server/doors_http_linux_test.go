@@ -21,16 +21,23 @@ import (
 // but net/http reads what is left of a small unread body before it
 // answers, to keep the connection, with no deadline: the 408 never came
 // and the connection (a goroutine, a place under --max-conns) was held
-// for ever. Each route that reads a body answers and closes.
+// for ever. Each route that reads a body answers and closes, and so does
+// one that refuses before it reads.
 func TestAttackStalledSmallBodyHoldsConnection(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--body-timeout", "1s")
 	id := s.session(SessionRequest{}).SessionID
-	for _, route := range []struct{ method, path string }{
-		{"POST", "/v1/run"},
-		{"POST", "/v1/sessions"},
-		{"POST", "/v1/sessions/" + id + "/exec"},
-		{"PUT", "/v1/sessions/" + id + "/files/stalled.txt"},
-		{"POST", "/v1/mcp"},
+	for _, route := range []struct {
+		method, path string
+		want         int
+	}{
+		{"POST", "/v1/run", 408},
+		{"POST", "/v1/sessions", 408},
+		{"POST", "/v1/sessions/" + id + "/exec", 408},
+		{"PUT", "/v1/sessions/" + id + "/files/stalled.txt", 408},
+		{"POST", "/v1/mcp", 408},
+		// Refused before the body is read: the same drain followed.
+		{"PUT", "/v1/sessions/00000000000000000000000000000000/files/x", 404},
+		{"POST", "/v1/health", 405},
 	} {
 		c, err := net.Dial("unix", s.sock)
 		if err != nil {
@@ -51,11 +58,11 @@ func TestAttackStalledSmallBodyHoldsConnection(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 408 {
-			t.Errorf("%s %s with a stalled body: %d, want 408", route.method, route.path, resp.StatusCode)
+		if resp.StatusCode != route.want {
+			t.Errorf("%s %s with a stalled body: %d, want %d", route.method, route.path, resp.StatusCode, route.want)
 		}
 		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-			t.Errorf("%s %s: after the 408 the connection reads %v, want EOF (closed by the server)", route.method, route.path, err)
+			t.Errorf("%s %s: after the %d the connection reads %v, want EOF (closed by the server)", route.method, route.path, resp.StatusCode, err)
 		}
 		c.Close()
 	}

@@ -314,7 +314,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer stopJanitor()
 	go s.janitor(janitorCtx)
 	hs := &http.Server{
-		Handler:           mux,
+		Handler:           endUnreadBodies(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Unset, net/http falls back on ReadTimeout, unset too: a caller's
 		// idle keep-alive connections would count against its

@@ -623,16 +623,13 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	uid, gid := ss.jl.p.WorkOwner()
-	body := &eofReader{r: http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)}
-	n, err := writeWorkFile(ss.workFD, p, body, uid, gid)
+	n, err := writeWorkFile(ss.workFD, p, http.MaxBytesReader(w, r.Body, s.cfg.MaxBody), uid, gid)
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		if !body.eof {
-			// Some of the body is still unread (a refused path, a stall,
-			// too large): the connection closes after the answer
-			// (refuseBody).
-			endBody(w)
-		}
+		// Some of the body may be unread (a refused path, a stall, too
+		// large): the answer says the connection closes, and
+		// endUnreadBodies sees that it does.
+		w.Header().Set("Connection", "close")
 		var tooBig *http.MaxBytesError
 		var ne net.Error
 		switch {
@@ -646,20 +643,6 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 		return
 	}
 	s.writeJSON(w, 201, map[string]any{"path": p, "bytes": n})
-}
-
-// eofReader says whether r was read to its end.
-type eofReader struct {
-	r   io.Reader
-	eof bool
-}
-
-func (e *eofReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if errors.Is(err, io.EOF) {
-		e.eof = true
-	}
-	return n, err
 }
 
 // handleMetrics is GET /v1/metrics.
