@@ -41,20 +41,54 @@ func endUnreadBodies(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		b := &bodyRead{ReadCloser: r.Body}
+		b := &bodyRead{ReadCloser: r.Body, length: r.ContentLength}
 		r.Body = b
-		h.ServeHTTP(w, r)
-		if !b.eof && (r.ContentLength < 0 || b.n < r.ContentLength) {
+		h.ServeHTTP(&closeIfUnread{ResponseWriter: w, b: b}, r)
+		if b.unread() {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
 		}
 	})
 }
 
+// closeIfUnread says in an answer's header that the connection closes
+// when its request's body is not read to the end: a client that would
+// keep the connection for its next request knows it will not be there.
+type closeIfUnread struct {
+	http.ResponseWriter
+	b     *bodyRead
+	wrote bool
+}
+
+func (c *closeIfUnread) WriteHeader(code int) {
+	if !c.wrote && code >= 200 {
+		c.wrote = true
+		if c.b.unread() {
+			c.Header().Set("Connection", "close")
+		}
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *closeIfUnread) Write(p []byte) (int, error) {
+	if !c.wrote {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+func (c *closeIfUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
 // bodyRead counts what was read of a body, and whether its end was.
 type bodyRead struct {
 	io.ReadCloser
-	n   int64
-	eof bool
+	length int64 // its Content-Length, -1 if chunked
+	n      int64
+	eof    bool
+}
+
+// unread says whether some of the body may still be on the connection.
+func (b *bodyRead) unread() bool {
+	return !b.eof && (b.length < 0 || b.n < b.length)
 }
 
 func (b *bodyRead) Read(p []byte) (int, error) {

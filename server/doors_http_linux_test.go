@@ -58,8 +58,8 @@ func TestAttackStalledSmallBodyHoldsConnection(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != route.want {
-			t.Errorf("%s %s with a stalled body: %d, want %d", route.method, route.path, resp.StatusCode, route.want)
+		if resp.StatusCode != route.want || !resp.Close {
+			t.Errorf("%s %s with a stalled body: %d (Connection: close %v), want %d saying the connection closes", route.method, route.path, resp.StatusCode, resp.Close, route.want)
 		}
 		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 			t.Errorf("%s %s: after the %d the connection reads %v, want EOF (closed by the server)", route.method, route.path, resp.StatusCode, err)
