@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,8 +29,10 @@ type Backend interface {
 	Exec(ctx context.Context, sessionID string, job Job) (*Outcome, error)
 	// CloseSession ends a session and returns its final accounting.
 	CloseSession(ctx context.Context, sessionID string) (map[string]any, error)
-	// ReadFile, WriteFile and ListFiles reach a session's /work.
-	ReadFile(ctx context.Context, sessionID, path string) ([]byte, error)
+	// ReadFile, WriteFile and ListFiles reach a session's /work. ReadFile
+	// reads at most max bytes: a larger file is a *TooLarge, never read
+	// whole.
+	ReadFile(ctx context.Context, sessionID, path string, max int64) ([]byte, error)
 	WriteFile(ctx context.Context, sessionID, path string, data []byte) error
 	ListFiles(ctx context.Context, sessionID, dir string) (map[string]any, error)
 	// Interrupt raises KeyboardInterrupt in the session's running exec
@@ -141,6 +144,26 @@ type HTTPBackend struct {
 	// Limits.Timeout.
 	Profile string
 	Limits  *Limits
+	// PoolMissed, when set, is told each time the server answers that a
+	// run or session took a fresh jail because its limits are not the
+	// profile's: the server's prepared jails have the profile's limits,
+	// so Limits tighter than those miss them on every call.
+	PoolMissed func(reason string)
+}
+
+// limitsMissPool is the server's reason for a fresh jail when a request's
+// limits are not its profile's (PoolUse.Reason).
+const limitsMissPool = "limits differ from the profile's"
+
+// notePool tells PoolMissed about an answer's pool use ("pool": {"hit",
+// "reason"}) that missed for the limits this backend sends.
+func (b *HTTPBackend) notePool(answer map[string]any) {
+	if b.PoolMissed == nil {
+		return
+	}
+	if use, ok := answer["pool"].(map[string]any); ok && use["hit"] == false && use["reason"] == limitsMissPool {
+		b.PoolMissed(limitsMissPool)
+	}
 }
 
 // NewHTTPBackend returns a backend whose requests go through rt. It
@@ -169,8 +192,32 @@ func (e *APIError) Error() string {
 // output caps keep real answers far below it.
 const maxAnswer = 256 << 20
 
+// TooLarge is an answer larger than its caller would take: it was not read
+// past that.
+type TooLarge struct {
+	Method, Path string
+	Size         int64 // the answer's length, or -1 when it did not say
+	Max          int64
+}
+
+func (e *TooLarge) Error() string {
+	if e.Size < 0 {
+		return fmt.Sprintf("stockade server: %s %s: answer larger than %d bytes", e.Method, e.Path, e.Max)
+	}
+	return fmt.Sprintf("stockade server: %s %s: answer of %d bytes, larger than %d", e.Method, e.Path, e.Size, e.Max)
+}
+
 // do sends one request and returns the answer's body when it is 2xx.
 func (b *HTTPBackend) do(ctx context.Context, method, path string, body io.Reader, contentType string) ([]byte, error) {
+	return b.doMax(ctx, method, path, body, contentType, maxAnswer)
+}
+
+// doMax is do for an answer of at most max bytes. An answer that says it
+// is longer is refused unread; one that does not say is read to max+1
+// bytes at most. Each answer is held whole, so each caller's own bound
+// matters: download_file's 1 MiB was checked after the whole file (16
+// calls on a 60 MiB file took 2.1 GB of the server's memory).
+func (b *HTTPBackend) doMax(ctx context.Context, method, path string, body io.Reader, contentType string, max int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://stockade"+path, body)
 	if err != nil {
 		return nil, &APIError{Method: method, Path: path, Msg: err.Error()}
@@ -183,18 +230,30 @@ func (b *HTTPBackend) do(ctx context.Context, method, path string, body io.Reade
 		return nil, &APIError{Method: method, Path: path, Msg: err.Error()}
 	}
 	defer resp.Body.Close()
-	return answer(method, path, resp)
+	return answer(method, path, resp, max)
 }
 
-// answer reads a whole answer: its body when it is 2xx, else the
-// server's reason as an APIError (with the body, which a run's 500 uses).
-func answer(method, path string, resp *http.Response) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+// answer reads a whole answer of at most max bytes: its body when it is
+// 2xx, else the server's reason as an APIError (with the body, which a
+// run's 500 uses).
+func answer(method, path string, resp *http.Response, max int64) ([]byte, error) {
+	size := resp.ContentLength
+	if size < 0 {
+		// An in-process answer (POST /v1/mcp) has its length in its
+		// header alone.
+		if n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+			size = n
+		}
+	}
+	if size > max {
+		return nil, &TooLarge{Method: method, Path: path, Size: size, Max: max}
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
 		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error()}
 	}
-	if len(data) > maxAnswer {
-		return nil, &APIError{Method: method, Path: path, Status: resp.StatusCode, Msg: fmt.Sprintf("answer larger than %d bytes", maxAnswer)}
+	if int64(len(data)) > max {
+		return nil, &TooLarge{Method: method, Path: path, Size: -1, Max: max}
 	}
 	if resp.StatusCode/100 == 2 {
 		return data, nil
@@ -265,7 +324,11 @@ func (b *HTTPBackend) Run(ctx context.Context, job Job) (*Outcome, error) {
 	if err != nil && !(errors.As(err, &ae) && ae.Status == 500 && hasVerdict(data)) {
 		return nil, err
 	}
-	return decodeOutcome(data)
+	o, err := decodeOutcome(data)
+	if err == nil {
+		b.notePool(o.Raw)
+	}
+	return o, err
 }
 
 func hasVerdict(data []byte) bool {
@@ -304,7 +367,11 @@ func (b *HTTPBackend) CreateSession(ctx context.Context) (map[string]any, error)
 	if err != nil {
 		return nil, err
 	}
-	return decodeObject(data)
+	m, err := decodeObject(data)
+	if err == nil {
+		b.notePool(m)
+	}
+	return m, err
 }
 
 func (b *HTTPBackend) Exec(ctx context.Context, sessionID string, job Job) (*Outcome, error) {
@@ -354,7 +421,7 @@ func (b *HTTPBackend) post(ctx context.Context, path string, v any, onOutput fun
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), ndjson) {
-		return answer(http.MethodPost, path, resp)
+		return answer(http.MethodPost, path, resp, maxAnswer)
 	}
 	// A line is one chunk of output or the result: the server's caps
 	// keep both far below maxAnswer.
@@ -393,8 +460,8 @@ func (b *HTTPBackend) CloseSession(ctx context.Context, sessionID string) (map[s
 	return decodeObject(data)
 }
 
-func (b *HTTPBackend) ReadFile(ctx context.Context, sessionID, path string) ([]byte, error) {
-	return b.do(ctx, http.MethodGet, filePath(sessionID, path), nil, "")
+func (b *HTTPBackend) ReadFile(ctx context.Context, sessionID, path string, max int64) ([]byte, error) {
+	return b.doMax(ctx, http.MethodGet, filePath(sessionID, path), nil, "", max)
 }
 
 func (b *HTTPBackend) WriteFile(ctx context.Context, sessionID, path string, data []byte) error {

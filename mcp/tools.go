@@ -195,12 +195,19 @@ func (t *tools) downloadFile(ctx context.Context, _ *sdk.CallToolRequest, a down
 	if err := checkPath(&a.Path, false); err != nil {
 		return nil, nil, err
 	}
-	data, err := t.b.ReadFile(ctx, a.SessionID, a.Path)
+	// The cap is the backend's to keep while it reads: checked after, the
+	// whole file was held first.
+	data, err := t.b.ReadFile(ctx, a.SessionID, a.Path, int64(t.opts.MaxDownload))
+	var tl *TooLarge
+	if errors.As(err, &tl) || err == nil && len(data) > t.opts.MaxDownload {
+		size := ""
+		if tl != nil && tl.Size >= 0 {
+			size = fmt.Sprintf(" %d bytes,", tl.Size)
+		}
+		return nil, nil, fmt.Errorf("/work/%s is%s more than the %d bytes this tool returns: read or summarise it with run_python", a.Path, size, t.opts.MaxDownload)
+	}
 	if err != nil {
 		return nil, nil, err
-	}
-	if len(data) > t.opts.MaxDownload {
-		return nil, nil, fmt.Errorf("/work/%s is %d bytes, more than the %d this tool returns: read or summarise it with run_python", a.Path, len(data), t.opts.MaxDownload)
 	}
 	meta := map[string]any{"path": a.Path, "bytes": len(data)}
 	res := &sdk.CallToolResult{StructuredContent: meta}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,7 +46,7 @@ func (f *fakeBackend) CloseSession(_ context.Context, id string) (map[string]any
 	f.record("close " + id)
 	return map[string]any{"verdict": "closed"}, nil
 }
-func (f *fakeBackend) ReadFile(_ context.Context, id, p string) ([]byte, error) {
+func (f *fakeBackend) ReadFile(_ context.Context, id, p string, _ int64) ([]byte, error) {
 	f.record("read " + id + " " + p)
 	return f.file, nil
 }
@@ -366,5 +370,50 @@ func TestRunPythonRichResults(t *testing.T) {
 	sc, _ := json.Marshal(res.StructuredContent)
 	if strings.Contains(string(sc), b64) || !strings.Contains(string(sc), `"omitted":{"image/png":14}`) || !strings.Contains(string(sc), `"text/html":"\u003ctable\u003e"`) {
 		t.Errorf("structured content: %s", sc)
+	}
+}
+
+// endless is a file's bytes as the server sends them, counted as read.
+type endless struct{ read atomic.Int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	e.read.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// fileAnswer answers every request with 200 and body, with or without a
+// length.
+type fileAnswer struct {
+	body   io.Reader
+	length int64
+}
+
+func (f fileAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	h := http.Header{}
+	if f.length >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(f.length, 10))
+	}
+	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(f.body), ContentLength: -1, Request: req}, nil
+}
+
+// download_file read the whole file, then refused it over its 1 MiB cap:
+// through POST /v1/mcp, 16 calls on a 60 MiB file held 2.1 GB in the
+// server. The backend reads no more than the cap (and one byte), and
+// nothing of an answer whose length says it is over.
+func TestAttackMCPDownloadReadsWholeFile(t *testing.T) {
+	for _, length := range []int64{-1, 60 << 20} {
+		body := &endless{}
+		cs := connect(t, NewHTTPBackend(fileAnswer{body: body, length: length}, "", nil))
+		res := call(t, cs, "download_file", map[string]any{"session_id": "abc", "path": "big.bin"})
+		if !res.IsError || !strings.Contains(text(res), "more than the 1048576 bytes this tool returns") {
+			t.Errorf("a 60 MiB file (length %d): isError %v, %s", length, res.IsError, text(res))
+		}
+		want := int64(DefaultMaxDownload + 64<<10) // the cap, and a read's buffer past it
+		if length >= 0 {
+			want = 0
+		}
+		if n := body.read.Load(); n > want {
+			t.Errorf("a 60 MiB file (length %d): %d bytes read, want at most %d", length, n, want)
+		}
 	}
 }

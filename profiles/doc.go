@@ -21,7 +21,7 @@
 //	swap       = "0"    # memory.swap.max; 0 = no swap
 //	cpus       = 1.0    # CPUs' worth of time (cpu.max), 0.01 <= cpus <= 1024
 //	pids       = 128    # pids.max, 16 .. 4194304 (the jail's init is counted)
-//	open_files = 256    # RLIMIT_NOFILE, 3 .. 1048576
+//	open_files = 256    # RLIMIT_NOFILE, 16 .. 1048576
 //	file_size  = "64M"  # RLIMIT_FSIZE; 0 = no limit
 //	output     = "1M"   # bytes kept per stream (stdout, stderr), > 0
 //

@@ -29,9 +29,16 @@ const (
 	// runtime starts several threads (7 measured on 2 cores) that the pids
 	// limit counts: below about 9, init dies of a failed clone with a Go
 	// stack dump, or the payload cannot even exec.
-	MinPids      = 16
-	MaxPids      = 4194304
-	MinOpenFiles = 3 // stdin, stdout, stderr
+	MinPids = 16
+	MaxPids = 4194304
+	// MinOpenFiles leaves room for the jail's init, which applies the
+	// limit to itself and then still opens descriptors of its own (the
+	// /proc/sys/user files it writes, its runtime's): below 10 (11 for a
+	// server's jail, which passes its driver's channel) init cannot write
+	// its kernel-object limits ("too many open files") and the run fails
+	// as the server's 500. Measured 10 + the descriptors passed, so 16
+	// leaves room for up to 6 passed.
+	MinOpenFiles = 16
 	MaxOpenFiles = 1 << 20
 )
 

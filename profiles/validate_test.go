@@ -27,7 +27,7 @@ func TestValidate(t *testing.T) {
 		{"cpus below the kernel's quota", FieldCPUs, func(p *Profile) { p.Limits.CPUs = 0.0001 }, "limits.cpus: 0.0001 is not in [0.01, 1024]"},
 		{"zero pids", FieldPids, func(p *Profile) { p.Limits.Pids = 0 }, "limits.pids: 0 is not in [16, 4194304]"},
 		{"too many pids", FieldPids, func(p *Profile) { p.Limits.Pids = 1 << 23 }, "limits.pids: 8388608 is not in [16, 4194304]"},
-		{"too few open files", FieldOpenFiles, func(p *Profile) { p.Limits.OpenFiles = 2 }, "limits.open_files: 2 is not in [3, 1048576]"},
+		{"too few open files", FieldOpenFiles, func(p *Profile) { p.Limits.OpenFiles = 2 }, "limits.open_files: 2 is not in [16, 1048576]"},
 		{"negative file size", FieldFileSize, func(p *Profile) { p.Limits.FileSize = -1 }, "limits.file_size: must not be negative"},
 		{"zero output", FieldOutput, func(p *Profile) { p.Limits.Output = 0 }, "limits.output: must be more than 0"},
 		{"relative rootfs", FieldRootfs, func(p *Profile) { p.Filesystem.Rootfs = "rootfs" }, `filesystem.rootfs: "rootfs" must be "host" or an absolute, clean path`},

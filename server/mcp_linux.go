@@ -50,7 +50,7 @@ func (s *Server) mcpHandler(api http.Handler) http.Handler {
 		rc := http.NewResponseController(w)
 		body, err := s.readBodyWithin(rc, r)
 		if err != nil {
-			s.writeError(w, s.bodyRefusal(err))
+			s.refuseBody(w, err)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -24,7 +24,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	rc := http.NewResponseController(w)
 	req, spec, cold, err := s.parse(rc, r)
 	if err != nil {
-		s.writeError(w, s.bodyRefusal(err))
+		s.refuseBody(w, err)
 		return
 	}
 	// From here the request's context ends when its caller closes the
@@ -64,7 +64,11 @@ func checkJSONType(r *http.Request) error {
 func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([]byte, error) {
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	return readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	b, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	if err != nil {
+		return nil, unreadBody{err}
+	}
+	return b, nil
 }
 
 // refuse answers a request that will not be read. A client that sends its

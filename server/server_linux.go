@@ -29,7 +29,8 @@ type Profile struct {
 	Policy *profiles.Profile
 }
 
-// Config is the whole server. Zero fields get the defaults of Defaults.
+// Config is the whole server. Zero fields get the defaults of Defaults,
+// but those whose zero means none (see withDefaults).
 type Config struct {
 	Profiles    []Profile     // the first is the default
 	Host        jail.Host     // the machine's part of every jail (cgroup parent, upstream proxy, ...)
@@ -81,49 +82,46 @@ type Config struct {
 	Version       string
 }
 
-// withDefaults fills the zero fields of c.
+// Defaults is the server's configuration when no flag says otherwise,
+// less what only its caller can give (profiles, host, writers): `stockade
+// serve`'s flags take their defaults from it, and `stockade mcp`'s own
+// pool runs with it, so the two cannot drift apart (the own pool had no
+// session cap at all: 40 sessions, 2.5 GB, for whoever reached its --http
+// port).
+func Defaults() Config {
+	return Config{
+		Pool: 2, Concurrency: 8, Queue: 64, QueueWait: 10 * time.Second,
+		MaxBody: 16 << 20, BodyBudget: 128 << 20, BodyTimeout: 30 * time.Second, WriteTimeout: 10 * time.Second,
+		IdleTimeout: 30 * time.Second, MaxConns: 1024, MaxConnsPerCaller: 128, FilesMax: 8 << 20,
+		SessionIdle: 10 * time.Minute, SessionTTL: time.Hour, Sessions: 32, SessionsPerCaller: 8,
+		Grace: 10 * time.Second,
+	}
+}
+
+// withDefaults fills the zero fields of c from Defaults, but those whose
+// zero means none (the pool, the caps on callers and sessions, the
+// budgets).
 func (c Config) withDefaults() Config {
-	if c.Concurrency <= 0 {
-		c.Concurrency = 8
+	d := Defaults()
+	for _, f := range []struct{ v, def *int }{
+		{&c.Concurrency, &d.Concurrency}, {&c.Queue, &d.Queue}, {&c.MaxConns, &d.MaxConns}, {&c.MaxConnsPerCaller, &d.MaxConnsPerCaller},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
 	}
-	if c.Queue <= 0 {
-		c.Queue = 64
+	for _, f := range []struct{ v, def *int64 }{{&c.MaxBody, &d.MaxBody}, {&c.BodyBudget, &d.BodyBudget}, {&c.FilesMax, &d.FilesMax}} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
 	}
-	if c.QueueWait <= 0 {
-		c.QueueWait = 10 * time.Second
-	}
-	if c.MaxBody <= 0 {
-		c.MaxBody = 16 << 20
-	}
-	if c.BodyBudget <= 0 {
-		c.BodyBudget = 128 << 20
-	}
-	if c.BodyTimeout <= 0 {
-		c.BodyTimeout = 30 * time.Second
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 10 * time.Second
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 30 * time.Second
-	}
-	if c.MaxConns <= 0 {
-		c.MaxConns = 1024
-	}
-	if c.MaxConnsPerCaller <= 0 {
-		c.MaxConnsPerCaller = 128
-	}
-	if c.FilesMax <= 0 {
-		c.FilesMax = 8 << 20
-	}
-	if c.Grace <= 0 {
-		c.Grace = 10 * time.Second
-	}
-	if c.SessionIdle <= 0 {
-		c.SessionIdle = 10 * time.Minute
-	}
-	if c.SessionTTL <= 0 {
-		c.SessionTTL = time.Hour
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&c.QueueWait, &d.QueueWait}, {&c.BodyTimeout, &d.BodyTimeout}, {&c.WriteTimeout, &d.WriteTimeout},
+		{&c.IdleTimeout, &d.IdleTimeout}, {&c.Grace, &d.Grace}, {&c.SessionIdle, &d.SessionIdle}, {&c.SessionTTL, &d.SessionTTL},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
 	}
 	if c.SessionMaxLife <= 0 {
 		c.SessionMaxLife = c.SessionTTL
@@ -348,7 +346,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer stopJanitor()
 	go s.janitor(janitorCtx)
 	hs := &http.Server{
-		Handler:           mux,
+		Handler:           endUnreadBodies(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Unset, net/http falls back on ReadTimeout, unset too: a caller's
 		// idle keep-alive connections would count against its

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -147,8 +149,7 @@ func mkdirsBeneath(root int, dir string) (int, error) {
 
 // writeWorkFile writes data from r to p below root as the jail user
 // (uid, gid: its host ids), creating p and its directories or replacing a
-// regular file's contents. Anything but a regular file where p points is
-// refused.
+// regular file. Anything but a regular file where p points is refused.
 func writeWorkFile(root int, p string, r io.Reader, uid, gid int) (int64, error) {
 	var n int64
 	err := asJailUser(uid, gid, func() (err error) {
@@ -158,36 +159,70 @@ func writeWorkFile(root int, p string, r io.Reader, uid, gid int) (int64, error)
 	return n, err
 }
 
+// putPrefix begins the name a PUT's bytes are written under, beside its
+// target, until they are whole.
+const putPrefix = ".stockade-put-"
+
+// writeWorkFileAs writes the body aside, under a name of its own in the
+// target's directory, and renames it over the target only once the body
+// is whole: a PUT refused halfway (413 past --max-body, 408 on a stalled
+// body, /work full) left the target truncated and partly overwritten.
+// renameat replaces a name and never follows it: a symlink the jail swaps
+// in meanwhile is replaced itself, as a FIFO or device would not be
+// opened.
 func writeWorkFileAs(root int, p string, r io.Reader) (int64, error) {
 	dirfd, err := mkdirsBeneath(root, path.Dir(p))
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(dirfd)
+	name := path.Base(p)
+	// What is there now must be a regular file, or nothing: a symlink is
+	// refused as on every path (ELOOP), a directory, FIFO or device is
+	// never replaced. Its permissions are kept.
+	mode := uint32(0)
+	var st unix.Stat_t
+	switch err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case errors.Is(err, unix.ENOENT):
+	case err != nil:
+		return 0, err
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return 0, unix.ELOOP
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return 0, fmt.Errorf("not a regular file: %w", unix.EEXIST)
+	default:
+		mode = st.Mode & 0o777
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return 0, err
+	}
+	tmp := putPrefix + hex.EncodeToString(rnd[:])
 	how := unix.OpenHow{
-		// No O_TRUNC: a FIFO or device is refused after fstat, never
-		// truncated; O_NONBLOCK so that a FIFO's open does not wait.
-		Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Mode:    0o644,
 		Resolve: resolveHow.Resolve,
 	}
-	fd, err := unix.Openat2(dirfd, path.Base(p), &how)
+	fd, err := unix.Openat2(dirfd, tmp, &how)
 	if err != nil {
 		return 0, err
 	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	f := os.NewFile(uintptr(fd), tmp)
+	n, err := io.Copy(f, r)
+	if err == nil && mode != 0 {
+		err = unix.Fchmod(fd, mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(dirfd, tmp, dirfd, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return 0, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, fmt.Errorf("not a regular file: %w", unix.EEXIST)
-	}
-	if err := unix.Ftruncate(fd, 0); err != nil {
-		return 0, err
-	}
-	return io.Copy(f, r)
+	return n, nil
 }
 
 // openWorkFile opens p below root for reading: a regular file only.

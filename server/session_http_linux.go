@@ -133,7 +133,7 @@ func (s *Server) readSessionBody(w http.ResponseWriter, r *http.Request, caller 
 	}
 	if err != nil {
 		done()
-		s.writeError(w, s.bodyRefusal(err))
+		s.refuseBody(w, err)
 		return nil, false
 	}
 	return done, true
@@ -671,6 +671,10 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 	n, err := writeWorkFile(ss.workFD, p, http.MaxBytesReader(w, r.Body, s.cfg.MaxBody), uid, gid)
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// Some of the body may be unread (a refused path, a stall, too
+		// large): the answer says the connection closes, and
+		// endUnreadBodies sees that it does.
+		w.Header().Set("Connection", "close")
 		var tooBig *http.MaxBytesError
 		var ne net.Error
 		switch {

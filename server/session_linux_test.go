@@ -593,13 +593,16 @@ func TestAttackSessionFilesSymlinks(t *testing.T) {
 		t.Errorf("GET: %d %q", code, body)
 	}
 	secret, _ := os.ReadFile("/etc/shadow")
+	// The canary's name is this run's own: a fixed /tmp/planted would fail
+	// a second test run on the host, or hide a real plant.
+	plant := fmt.Sprintf("stockade-planted-%d-%d", os.Getpid(), time.Now().UnixNano())
 	s.cell(id, "import os\nos.symlink('/etc/shadow', 'shadow')\nos.symlink('/etc', 'etc')\nos.symlink('/', 'out/root')\nos.mkfifo('fifo')")
 	for _, c := range []struct {
 		method, path string
 		want         int
 	}{
 		{"GET", "shadow", 403}, {"GET", "etc/passwd", 403}, {"GET", "out/root/etc/shadow", 403},
-		{"PUT", "shadow", 403}, {"PUT", "etc/planted", 403}, {"PUT", "out/root/tmp/planted", 403},
+		{"PUT", "shadow", 403}, {"PUT", "etc/" + plant, 403}, {"PUT", "out/root/tmp/" + plant, 403},
 		{"GET", "fifo", 400}, {"PUT", "fifo", 409}, {"GET", "out", 400},
 		{"GET", "out%2F..%2F..%2Fetc%2Fpasswd", 400}, {"GET", "%2Fetc%2Fpasswd", 400}, {"PUT", "out%2F..%2F..%2Fplanted", 400},
 		{"GET", "nothing", 404},
@@ -633,7 +636,7 @@ func TestAttackSessionFilesSymlinks(t *testing.T) {
 	if b, _ := os.ReadFile("/etc/shadow"); !bytes.Equal(b, secret) {
 		t.Errorf("/etc/shadow changed")
 	}
-	for _, p := range []string{"/etc/planted", "/tmp/planted"} {
+	for _, p := range []string{"/etc/" + plant, "/tmp/" + plant} {
 		if _, err := os.Lstat(p); err == nil {
 			t.Errorf("%s planted on the host", p)
 		}

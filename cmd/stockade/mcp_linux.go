@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -126,9 +127,35 @@ func mcpBackend(ctx context.Context, c *cli.Context, stderr io.Writer) (mcp.Back
 			return nil, nil, err
 		}
 		fmt.Fprintf(stderr, "stockade mcp: using the server at %s\n", sock)
-		return mcp.NewHTTPBackend(unixTransport(sock), c.String("profile"), limits), func() {}, nil
+		b := mcp.NewHTTPBackend(unixTransport(sock), c.String("profile"), limits)
+		b.PoolMissed = poolMissNotice(c, stderr)
+		return b, func() {}, nil
 	}
 	return ownPool(c, stderr)
+}
+
+// poolMissNotice says once on stderr that the limit flags this process
+// sends keep every call from the server's warm pool: its prepared jails
+// have its profile's limits, and a request's tighter ones need a fresh
+// jail each time (docs/mcp.md's first host configuration, --memory 256M,
+// paid a cold start on every call in silence).
+func poolMissNotice(c *cli.Context, stderr io.Writer) func(string) {
+	var given []string
+	for _, n := range []string{"memory", "cpu-time", "cpus", "pids", "output-limit"} {
+		if c.IsSet(n) {
+			given = append(given, fmt.Sprintf("--%s %s", n, c.String(n)))
+		}
+	}
+	if len(given) == 0 {
+		given = []string{"its limits"}
+	}
+	var once sync.Once
+	return func(reason string) {
+		once.Do(func() {
+			fmt.Fprintf(stderr, "stockade mcp: the server took a fresh jail, not a prepared one (%s): its prepared jails have its profile's limits, and this process sends %s with every call, so every run_python and create_session waits for a jail's set-up; for warm jails, give the server a profile with these limits and pass --profile, or leave these flags out\n",
+				reason, strings.Join(given, " "))
+		})
+	}
 }
 
 // unixTransport dials the server's socket for every connection.
@@ -207,8 +234,13 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 		name = "python"
 	}
 	host := hostOf(c)
-	srv, err := server.New(server.Config{Profiles: []server.Profile{{Name: name, Policy: policy}}, Host: host, Pool: c.Int("pool"),
-		Log: stderr, Audit: server.NewAuditWriter(stderr), Notices: os.Stderr, Facts: hostFacts(host), Version: version})
+	// serve's caps, from the one place serve's flags take them: with a
+	// zero Config the pool held sessions without limit (40 of 40, 2.5 GB),
+	// for whoever reached its --http port.
+	cfg := server.Defaults()
+	cfg.Profiles, cfg.Host, cfg.Pool = []server.Profile{{Name: name, Policy: policy}}, host, c.Int("pool")
+	cfg.Log, cfg.Audit, cfg.Notices, cfg.Facts, cfg.Version = stderr, server.NewAuditWriter(stderr), os.Stderr, hostFacts(host), version
+	srv, err := server.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -225,7 +257,8 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()
-	fmt.Fprintf(stderr, "stockade mcp: running its own pool (profile %s, %d prepared) on the private socket %s\n", name, c.Int("pool"), sock)
+	fmt.Fprintf(stderr, "stockade mcp: running its own pool (profile %s, %d prepared; at most %d sessions, %d runs at once) on the private socket %s\n",
+		name, c.Int("pool"), min(cfg.Sessions, cfg.SessionsPerCaller), cfg.Concurrency, sock)
 	done := func() {
 		stop()
 		if err := <-served; err != nil {

@@ -341,3 +341,89 @@ func TestMCPDocsHostConfigs(t *testing.T) {
 		cs.Close()
 	}
 }
+
+// TestAttackMCPOwnPoolSessionsUncapped: `stockade mcp` with a pool of its
+// own made its server from a zero Config: no session cap at all (40 of 40
+// create_session calls succeeded, 2.5 GB), for whoever reached its --http
+// port. It runs with serve's defaults (server.Defaults): every caller of
+// this process is its own uid, so --sessions-per-caller 8 is its cap.
+func TestAttackMCPOwnPoolSessionsUncapped(t *testing.T) {
+	cs, _, stderr := mcpStdio(t, "--pool", "0", "--memory", "64M")
+	const perCaller = 8 // server.Defaults().SessionsPerCaller, as serve's help says
+	var ids []string
+	for i := range perCaller + 1 {
+		res, text, sc := mcpCall(t, cs, "create_session", nil)
+		if i < perCaller {
+			id, _ := sc["session_id"].(string)
+			if res.IsError || id == "" {
+				t.Fatalf("session %d of %d: %s\n%s", i+1, perCaller, text, stderr.String())
+			}
+			ids = append(ids, id)
+			continue
+		}
+		if !res.IsError || !strings.Contains(text, "429") || !strings.Contains(text, "sessions-per-caller") {
+			t.Errorf("session %d, past the cap of %d: isError %v, %s", i+1, perCaller, res.IsError, text)
+		}
+	}
+	for _, id := range ids {
+		mcpCall(t, cs, "close_session", map[string]any{"session_id": id})
+	}
+}
+
+// TestAttackMCPServerLimitsMissPoolSilently: docs/mcp.md's first host
+// configuration sends --memory 256M with every call; the server's prepared
+// jails have its profile's 512M, so every call took a fresh jail, and
+// nothing said so. stockade mcp says it on stderr, once, naming the flag;
+// without limit flags the pool serves and nothing is said.
+func TestAttackMCPServerLimitsMissPoolSilently(t *testing.T) {
+	sock := startServeWith(t, "--pool", "1")
+	const notice = "not a prepared one"
+	cs, _, stderr := mcpStdio(t, "--server", sock, "--memory", "256M", "--timeout", "5s")
+	for range 2 {
+		res, text, sc := mcpCall(t, cs, "run_python", map[string]any{"code": "print(6*7)"})
+		if pool, _ := sc["pool"].(map[string]any); res.IsError || pool["hit"] != false {
+			t.Fatalf("run_python with --memory 256M: %s %v", text, sc["pool"])
+		}
+	}
+	if got := stderr.String(); strings.Count(got, notice) != 1 || !strings.Contains(got, "--memory 256M") {
+		t.Errorf("stderr, after two calls that missed the pool for --memory 256M: want one notice naming it:\n%s", got)
+	}
+	cs.Close()
+	cs, _, stderr = mcpStdio(t, "--server", sock, "--timeout", "5s")
+	var hit bool
+	for range 20 { // the pool refills behind each call
+		_, _, sc := mcpCall(t, cs, "run_python", map[string]any{"code": "print(6*7)"})
+		if pool, _ := sc["pool"].(map[string]any); pool["hit"] == true {
+			hit = true
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !hit || strings.Contains(stderr.String(), notice) {
+		t.Errorf("without limit flags: pool hit %v, stderr:\n%s", hit, stderr.String())
+	}
+}
+
+// TestAttackMCPServerSessionLimitsDropped: with --server, the limit flags
+// ride along with create_session as with run_python; dropped there, the
+// model's session got the server profile's 512M and 10 s while the
+// command line said 100M and 4 s. The session reports the command line's
+// limits, and its jail sees 100M.
+func TestAttackMCPServerSessionLimitsDropped(t *testing.T) {
+	sock := startServe(t)
+	needSessions(t, sock)
+	cs, _, _ := mcpStdio(t, "--server", sock, "--memory", "100M", "--timeout", "4s")
+	res, text, sc := mcpCall(t, cs, "create_session", nil)
+	id, _ := sc["session_id"].(string)
+	if res.IsError || id == "" {
+		t.Fatalf("create_session: %s", text)
+	}
+	defer mcpCall(t, cs, "close_session", map[string]any{"session_id": id})
+	if limits, _ := sc["limits"].(map[string]any); limits["memory_bytes"] != float64(100<<20) || limits["timeout_ms"] != float64(4000) {
+		t.Errorf("the session's limits are not the command line's (--memory 100M --timeout 4s): %v", sc["limits"])
+	}
+	res, text, sc = mcpCall(t, cs, "run_python", map[string]any{"session_id": id, "code": "int(open('/proc/meminfo').readline().split()[1]) * 1024"})
+	if res.IsError || sc["result"] != strconv.Itoa(100<<20) {
+		t.Errorf("the session's jail sees MemTotal %v, not --memory 100M: %s", sc["result"], text)
+	}
+}

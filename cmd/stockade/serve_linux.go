@@ -22,8 +22,11 @@ import (
 )
 
 // serveCommand is `stockade serve`: the flags become a server.Config, the
-// profiles are resolved here, and the server package does the rest.
+// profiles are resolved here, and the server package does the rest. The
+// flags' defaults are server.Defaults, which `stockade mcp`'s own pool
+// runs with too.
 func serveCommand(stderr io.Writer) *cli.Command {
+	d := server.Defaults()
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve runs over HTTP/1.1 + JSON on a unix socket, from a pool of prepared jails",
@@ -31,28 +34,28 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "socket", Value: "/run/stockade/stockade.sock", Usage: "unix socket to listen on (ignored under systemd socket activation)"},
 			&cli.StringFlag{Name: "group", Usage: "group that owns the socket (mode 0660)"},
 			&cli.StringSliceFlag{Name: "profile", Usage: "profile to offer (repeatable; the first is the default)", DefaultText: "python"},
-			&cli.IntFlag{Name: "pool", Value: 2, Usage: "jails kept prepared per profile (0: none)"},
-			&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "runs at once"},
-			&cli.IntFlag{Name: "queue", Value: 64, Usage: "requests that may wait for a run slot"},
-			&cli.StringFlag{Name: "queue-wait", Value: "10s", Usage: "how long a request may wait before 503"},
+			&cli.IntFlag{Name: "pool", Value: d.Pool, Usage: "jails kept prepared per profile (0: none)"},
+			&cli.IntFlag{Name: "concurrency", Value: d.Concurrency, Usage: "runs at once"},
+			&cli.IntFlag{Name: "queue", Value: d.Queue, Usage: "requests that may wait for a run slot"},
+			&cli.StringFlag{Name: "queue-wait", Value: flagDuration(d.QueueWait), Usage: "how long a request may wait before 503"},
 			&cli.IntFlag{Name: "per-caller", Usage: "requests at once per caller uid, counted before the body is read: being read, waiting or running (0: no cap)"},
-			&cli.StringFlag{Name: "max-body", Value: "16M", Usage: "largest request body"},
-			&cli.StringFlag{Name: "body-budget", Value: "128M", Usage: "bytes of request bodies held at once (being read, waiting or running); a body that does not fit waits like a queued request, then gets 503"},
-			&cli.StringFlag{Name: "body-timeout", Value: "30s", Usage: "how long a request body may take to arrive before 408"},
-			&cli.StringFlag{Name: "write-timeout", Value: "10s", Usage: "how long the caller may take to read one response (or one streamed line) before the run is cancelled and the connection dropped"},
-			&cli.StringFlag{Name: "idle-timeout", Value: "30s", Usage: "how long a keep-alive connection may wait for its next request before it is closed"},
-			&cli.IntFlag{Name: "max-conns", Value: 1024, Usage: "connections open at once; past it a connection gets 503 and is closed"},
-			&cli.IntFlag{Name: "max-conns-per-caller", Value: 128, Usage: "connections open at once per caller uid"},
-			&cli.StringFlag{Name: "files-max", Value: "8M", Usage: "bytes of files and images one response returns"},
+			&cli.StringFlag{Name: "max-body", Value: profiles.FormatSize(d.MaxBody), Usage: "largest request body"},
+			&cli.StringFlag{Name: "body-budget", Value: profiles.FormatSize(d.BodyBudget), Usage: "bytes of request bodies held at once (being read, waiting or running); a body that does not fit waits like a queued request, then gets 503"},
+			&cli.StringFlag{Name: "body-timeout", Value: flagDuration(d.BodyTimeout), Usage: "how long a request body may take to arrive before 408"},
+			&cli.StringFlag{Name: "write-timeout", Value: flagDuration(d.WriteTimeout), Usage: "how long the caller may take to read one response (or one streamed line) before the run is cancelled and the connection dropped"},
+			&cli.StringFlag{Name: "idle-timeout", Value: flagDuration(d.IdleTimeout), Usage: "how long a keep-alive connection may wait for its next request before it is closed"},
+			&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "connections open at once; past it a connection gets 503 and is closed"},
+			&cli.IntFlag{Name: "max-conns-per-caller", Value: d.MaxConnsPerCaller, Usage: "connections open at once per caller uid"},
+			&cli.StringFlag{Name: "files-max", Value: profiles.FormatSize(d.FilesMax), Usage: "bytes of files and images one response returns"},
 			&cli.StringSliceFlag{Name: "allow-uid", Usage: "caller uid allowed (repeatable; default: anyone who can open the socket)"},
 			&cli.StringFlag{Name: "budget-memory", Usage: "memory all live jails (waiting and running) may hold together (0: no budget)"},
 			&cli.Int64Flag{Name: "budget-pids", Usage: "pids all live jails may hold together (0: no budget)"},
-			&cli.StringFlag{Name: "session-idle", Value: "10m", Usage: "the longest a session may go without a request before it ends (and its default idle_timeout)"},
-			&cli.StringFlag{Name: "session-ttl", Value: "1h", Usage: "the longest ttl a session may ask for, when made or by POST .../ttl (and its default ttl)"},
+			&cli.StringFlag{Name: "session-idle", Value: flagDuration(d.SessionIdle), Usage: "the longest a session may go without a request before it ends (and its default idle_timeout)"},
+			&cli.StringFlag{Name: "session-ttl", Value: flagDuration(d.SessionTTL), Usage: "the longest ttl a session may ask for, when made or by POST .../ttl (and its default ttl)"},
 			&cli.StringFlag{Name: "session-max-life", Usage: "the longest a session may live from its start, however often its ttl is moved", DefaultText: "--session-ttl"},
-			&cli.IntFlag{Name: "sessions", Value: 32, Usage: "sessions the server holds at once, live or ended and kept for their /work (0: no cap)"},
-			&cli.IntFlag{Name: "sessions-per-caller", Value: 8, Usage: "sessions one caller uid holds at once (0: no cap)"},
-			&cli.StringFlag{Name: "grace", Value: "10s", Usage: "on SIGTERM, how long running jails may finish before they are killed"},
+			&cli.IntFlag{Name: "sessions", Value: d.Sessions, Usage: "sessions the server holds at once, live or ended and kept for their /work (0: no cap)"},
+			&cli.IntFlag{Name: "sessions-per-caller", Value: d.SessionsPerCaller, Usage: "sessions one caller uid holds at once (0: no cap)"},
+			&cli.StringFlag{Name: "grace", Value: flagDuration(d.Grace), Usage: "on SIGTERM, how long running jails may finish before they are killed"},
 			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended; reopened on SIGHUP, for logrotate), "-" for stderr, "" for none`},
 			&cli.BoolFlag{Name: "audit-required", Usage: "no run without its audit line: a start line is written before the code reaches the jail, and a run whose line cannot be written is refused (503)"},
 		}, append(sessionFlags(),
@@ -104,6 +107,19 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// flagDuration is a default duration as a flag's value is written: "10m",
+// not time.Duration's "10m0s".
+func flagDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
