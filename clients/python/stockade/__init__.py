@@ -14,12 +14,12 @@ from ._api import DEFAULT_SOCKET
 from .aio import AsyncClient, AsyncFiles, AsyncSession
 from .client import Client, Files, Session
 from .errors import APIError, BusyError, ConnectError, GoneError, NotFoundError, ProtocolError, StockadeError
-from .results import ExecError, ExecResult, FileEntry, Image, Result, RunResult, SessionEnd, SessionInfo
+from .results import ExecError, ExecResult, FileEntry, Image, RestartResult, Result, RunResult, SessionEnd, SessionInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_SOCKET", "Client", "Session", "Files", "AsyncClient", "AsyncSession", "AsyncFiles",
-    "RunResult", "ExecResult", "ExecError", "Image", "Result", "FileEntry", "SessionInfo", "SessionEnd",
+    "RunResult", "ExecResult", "ExecError", "Image", "Result", "RestartResult", "FileEntry", "SessionInfo", "SessionEnd",
     "StockadeError", "ConnectError", "APIError", "NotFoundError", "BusyError", "GoneError", "ProtocolError",
 ]

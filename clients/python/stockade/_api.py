@@ -6,6 +6,7 @@ import base64
 import json
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
@@ -91,9 +92,19 @@ def _limits(limits: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-def _duration(d: Union[None, int, float, str]) -> Optional[str]:
+Duration = Union[None, int, float, str, timedelta]
+
+
+def _duration(d: Duration) -> Optional[str]:
+    """A duration in the server's syntax: a str as given ("30m"), a number
+    as seconds, a timedelta as its seconds; in milliseconds, which Go's
+    time.ParseDuration takes at any size."""
     if d is None or isinstance(d, str):
         return d
+    if isinstance(d, timedelta):
+        d = d.total_seconds()
+    if isinstance(d, bool) or not isinstance(d, (int, float)):
+        raise TypeError(f"a duration is a str like \"30m\", seconds or a timedelta, not {type(d).__name__}")
     return f"{int(round(d * 1000))}ms"
 
 
@@ -137,7 +148,8 @@ def create_session(profile=None, limits=None, idle_timeout=None, ttl=None, files
     return _post("/v1/sessions", doc, lambda s, b: results.SessionInfo.from_json(_object(b)), ok=(201,))
 
 
-def exec_(session_id, code, stdin=None, timeout=None, files=None, stream=False) -> Call:
+def exec_(session_id, code, stdin=None, timeout=None, files=None, stream=False, env=None,
+          figure_formats=None) -> Call:
     doc: Dict[str, Any] = {"code": code}
     if stdin is not None:
         doc["stdin"] = stdin if isinstance(stdin, str) else stdin.decode()
@@ -145,11 +157,31 @@ def exec_(session_id, code, stdin=None, timeout=None, files=None, stream=False) 
         doc["timeout"] = _duration(timeout)
     if files:
         doc["files"] = _files(files)
+    if env:
+        doc["env"] = dict(env)
+    if figure_formats is not None:
+        # A lone str would go out as its letters; the server refuses
+        # anything but "png" and "svg", each once, and says so (400).
+        doc["figure_formats"] = [figure_formats] if isinstance(figure_formats, str) else list(figure_formats)
     return _post(session_path(session_id) + "/exec", doc, lambda s, b: results.ExecResult.from_json(_object(b)), stream=stream)
 
 
 def interrupt(session_id) -> Call:
     return Call("POST", session_path(session_id) + "/interrupt", b"", None, False, lambda s, b: None, (202,))
+
+
+def set_timeout(session_id, ttl: Duration) -> Call:
+    """The session ends ttl from now (POST .../ttl): its info after."""
+    if ttl is None:
+        raise TypeError("set_timeout needs a ttl")
+    return _post(session_path(session_id) + "/ttl", {"ttl": _duration(ttl)},
+                 lambda s, b: results.SessionInfo.from_json(_object(b)))
+
+
+def restart(session_id) -> Call:
+    """A fresh interpreter in the same jail, /work kept (POST .../restart)."""
+    return Call("POST", session_path(session_id) + "/restart", b"", None, False,
+                lambda s, b: results.RestartResult.from_json(_object(b)))
 
 
 def session_info(session_id) -> Call:

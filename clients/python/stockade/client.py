@@ -1,9 +1,9 @@
 """The blocking client."""
 
-from typing import Any, Callable, List, Mapping, Optional, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 from . import _api, _http
-from .results import ExecError, ExecResult, FileEntry, Result, RunResult, SessionEnd, SessionInfo
+from .results import ExecError, ExecResult, FileEntry, RestartResult, Result, RunResult, SessionEnd, SessionInfo
 
 Output = Optional[Callable[[str], None]]
 OnResult = Optional[Callable[[Result], None]]
@@ -97,14 +97,34 @@ class Session:
 
     def run(self, code: str, stdin: Union[None, str, bytes] = None, timeout: Union[None, float, str] = None,
             files: Optional[_api.Files] = None, on_stdout: Output = None, on_stderr: Output = None,
-            on_result: OnResult = None, on_error: OnError = None) -> ExecResult:
+            on_result: OnResult = None, on_error: OnError = None, env: Optional[Mapping[str, str]] = None,
+            figure_formats: Optional[Sequence[str]] = None) -> ExecResult:
         """Runs one cell. A cell that raised, timed out or ran out of
         memory is a result (see .verdict, .state, .error). on_result is
         called with each Result of the cell (its last expression, its
-        figures), on_error with the ExecError it raised, if it did."""
+        figures), on_error with the ExecError it raised, if it did.
+        ``env`` is added to os.environ for this cell alone;
+        ``figure_formats`` (["png"], ["svg"], ["png", "svg"]) is how its
+        figures come back."""
         handler = _api.output_handler(on_stdout, on_stderr)
-        res = self._client._do(_api.exec_(self.id, code, stdin, timeout, files, stream=handler is not None), handler)
+        call = _api.exec_(self.id, code, stdin, timeout, files, handler is not None, env, figure_formats)
+        res = self._client._do(call, handler)
         return _api.deliver(res, on_result, on_error)
+
+    def set_timeout(self, ttl: _api.Duration) -> SessionInfo:
+        """The session now ends ttl ("30m", seconds or a timedelta) from
+        now, sooner or later than before; its SessionInfo after. APIError
+        (422) past the server's --session-ttl or --session-max-life,
+        GoneError once it ended."""
+        self.info = self._client._do(_api.set_timeout(self.id, ttl))
+        return self.info
+
+    def restart(self) -> RestartResult:
+        """A fresh interpreter in the same jail: every variable, import and
+        process is gone; /work, /tmp, the id, limits and expiry are kept.
+        A restart that failed ended the session: restarted is False,
+        state "lost". BusyError while a cell runs past --queue-wait."""
+        return self._client._do(_api.restart(self.id))
 
     def interrupt(self) -> None:
         """KeyboardInterrupt in the running exec (BusyError when idle)."""

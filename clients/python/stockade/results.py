@@ -222,6 +222,7 @@ class SessionInfo:
     alive: bool = True
     busy: bool = False
     execution_count: int = 0
+    restarts: int = 0
     memory_bytes: int = 0
     peak_memory_bytes: int = 0
     cpu_ms: float = 0.0
@@ -236,6 +237,31 @@ class SessionInfo:
 
     @classmethod
     def from_json(cls, doc: Dict[str, Any]) -> "SessionInfo":
+        return _fill(cls, doc)
+
+
+@dataclass
+class RestartResult:
+    """A session's restart (POST /v1/sessions/{id}/restart): a fresh
+    interpreter in the same jail. ``restarted`` True and ``state`` "fresh":
+    every variable, import and process is gone, /work and /tmp are kept;
+    False and "lost": the interpreter did not come back and the session
+    ended (``why`` says how). ``python`` is the fresh interpreter's
+    version, ``restarts`` the session's count, this one included;
+    ``session`` its state after, as an exec's ``session`` is."""
+
+    session_id: str = ""
+    restarted: bool = False
+    state: str = ""
+    why: str = ""
+    python: str = ""
+    restarts: int = 0
+    wall_ms: float = 0.0
+    session: Dict[str, Any] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, doc: Dict[str, Any]) -> "RestartResult":
         return _fill(cls, doc)
 
 

@@ -193,3 +193,92 @@ def test_attach_by_id(client, has_sessions):
     with pytest.raises(stockade.NotFoundError) as e:
         client.attach("0" * 32)
     assert e.value.status == 404
+
+
+# Sessions, against E2B: set_timeout, restart, an exec's env, figure formats.
+
+
+def _when(stamp):
+    """An RFC 3339 time as Go writes it (nanoseconds, Z) in seconds."""
+    from datetime import datetime
+
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    frac, _, zone = frac.partition("+") if "+" in frac else (frac, "", "")
+    return datetime.fromisoformat(head + ("+" + zone if zone else "+00:00")).timestamp() + float("0." + (frac or "0"))
+
+
+def test_set_timeout_moves_the_end(client, has_sessions):
+    from datetime import timedelta
+
+    with client.session(ttl="10m") as s:
+        start = _when(s.info.expires_at)
+        info = s.set_timeout("30m")
+        assert isinstance(info, stockade.SessionInfo) and info.alive and s.info is info
+        # 30 minutes from now: 20 later than the 10 it was made with.
+        assert 19 * 60 < _when(info.expires_at) - start < 21 * 60, (s.info.expires_at, info.expires_at)
+        assert _when(s.set_timeout(timedelta(minutes=5)).expires_at) < start
+        assert abs(_when(s.set_timeout(600).expires_at) - start) < 60
+        assert _when(s.refresh().expires_at) == _when(s.info.expires_at)
+        # Past --session-ttl (an hour, serve's default): refused, naming it.
+        with pytest.raises(stockade.APIError) as e:
+            s.set_timeout("2h")
+        assert e.value.status == 422 and "--session-ttl" in e.value.message, e.value
+        assert s.run("1").ok
+    with pytest.raises((stockade.GoneError, stockade.NotFoundError)):
+        s.set_timeout("5m")
+
+
+def test_restart_keeps_work_and_drops_variables(client, has_sessions):
+    with client.session(env={"KEPT": "yes"}) as s:
+        r = s.run("x = 41\nopen('kept.txt', 'w').write('before')")
+        assert r.ok, r
+        res = s.restart()
+        assert isinstance(res, stockade.RestartResult)
+        assert res.restarted is True and res.state == "fresh" and res.why == "", res
+        assert res.session_id == s.id and res.restarts == 1 and res.python.startswith("3.")
+        assert res.session["alive"] is True
+        r = s.run("import os\n[globals().get('x'), open('kept.txt').read(), os.environ.get('KEPT')]")
+        assert r.ok and r.result == "[None, 'before', 'yes']", r
+        assert r.execution_count == 2
+        assert s.refresh().restarts == 1
+    with pytest.raises((stockade.GoneError, stockade.NotFoundError)):
+        s.restart()
+
+
+def test_exec_env_is_the_cells_alone(client, has_sessions):
+    with client.session(env={"MODE": "session"}) as s:
+        code = "import os, subprocess, sys\n" \
+               "[os.environ.get('TOKEN'), os.environ.get('MODE'), subprocess.run([sys.executable, '-c', " \
+               "'import os; print(os.environ.get(\"TOKEN\"))'], capture_output=True, text=True).stdout.strip()]"
+        r = s.run(code, env={"TOKEN": "t-1", "MODE": "cell"})
+        assert r.ok and r.result == "['t-1', 'cell', 't-1']", r
+        r = s.run(code)
+        assert r.ok and r.result == "[None, 'session', 'None']", r
+        # A name that would change how the jail's programs load: refused,
+        # naming it, and the session runs on.
+        with pytest.raises(stockade.APIError) as e:
+            s.run("1", env={"LD_PRELOAD": "/work/x.so"})
+        assert e.value.status == 400 and "LD_PRELOAD" in e.value.message, e.value
+        assert s.run("2").result == "2"
+
+
+def test_figure_formats_reach_the_server(client, has_sessions):
+    with client.session() as s:
+        assert s.run("1", figure_formats=["png", "svg"]).ok
+        assert s.run("1", figure_formats="svg").ok
+        with pytest.raises(stockade.APIError) as e:
+            s.run("1", figure_formats=["gif"])
+        assert e.value.status == 400 and "figure_formats" in e.value.message and "gif" in e.value.message
+
+
+@pytest.mark.skipif(not has_module("matplotlib"), reason="needs Debian's python3-matplotlib")
+def test_figure_formats_svg(client, has_sessions):
+    with client.session() as s:
+        r = s.run("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])", figure_formats=["svg"])
+        assert r.ok, r
+        figs = [x for x in r.results if not x.is_main_result]
+        assert len(figs) == 1 and "image/svg+xml" in figs[0].data and "image/png" not in figs[0].data, figs
+        assert figs[0].svg.lstrip().startswith("<") and "<svg" in figs[0].svg
+        r = s.run("plt.plot([2, 1])", figure_formats=["png", "svg"])
+        fig = [x for x in r.results if not x.is_main_result][0]
+        assert fig.png.startswith(b"\x89PNG") and "<svg" in fig.svg
