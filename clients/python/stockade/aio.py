@@ -1,10 +1,10 @@
 """The asyncio client: Client's twin, over asyncio.open_unix_connection."""
 
-from typing import Any, Callable, List, Mapping, Optional, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 from . import _api, _http
 from .client import OnError, OnResult
-from .results import ExecResult, FileEntry, RunResult, SessionEnd, SessionInfo
+from .results import ExecResult, FileEntry, RestartResult, RunResult, SessionEnd, SessionInfo
 
 Output = Optional[Callable[[str], None]]
 
@@ -88,10 +88,21 @@ class AsyncSession:
 
     async def run(self, code: str, stdin: Union[None, str, bytes] = None, timeout: Union[None, float, str] = None,
                   files: Optional[_api.Files] = None, on_stdout: Output = None, on_stderr: Output = None,
-                  on_result: OnResult = None, on_error: OnError = None) -> ExecResult:
+                  on_result: OnResult = None, on_error: OnError = None, env: Optional[Mapping[str, str]] = None,
+                  figure_formats: Optional[Sequence[str]] = None) -> ExecResult:
         handler = _api.output_handler(on_stdout, on_stderr)
-        res = await self._client._do(_api.exec_(self.id, code, stdin, timeout, files, stream=handler is not None), handler)
+        call = _api.exec_(self.id, code, stdin, timeout, files, handler is not None, env, figure_formats)
+        res = await self._client._do(call, handler)
         return _api.deliver(res, on_result, on_error)
+
+    async def set_timeout(self, ttl: _api.Duration) -> SessionInfo:
+        """The session now ends ttl from now; its SessionInfo after."""
+        self.info = await self._client._do(_api.set_timeout(self.id, ttl))
+        return self.info
+
+    async def restart(self) -> RestartResult:
+        """A fresh interpreter, /work kept; see Session.restart."""
+        return await self._client._do(_api.restart(self.id))
 
     async def interrupt(self) -> None:
         await self._client._do(_api.interrupt(self.id))

@@ -59,3 +59,32 @@ def test_async_session(server, has_sessions):
     # print writes "3" and "\n" as it likes: one chunk or two, each as written
     assert streamed.ok and "".join(out) == "3\n"
     assert end.verdict == "closed"
+
+
+def test_async_set_timeout_restart_env_figure_formats(server, has_sessions):
+    async def main():
+        c = stockade.AsyncClient(server.socket)
+        async with c.session(ttl="10m", env={"MODE": "session"}) as s:
+            before = s.info.expires_at
+            moved = await s.set_timeout("30m")
+            with pytest.raises(stockade.APIError) as refused:
+                await s.set_timeout("2h")
+            await s.run("x = 1\nopen('kept.txt', 'w').write('yes')")
+            restart = await s.restart()
+            code = "import os\n[globals().get('x'), open('kept.txt').read(), os.environ.get('TOKEN'), os.environ['MODE']]"
+            with_env = await s.run(code, env={"TOKEN": "t-1", "MODE": "cell"})
+            without = await s.run(code)
+            with pytest.raises(stockade.APIError) as bad_format:
+                await s.run("1", figure_formats=["gif"])
+        return s, before, moved, refused.value, restart, with_env, without, bad_format.value
+
+    s, before, moved, refused, restart, with_env, without, bad_format = run(main())
+    # Go's RFC 3339 stamps of one zone: a later end sorts after, to the second.
+    assert moved.alive and s.info is moved and moved.expires_at[:19] > before[:19]
+    assert refused.status == 422 and "--session-ttl" in refused.message
+    assert isinstance(restart, stockade.RestartResult) and restart.restarted and restart.state == "fresh"
+    assert restart.restarts == 1 and restart.session_id == s.id
+    assert with_env.ok and with_env.result == "[None, 'yes', 't-1', 'cell']", with_env
+    assert without.ok and without.result == "[None, 'yes', None, 'session']", without
+    assert bad_format.status == 400 and "figure_formats" in bad_format.message
+    assert s.end.verdict == "closed"
