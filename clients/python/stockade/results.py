@@ -43,11 +43,11 @@ class Result:
     """One result of a session's exec, as a MIME bundle: ``data`` maps a
     MIME type to its content (text as str; PNG, JPEG and PDF as bytes).
 
-    Today the server returns two kinds: the cell's last expression
-    (``text/plain``, its repr; ``is_main_result`` True) and each figure the
-    cell left open (``image/png``). Richer formats (HTML for a DataFrame,
-    display() mid-cell) arrive as more keys of ``data`` and more results,
-    with no change to this type or to on_result."""
+    The server sends one per display(obj) in the cell, then the cell's
+    last expression (``text/plain``, its repr; ``is_main_result`` True),
+    then each figure the cell left open (``image/png``, ``image/svg+xml``
+    as the exec's figure_formats ask). Formats it adds arrive as more keys
+    of ``data``, with no change to this type or to on_result."""
 
     data: Dict[str, Any] = field(default_factory=dict)
     is_main_result: bool = False
