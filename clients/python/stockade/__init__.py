@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_SOCKET", "Client", "Session", "Files", "AsyncClient", "AsyncSession", "AsyncFiles",
-    "RunResult", "ExecResult", "ExecError", "Image", "Result", "RestartResult", "FileEntry", "SessionInfo", "SessionEnd",
+    "RunResult", "ExecResult", "ExecError", "Image", "Result", "FileEntry", "SessionInfo", "SessionEnd",
+    "RestartResult",
     "StockadeError", "ConnectError", "APIError", "NotFoundError", "BusyError", "GoneError", "ProtocolError",
 ]

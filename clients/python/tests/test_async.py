@@ -71,7 +71,8 @@ def test_async_set_timeout_restart_env_figure_formats(server, has_sessions):
                 await s.set_timeout("2h")
             await s.run("x = 1\nopen('kept.txt', 'w').write('yes')")
             restart = await s.restart()
-            code = "import os\n[globals().get('x'), open('kept.txt').read(), os.environ.get('TOKEN'), os.environ['MODE']]"
+            code = ("import os\n"
+                    "[globals().get('x'), open('kept.txt').read(), os.environ.get('TOKEN'), os.environ['MODE']]")
             with_env = await s.run(code, env={"TOKEN": "t-1", "MODE": "cell"})
             without = await s.run(code)
             with pytest.raises(stockade.APIError) as bad_format:
