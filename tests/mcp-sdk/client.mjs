@@ -25,7 +25,7 @@ function check(name, ok, got) {
   passed++;
 }
 const text = (r) => (r.content || []).map((c) => c.text || "").join("");
-const tools = ["close_session", "create_session", "download_file", "list_files", "run_python", "upload_file"];
+const tools = ["close_session", "create_session", "download_file", "interrupt", "list_files", "run_python", "upload_file"];
 
 async function connect(transport) {
   const client = new Client({ name: "stockade-mcp-sdk-test", version: "1.0.0" });
