@@ -61,10 +61,10 @@ type driverAnswer struct {
 	Images          answerImages `json:"images"`
 	ImagesTruncated bool         `json:"images_truncated"`
 	// Results are the cell's rich results, each a MIME bundle: the
-	// jail's bytes, held to richCaps by boundResults before anything
+	// jail's bytes, held to richCaps as they are decoded, before anything
 	// else sees them.
-	Results          []RichResult `json:"results"`
-	ResultsTruncated bool         `json:"results_truncated"`
+	Results          answerResults `json:"results"`
+	ResultsTruncated bool          `json:"results_truncated"`
 }
 
 // maxImages caps the figures of one exec, whatever their size: a forged
@@ -79,6 +79,7 @@ type answerCaps struct {
 	resultChars int64 // result, error name, value and traceback, each, in characters
 	imageBytes  int64 // PNG bytes (decoded) of all the figures
 	images      int   // figures
+	results     richCaps
 }
 
 // answerImages are an answer's figures, taken as they are decoded: each a
@@ -170,23 +171,153 @@ func cutChars(s string, max int64) (string, bool) {
 // boundResults is the driver's results as the server keeps them: at most
 // caps.Count, each within caps.Bundle and all within caps.Bytes, each MIME
 // name a plain type/subtype, each value a JSON string but for JSON types,
-// base64 of the right kind of image for image/png and image/jpeg, and
-// text/plain in every one. A result that breaks a rule is dropped whole
-// and the list marked truncated: an honest driver never sends one.
+// base64 of the right kind of file for the binary types (binaryMagic),
+// and text/plain in every one. A result that breaks a rule is dropped
+// whole and the list marked truncated: an honest driver never sends one.
 func boundResults(rs []RichResult, caps richCaps) ([]RichResult, bool) {
-	out := []RichResult{}
-	truncated := false
-	var total int64
+	b := resultsBound{caps: caps, out: []RichResult{}}
 	for _, r := range rs {
-		n, ok := bundleSize(r, caps.Bundle)
-		if !ok || len(out) >= caps.Count || total+n > caps.Bytes {
-			truncated = true
+		if b.full() {
+			b.cut = true // rs[i] and any after
+			break
+		}
+		b.take(r)
+	}
+	return b.out, b.cut
+}
+
+// resultsSeen is how many results, per result kept, the server looks at:
+// an honest driver's are all kept, and a forged list of millions of
+// dropped ones would otherwise cost a decode each.
+const resultsSeen = 4
+
+// resultsBound holds results within caps as they come, one at a time.
+type resultsBound struct {
+	caps  richCaps
+	out   []RichResult
+	total int64
+	seen  int
+	cut   bool
+}
+
+// full says that no more results are looked at: the next is cut unread.
+func (b *resultsBound) full() bool {
+	return len(b.out) >= b.caps.Count || b.seen >= resultsSeen*b.caps.Count
+}
+
+// take keeps r if it keeps the rules and fits in what is left.
+func (b *resultsBound) take(r RichResult) {
+	caps := b.caps
+	b.seen++
+	n, ok := bundleSize(r, caps.Bundle)
+	if !ok || b.total+n > caps.Bytes {
+		b.cut = true
+		return
+	}
+	b.total += n
+	b.out = append(b.out, r)
+}
+
+// answerResults are an answer's rich results, taken as they are decoded,
+// as answerImages are: a list of millions of tiny bundles in a frame of
+// megabytes would otherwise be a map, a slice and a header each before
+// boundResults saw it (a 28 MiB frame: 2.5 million results, 250 MiB
+// held). What is past a cap is never decoded (Cut says it was there).
+type answerResults struct {
+	caps richCaps
+	List []RichResult
+	Cut  bool
+}
+
+// bundleSlack is what a result's JSON may hold beyond its MIME names and
+// values (its keys, flags and punctuation) before it is dropped unread.
+const bundleSlack = 1024
+
+// UnmarshalJSON reads the array element by element, within the caps.
+// encoding/json has checked the whole value's syntax before calling it.
+func (a *answerResults) UnmarshalJSON(b []byte) error {
+	bound := resultsBound{caps: a.caps, out: []RichResult{}}
+	a.List, a.Cut = bound.out, false
+	if string(b) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return errors.New("results: want an array")
+	}
+	for dec.More() {
+		if bound.full() {
+			bound.cut = true
+			break
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
+		r, ok := decodeBundle(raw, a.caps.Bundle)
+		if !ok {
+			bound.seen++
+			bound.cut = true
 			continue
 		}
-		total += n
-		out = append(out, r)
+		bound.take(r)
 	}
-	return out, truncated
+	a.List, a.Cut = bound.out, bound.cut
+	return nil
+}
+
+// decodeBundle is one result from its JSON, or false when it cannot keep
+// the rules: too big, too many types, a field RichResult has not. Its
+// data is read key by key, so that a bundle of a million keys stops at
+// the seventeenth.
+func decodeBundle(raw []byte, max int64) (RichResult, bool) {
+	var r RichResult
+	if int64(len(raw)) > max+bundleSlack {
+		return r, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return r, false
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return r, false
+		}
+		switch k {
+		case "data":
+			if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+				return r, false
+			}
+			r.Data = map[string]json.RawMessage{}
+			for dec.More() {
+				mime, err := dec.Token()
+				s, ok := mime.(string)
+				if err != nil || !ok || len(r.Data) >= maxBundleTypes {
+					return r, false
+				}
+				var v json.RawMessage
+				if err := dec.Decode(&v); err != nil {
+					return r, false
+				}
+				r.Data[s] = v
+			}
+			if _, err := dec.Token(); err != nil {
+				return r, false
+			}
+		case "is_main_result":
+			if dec.Decode(&r.IsMainResult) != nil {
+				return r, false
+			}
+		case "truncated":
+			if dec.Decode(&r.Truncated) != nil {
+				return r, false
+			}
+		default:
+			return r, false
+		}
+	}
+	return r, true
 }
 
 // bundleSize is the bytes of r's MIME names and values, and whether r
@@ -208,7 +339,7 @@ func bundleSize(r RichResult, max int64) (int64, bool) {
 		if json.Unmarshal(raw, &v) != nil {
 			return 0, false
 		}
-		if magic, ok := imageMagic[mime]; ok {
+		if magic, ok := binaryMagic[mime]; ok {
 			b, err := base64.StdEncoding.DecodeString(v)
 			if err != nil || !bytes.HasPrefix(b, magic) {
 				return 0, false
@@ -219,9 +350,15 @@ func bundleSize(r RichResult, max int64) (int64, bool) {
 	return n, plain
 }
 
-// imageMagic are the first bytes of the images a client may decode and
-// show as they are.
-var imageMagic = map[string][]byte{"image/png": []byte("\x89PNG\r\n\x1a\n"), "image/jpeg": {0xff, 0xd8, 0xff}}
+// binaryMagic are the first bytes of each binary type, which clients
+// decode from base64 (the Python client's _BINARY) and show or save as
+// they are: a value that is not base64 of its kind would fail there, or
+// pass for a file it is not.
+var binaryMagic = map[string][]byte{
+	"image/png":       []byte("\x89PNG\r\n\x1a\n"),
+	"image/jpeg":      {0xff, 0xd8, 0xff},
+	"application/pdf": []byte("%PDF-"),
+}
 
 // isMIMEType admits type/subtype of lower-case letters, digits and . + -
 // (RFC 6838's restricted names, as IPython's formatters use them): a
@@ -374,7 +511,7 @@ func (d *driverConn) readFrame(v any, deadline time.Time) error {
 
 // readAnswer reads one frame of an exec, held only within the caps.
 func (d *driverConn) readAnswer(deadline time.Time) (driverAnswer, error) {
-	a := driverAnswer{Images: answerImages{caps: d.caps}}
+	a := driverAnswer{Images: answerImages{caps: d.caps}, Results: answerResults{caps: d.caps.results}}
 	if err := d.readFrame(&a, deadline); err != nil {
 		return driverAnswer{}, err
 	}

@@ -175,8 +175,8 @@ const resultsFile = "results.json"
 // collectResults reads the rich results the bootstrap left, as the
 // program could have written them too (it owns /work): a regular file of
 // at most the caps' bytes and room for the list's own keys, strict JSON,
-// then held to the caps by boundResults. Anything else is no results,
-// and says so when the file was there.
+// held to the caps by answerResults as it is decoded. Anything else is no
+// results, and says so when the file was there.
 func collectResults(root int, caps richCaps) ([]RichResult, bool) {
 	fd, st, err := openBeneath(root, figureDir+"/"+resultsFile)
 	if err != nil {
@@ -191,16 +191,18 @@ func collectResults(root int, caps richCaps) ([]RichResult, bool) {
 		return []RichResult{}, true
 	}
 	var left struct {
-		Results   []RichResult `json:"results"`
-		Truncated bool         `json:"truncated"`
+		Results   answerResults `json:"results"`
+		Truncated bool          `json:"truncated"`
 	}
+	// Held to the caps as they are decoded: a file of 8 MiB of tiny
+	// bundles would otherwise be 70 MiB of results first.
+	left.Results.caps = caps
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&left); err != nil || dec.More() {
 		return []RichResult{}, true
 	}
-	results, truncated := boundResults(left.Results, caps)
-	return results, truncated || left.Truncated
+	return left.Results.List, left.Results.Cut || left.Truncated
 }
 
 // collectFigures reads the PNGs the bootstrap saved, in order.

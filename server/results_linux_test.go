@@ -241,6 +241,7 @@ func TestAttackSessionForgesRichResults(t *testing.T) {
 ok = {'data': {'text/plain': 'ok'}, 'is_main_result': False, 'truncated': False}
 res.append({'data': {'text/plain': 'x', 'Text/HTML': '<script>'}, 'is_main_result': False, 'truncated': False})
 res.append({'data': {'text/plain': 'x', 'image/png': 'bm90IGEgcG5n'}, 'is_main_result': False, 'truncated': False})
+res.append({'data': {'text/plain': 'x', 'application/pdf': 'abc'}, 'is_main_result': False, 'truncated': False})
 res.append({'data': {'text/html': 'no text/plain'}, 'is_main_result': False, 'truncated': False})
 res.append({'data': {'text/plain': 7}, 'is_main_result': False, 'truncated': False})
 res.append({'data': {'text/plain': 'x' * (3 << 20)}, 'is_main_result': False, 'truncated': False})

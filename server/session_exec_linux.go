@@ -177,8 +177,8 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		// Already cut to the caps as it was read (driverConn.readAnswer).
 		res.Result, res.ResultTruncated, res.Error = answer.Result, answer.ResultTruncated, answer.Error
 		res.ImagesTruncated = answer.ImagesTruncated || answer.Images.Cut
-		res.Results, res.ResultsTruncated = boundResults(answer.Results, richCapsOf(srv.cfg.FilesMax, plan.figureFormats))
-		res.ResultsTruncated = res.ResultsTruncated || answer.ResultsTruncated
+		// The decoder held them to the caps (answerCaps.results).
+		res.Results, res.ResultsTruncated = answer.Results.List, answer.Results.Cut || answer.ResultsTruncated
 		for _, img := range answer.Images.PNGs {
 			res.Images = append(res.Images, Image{Type: "png", Data: img})
 		}

@@ -339,7 +339,8 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	// bytes for a character past U+FFFF at worst), the rich results (JSON
 	// bytes), and room for the rest.
 	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + richCapsOf(s.cfg.FilesMax, nil).Bytes + 1<<20
-	caps := answerCaps{resultChars: resultMax(spec.OutputLimit), imageBytes: s.cfg.FilesMax, images: maxImages}
+	caps := answerCaps{resultChars: resultMax(spec.OutputLimit), imageBytes: s.cfg.FilesMax, images: maxImages,
+		results: richCapsOf(s.cfg.FilesMax, nil)}
 	conn, err := newDriverConn(jl.driver, maxFrame, caps)
 	if err != nil {
 		if cerr := jl.close(s.budget); cerr != nil {

@@ -11,8 +11,21 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 
+def _b64_or_none(s: Any) -> Optional[bytes]:
+    """s decoded from base64, or None where it is not base64: what a
+    jailed program sent through a server that did not check it must not
+    cost the caller the whole answer (binascii.Error from session.run)."""
+    if not isinstance(s, str):
+        return None
+    try:
+        return base64.b64decode(s, validate=True)
+    except ValueError:  # binascii.Error, and non-ASCII text
+        return None
+
+
 def _b64(s: Any) -> bytes:
-    return base64.b64decode(s) if isinstance(s, str) else b""
+    b = _b64_or_none(s)
+    return b if b is not None else b""
 
 
 @dataclass
@@ -73,14 +86,19 @@ class Result:
     @classmethod
     def from_json(cls, doc: Dict[str, Any]) -> "Result":
         """A bundle as a server may send it: its formats under "data", or
-        beside is_main_result, by MIME type or by short name."""
+        beside is_main_result, by MIME type or by short name. A binary
+        format whose value is not base64 is left out; it never raises."""
         bundle = doc.get("data") if isinstance(doc.get("data"), dict) else doc
         data: Dict[str, Any] = {}
         for k, v in bundle.items():
             mime = _FORMATS.get(k, k)
             if "/" not in mime or v is None:
                 continue
-            data[mime] = _b64(v) if mime in _BINARY and isinstance(v, str) else v
+            if mime in _BINARY and isinstance(v, str):
+                v = _b64_or_none(v)
+                if v is None:
+                    continue  # not base64: the format is left out, the rest kept
+            data[mime] = v
         return cls(data=data, is_main_result=bool(doc.get("is_main_result")), raw=doc)
 
 

@@ -92,3 +92,19 @@ def test_results_take_a_servers_bundles_as_sent():
     calls, on_result, on_error = recorder()
     stockade._api.deliver(r, on_result, on_error)
     assert [v for _, v in calls] == r.results
+
+
+def test_results_from_a_hostile_bundle_never_raise():
+    """A cell can forge its results; a server that passes a binary
+    format's value unchecked must not cost the caller the exec's answer
+    (binascii.Error from session.run): the bad format is left out, the
+    rest of the bundle and the answer kept."""
+    pdf = b"%PDF-1.4\n"
+    doc = {"verdict": "ok", "result": "1", "images": [{"type": "png", "data": "abc"}], "results": [
+        {"data": {"text/plain": "x", "application/pdf": "abc", "image/png": "!!", "image/jpeg": "\u00e9", "text/html": "<b>"}},
+        {"data": {"text/plain": "y", "application/pdf": base64.b64encode(pdf).decode()}},
+    ]}
+    r = stockade.ExecResult.from_json(doc)
+    assert r.results[0].data == {"text/plain": "x", "text/html": "<b>"}
+    assert r.results[1].pdf == pdf and r.results[1].text == "y"
+    assert r.images[0].data == b""
