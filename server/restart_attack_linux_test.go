@@ -146,8 +146,15 @@ func TestRestartedDriverIsCheckedAgain(t *testing.T) {
 // write end a canary child holds. The restart's kill(-1) kills the
 // canary, never the driver's own threads: this one wakes and forks
 // between the kill and the execve, and its grandchild (setsid, init's
-// orphan) reads the channel, descriptor 3, into /work/stolen.
+// orphan) reads the channel, descriptor 3, into /work/stolen. The cell
+// owns the old driver's process, so it widens the window at will: the
+// memfd the restart makes after its kill takes a second here.
 const restartForkWindow = `import os, threading, time
+_memfd = os.memfd_create
+def memfd_create(*a):
+    time.sleep(1)
+    return _memfd(*a)
+os.memfd_create = memfd_create
 r, w = os.pipe()
 if os.fork() == 0:
     os.close(r); time.sleep(3600); os._exit(0)
