@@ -237,3 +237,40 @@ os.wait()
 		t.Errorf("a restart that left the cell's process: %s", body)
 	}
 }
+
+// A child a cell's thread forks after the restart's kill, and that never
+// ends, must not make the restart wait on it: the old driver reaps only
+// what is already dead (the cell slows its waitpid down so the thread
+// forks while it runs), and the fresh one kills and reaps the child.
+func TestAttackRestartReapWaitsOnThreadsChild(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	id := s.session(SessionRequest{}).SessionID
+	cell := `import os, threading, time
+_waitpid = os.waitpid
+def waitpid(*a):
+    time.sleep(1)
+    return _waitpid(*a)
+os.waitpid = waitpid
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r); time.sleep(3600); os._exit(0)
+os.close(w)
+def watch():
+    os.read(r, 1)
+    if os.fork() == 0:
+        time.sleep(3600)
+        os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
+'armed'`
+	if r := s.cell(id, cell); !resultIs(r, "'armed'") {
+		t.Fatalf("set-up: %+v", r)
+	}
+	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
+	var rr RestartResult
+	if code != 200 || json.Unmarshal(body, &rr) != nil || !rr.Restarted || rr.State != "fresh" {
+		t.Fatalf("restart: %d %s", code, body)
+	}
+	if r := s.cell(id, "import os\nlen([p for p in os.listdir('/proc') if p.isdigit()])"); r.Verdict != ExecOK || !resultIs(r, "2") {
+		t.Errorf("after the restart: %s %+v", resultText(r), r)
+	}
+}
