@@ -203,3 +203,101 @@ func (o *ExecOutput) Finish(wait time.Duration) Output {
 		StdoutBytes: o.out.total, StderrBytes: o.err.total,
 		StdoutTruncated: o.out.truncated(), StderrTruncated: o.err.truncated()}
 }
+
+// Processes lists the host pids of the jail's live processes, its init
+// included, read from the host's /proc: each process in the jail's pid
+// namespace (its inode, which nothing inside the jail can name otherwise)
+// and each descendant of the jail's init (a pid namespace the jail's code
+// made inside its own is another inode, but its processes stay the
+// init's descendants: orphans are reparented within). Zombies are left
+// out: dead, they hold nothing and run nothing, and the jail's init reaps
+// them in its own time. A process that exits while it is read is simply
+// not listed.
+func (p *Prepared) Processes() ([]int, error) {
+	if p.sv == nil || p.closed {
+		return nil, ErrEnded
+	}
+	initPID := p.sv.cmd.Process.Pid
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(initPID) + "/ns/pid")
+	if err != nil {
+		return nil, fmt.Errorf("the jail's pid namespace (/proc/%d/ns/pid): %w", initPID, err)
+	}
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("open /proc: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list /proc: %w", err)
+	}
+	type proc struct {
+		ppid   int
+		inNS   bool
+		zombie bool
+	}
+	procs := make(map[int]proc, len(names))
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		st, ppid, err := statOf(pid)
+		if err != nil {
+			continue // gone
+		}
+		l, _ := os.Readlink("/proc/" + name + "/ns/pid")
+		procs[pid] = proc{ppid: ppid, inNS: l == ns, zombie: st == 'Z' || st == 'X'}
+	}
+	in := func(pid int) bool {
+		// A parent chain is at most as long as the host's process count.
+		for n := 0; n <= len(procs) && pid > 1; n++ {
+			pr, ok := procs[pid]
+			if !ok {
+				return false
+			}
+			if pid == initPID || pr.inNS {
+				return true
+			}
+			pid = pr.ppid
+		}
+		return false
+	}
+	var pids []int
+	for pid, pr := range procs {
+		if !pr.zombie && in(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// statOf reads a process's state letter and parent from /proc/PID/stat
+// (the fields after the command name's last ')', which may hold anything).
+func statOf(pid int) (byte, int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, b)
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: parent %q: %w", pid, f[1], err)
+	}
+	return f[0][0], ppid, nil
+}
+
+// InitPID is the host pid of the jail's init (0 once it is closed).
+func (p *Prepared) InitPID() int {
+	if p.sv == nil || p.closed {
+		return 0
+	}
+	return p.sv.cmd.Process.Pid
+}

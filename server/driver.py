@@ -482,14 +482,21 @@ def _restart(req, chan):
         os.kill(-1, signal.SIGKILL)
     except ProcessLookupError:
         pass  # no other process
-    # The cells' own children are the driver's, and stay its zombies
-    # across the exec: reaped here (the rest, orphans, are init's).
+    # The cells' own children are the driver's, and would stay its
+    # zombies across the exec: those already dead are reaped here, without
+    # waiting. A thread a cell left running is still here and may fork
+    # after the kill (a blocking wait would then wait on its child, which
+    # may never end): the fresh interpreter, single-threaded, kills and
+    # reaps again before its hello, and the server reads from the host
+    # that nothing else is left.
     while True:
         try:
-            os.waitpid(-1, 0)
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
         except ChildProcessError:
             break
-    job = json.dumps({"session": {"hello": req["hello"], "env": req.get("session_env") or {}}}).encode()
+    job = json.dumps({"session": {"hello": req["hello"], "env": req.get("session_env") or {},
+                                  "restart": True}}).encode()
     try:
         fd = os.memfd_create("stockade-job")
     except (AttributeError, OSError):
@@ -522,7 +529,26 @@ def _restart(req, chan):
     os.execve(sys.executable or "/usr/bin/python3", argv, _BASE_ENV)
 
 
+def _kill_rest():
+    # A restarted driver's first act: the old one's kill(-1) spared its own
+    # threads, and one of them may have forked before the execve. This
+    # process is single-threaded, so nothing forks now: kill(-1) reaches
+    # every other process of the jail but init, and the driver's own
+    # children (the old one's, inherited across the exec) are reaped.
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # no other process
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+
+
 def main(job):
+    if job.get("restart"):
+        _kill_rest()
     signal.signal(signal.SIGINT, _on_sigint)
     os.environ.update(job.get("env") or {})
     if "MPLBACKEND" not in (job.get("env") or {}):

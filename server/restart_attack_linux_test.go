@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A restart (POST .../restart) takes the fresh driver's hello as the word
@@ -138,5 +139,138 @@ func TestRestartedDriverIsCheckedAgain(t *testing.T) {
 	r := s.exec(id, ExecRequest{Code: &cell, Timeout: "5s"})
 	if r.Verdict != ExecFailed || r.State != "lost" || resultIs(r, "'forged'") || r.Session.Alive || !strings.Contains(r.Why, "replaced") {
 		t.Errorf("the exec that replaced the restarted driver: %+v, want verdict error, state lost, why naming the replacement", r)
+	}
+}
+
+// restartForkWindow is c7/c8's cell: a thread blocked on a pipe whose
+// write end a canary child holds. The restart's kill(-1) kills the
+// canary, never the driver's own threads: this one wakes and forks
+// between the kill and the execve, and its grandchild (setsid, init's
+// orphan) reads the channel, descriptor 3, into /work/stolen. The cell
+// owns the old driver's process, so it widens the window at will: the
+// memfd the restart makes after its kill takes a second here.
+const restartForkWindow = `import os, threading, time
+_memfd = os.memfd_create
+def memfd_create(*a):
+    time.sleep(1)
+    return _memfd(*a)
+os.memfd_create = memfd_create
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r); time.sleep(3600); os._exit(0)
+os.close(w)
+def watch():
+    os.read(r, 1)
+    if os.fork() == 0:
+        try:
+            if os.fork(): os._exit(0)
+            os.setsid()
+            time.sleep(0.5)
+            while True:
+                b = os.read(3, 1 << 20)
+                if not b: break
+                open('/work/stolen', 'ab').write(b)
+        finally:
+            os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
+'armed'`
+
+// A process a cell's thread forks in the restart's window must not
+// outlive it: the restart says fresh, and the next exec (its env secret)
+// reaches the fresh driver alone, with the jail's init and the driver the
+// only processes left.
+func TestAttackRestartLeavesForkedSurvivor(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	id := s.session(SessionRequest{}).SessionID
+	if r := s.cell(id, restartForkWindow); !resultIs(r, "'armed'") {
+		t.Fatalf("set-up: %+v", r)
+	}
+	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
+	var rr RestartResult
+	if code != 200 || json.Unmarshal(body, &rr) != nil || !rr.Restarted || rr.State != "fresh" {
+		t.Fatalf("restart: %d %s", code, body)
+	}
+	// Time for a survivor to be reading the channel (it sleeps 0.5s).
+	time.Sleep(2 * time.Second)
+	r := s.exec(id, ExecRequest{Code: ptr("import os\n[len([p for p in os.listdir('/proc') if p.isdigit()]), os.path.exists('/work/stolen'), os.environ['API_KEY']]"),
+		Env: map[string]string{"API_KEY": "k-secret-7"}, Timeout: "20s"})
+	if r.Verdict != ExecOK || !resultIs(r, "[2, False, 'k-secret-7']") {
+		t.Errorf("the exec after the restart (process count, stolen, env): %s %+v", resultText(r), r)
+	}
+}
+
+// The fresh driver's own kill is the jail's word: a cell that patches
+// the old driver's kill and the job it execs (so the fresh one kills
+// nothing) leaves a survivor that only the host's reading of the jail's
+// processes sees. The restart must not say fresh with it there.
+func TestAttackRestartSurvivorPastDriverKill(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	id := s.session(SessionRequest{}).SessionID
+	cell := `import json, os, time
+_kill, _dumps = os.kill, json.dumps
+def kill(pid, sig):
+    if pid != -1:
+        return _kill(pid, sig)
+def dumps(o, *a, **k):
+    if isinstance(o, dict) and isinstance(o.get('session'), dict):
+        o['session'].pop('restart', None)
+    return _dumps(o, *a, **k)
+os.kill, json.dumps = kill, dumps
+if os.fork() == 0:
+    try:
+        if os.fork(): os._exit(0)
+        os.setsid()
+        time.sleep(3600)  # holds the channel; reading it now would race the restart's request
+    finally:
+        os._exit(0)
+os.wait()
+'patched'`
+	if r := s.cell(id, cell); !resultIs(r, "'patched'") {
+		t.Fatalf("set-up: %+v", r)
+	}
+	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
+	var rr RestartResult
+	if code != 200 || json.Unmarshal(body, &rr) != nil {
+		t.Fatalf("restart: %d %s", code, body)
+	}
+	if rr.Restarted || rr.State != "lost" || !strings.Contains(rr.Why, "survived the restart") || rr.Session.Alive {
+		t.Errorf("a restart that left the cell's process: %s", body)
+	}
+}
+
+// A child a cell's thread forks after the restart's kill, and that never
+// ends, must not make the restart wait on it: the old driver reaps only
+// what is already dead (the cell slows its waitpid down so the thread
+// forks while it runs), and the fresh one kills and reaps the child.
+func TestAttackRestartReapWaitsOnThreadsChild(t *testing.T) {
+	s := startServer(t, "--pool", "1")
+	id := s.session(SessionRequest{}).SessionID
+	cell := `import os, threading, time
+_waitpid = os.waitpid
+def waitpid(*a):
+    time.sleep(1)
+    return _waitpid(*a)
+os.waitpid = waitpid
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r); time.sleep(3600); os._exit(0)
+os.close(w)
+def watch():
+    os.read(r, 1)
+    if os.fork() == 0:
+        time.sleep(3600)
+        os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
+'armed'`
+	if r := s.cell(id, cell); !resultIs(r, "'armed'") {
+		t.Fatalf("set-up: %+v", r)
+	}
+	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
+	var rr RestartResult
+	if code != 200 || json.Unmarshal(body, &rr) != nil || !rr.Restarted || rr.State != "fresh" {
+		t.Fatalf("restart: %d %s", code, body)
+	}
+	if r := s.cell(id, "import os\nlen([p for p in os.listdir('/proc') if p.isdigit()])"); r.Verdict != ExecOK || !resultIs(r, "2") {
+		t.Errorf("after the restart: %s %+v", resultText(r), r)
 	}
 }

@@ -169,6 +169,15 @@ func (ss *session) restart(srv *Server) (*RestartResult, *apiError) {
 		}
 		ss.image = img // the slot is held: no exec reads it meanwhile
 		res.Python = fr.answer.Python
+		// The fresh driver killed every other process of the jail again
+		// before its hello, but that is the jail's word: read from the
+		// host that the jail's init and the driver are all that is left.
+		// A process a cell's thread forked between the old driver's
+		// kill(-1) and its execve would otherwise hold the channel and
+		// read the next exec's request, env secrets and all.
+		if why := ss.onlyDriverLeft(); why != "" {
+			return fail("restart: " + why)
+		}
 	case <-ss.jailDone:
 		e := ss.ended()
 		return fail(fmt.Sprintf("restart: the session ended (%s: %s)", e.Verdict, e.Why))
@@ -184,4 +193,43 @@ func (ss *session) restart(srv *Server) (*RestartResult, *apiError) {
 	res.Session = ss.state()
 	srv.logf("session %s of uid %d: interpreter restarted (%d)", ss.id[:8], ss.owner, res.Restarts)
 	return res, nil
+}
+
+// survivorWait is how long a restart waits for the processes the fresh
+// driver killed to be gone (SIGKILL is delivered, not waited for; the
+// jail's init reaps the orphans) before it calls one a survivor.
+const survivorWait = 5 * time.Second
+
+// onlyDriverLeft reads the jail's processes from the host until they are
+// its init and the driver alone, and says why not once survivorWait has
+// gone by (or the jail cannot be read). The caller holds the slot.
+func (ss *session) onlyDriverLeft() string {
+	initPID := ss.jl.p.InitPID()
+	deadline := time.Now().Add(survivorWait)
+	for {
+		pids, err := ss.jl.p.Processes()
+		if err != nil {
+			return fmt.Sprintf("the jail's processes: %v", err)
+		}
+		var extra []int
+		for _, pid := range pids {
+			if pid != initPID && pid != ss.driverPID {
+				extra = append(extra, pid)
+			}
+		}
+		if len(extra) == 0 {
+			return ""
+		}
+		if len(extra) > 8 {
+			extra = extra[:8] // the why is bounded; the pids limit is not
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("processes other than the fresh driver survived the restart (host pids %v): the cell's code outlived the kill; the session is ended rather than left with them", extra)
+		}
+		select {
+		case <-ss.jailDone:
+			return "the jail ended while its processes were read"
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
