@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,71 @@ func TestAttackFailedPutTruncatesFile(t *testing.T) {
 	}
 	if r := s.cell(id, "import os\nopen('keep.txt').read(), oct(os.stat('keep.txt').st_mode & 0o777)"); !resultIs(r, "('new', '0o600')") {
 		t.Errorf("a whole PUT: %+v", r)
+	}
+}
+
+// A PUT writes beside its target (.stockade-put-*) and renames into
+// place, in a directory the cell shares: a leftover process of the cell
+// renamed the temporary file away and planted a symlink under its name,
+// so the server's rename put the cell's symlink at the target and the
+// answer was 201. The server compares what is at the target with the file
+// it wrote, and says the write was raced (409) instead.
+func TestAttackPutTempSwappedForSymlink(t *testing.T) {
+	s := startServer(t, "--pool", "0")
+	id := s.session(SessionRequest{}).SessionID
+	// The watcher swaps the first temporary file it sees, then says so in
+	// swapped.txt, and stops by itself: after one swap, or 120 s.
+	watcher := `import os, time
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    names = [n for n in os.listdir('.') if n.startswith('.stockade-put-')]
+    if names:
+        os.rename(names[0], 'moved')
+        os.symlink('/etc/passwd', names[0])
+        open('swapped.txt', 'w').write('yes')
+        break
+    time.sleep(0.001)
+`
+	r := s.cell(id, "import subprocess\nopen('/tmp/w.py', 'w').write("+strconv.Quote(watcher)+")\nsubprocess.Popen(['python3', '/tmp/w.py']).pid")
+	if r.Verdict != ExecOK || r.Result == nil {
+		t.Fatalf("the watcher: %+v", r)
+	}
+	// The body: a first part (the temporary file exists from then on),
+	// the rest once the watcher has swapped it, so the rename comes after.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write(bytes.Repeat([]byte("a"), 4096))
+		for range 1200 { // a guard against a hung test (120 s), not a bound asserted
+			resp, err := s.hc.Get("http://stockade/v1/sessions/" + id + "/files/swapped.txt")
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		pw.Write([]byte("the rest\n"))
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("PUT", "http://stockade/v1/sessions/"+id+"/files/target.txt", pr)
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		t.Fatalf("PUT: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	r = s.cell(id, "import os\nos.path.exists('swapped.txt'), os.path.islink('target.txt')")
+	if !resultIs(r, "(True, True)") {
+		t.Fatalf("the swap did not happen (the test proves nothing): %+v", r)
+	}
+	if resp.StatusCode == 201 || resp.StatusCode != 409 || !bytes.Contains(body, []byte("replaced")) {
+		t.Errorf("PUT whose target became the cell's symlink: %d %s, want 409 naming the race", resp.StatusCode, body)
+	}
+	// Without a watcher, a PUT is done as before.
+	if code, body := s.call("PUT", "/v1/sessions/"+id+"/files/other.txt", []byte("x"), nil); code != 201 {
+		t.Errorf("a plain PUT: %d %s", code, body)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +97,8 @@ func TestSessionExecEnv(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	id := s.session(SessionRequest{Env: map[string]string{"SHARED": "session"}}).SessionID
 	probe := "import os, subprocess\nprint(os.environ.get('API_KEY'), os.environ.get('SHARED'), subprocess.run(['sh', '-c', 'echo $API_KEY'], capture_output=True, text=True).stdout.strip())"
-	r := s.exec(id, ExecRequest{Code: &probe, Env: map[string]string{"API_KEY": "k-1", "SHARED": "exec"}})
+	// ENV_NAME and APP_ENV: ENV is refused as a whole name, not a part.
+	r := s.exec(id, ExecRequest{Code: &probe, Env: map[string]string{"API_KEY": "k-1", "SHARED": "exec", "ENV_NAME": "a", "APP_ENV": "b"}})
 	if r.Verdict != ExecOK || r.Stdout != "k-1 exec k-1\n" {
 		t.Errorf("with env: %+v", r)
 	}
@@ -111,6 +113,11 @@ func TestSessionExecEnv(t *testing.T) {
 		"LD_PRELOAD": {"LD_PRELOAD": "/work/x.so"}, "PYTHONPATH": {"PYTHONPATH": "/work"}, "https_proxy": {"https_proxy": "http://x"},
 		"MPLCONFIGDIR": {"MPLCONFIGDIR": "/work"}, "digit first": {"1X": "a"}, "=": {"A=B": "c"}, "empty name": {"": "a"},
 		"NUL": {"A": "a\x00b"}, "too many": many, "too big": {"BIG": strings.Repeat("b", maxExecEnvBytes)},
+		// Start-up code and trust of the programs a cell starts.
+		"BASH_ENV": {"BASH_ENV": "/work/x.sh"}, "ENV": {"ENV": "/work/x.sh"}, "GLIBC_TUNABLES": {"GLIBC_TUNABLES": "glibc.malloc.check=0"},
+		"GCONV_PATH": {"GCONV_PATH": "/work"}, "OPENSSL_CONF": {"OPENSSL_CONF": "/work/o.cnf"}, "SSL_CERT_FILE": {"SSL_CERT_FILE": "/work/ca.pem"},
+		"SSL_CERT_DIR": {"SSL_CERT_DIR": "/work"}, "NODE_OPTIONS": {"NODE_OPTIONS": "--require /work/x.js"}, "PERL5OPT": {"PERL5OPT": "-Mx"},
+		"REQUESTS_CA_BUNDLE": {"REQUESTS_CA_BUNDLE": "/work/ca.pem"}, "curl_ca_bundle": {"curl_ca_bundle": "/work/ca.pem"},
 	} {
 		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("1"), Env: env}, nil)
 		if code != 400 || !bytes.Contains(body, []byte("env")) {
@@ -119,6 +126,37 @@ func TestSessionExecEnv(t *testing.T) {
 	}
 	if r := s.exec(id, ExecRequest{Code: &probe}); r.ExecutionCount != 3 {
 		t.Errorf("a refused exec ran: %+v", r)
+	}
+}
+
+// A session's env is held by the server for the session's whole life
+// (each restart starts the interpreter with it again): a create with a
+// value as big as --max-body, or hundreds of names, is refused before the
+// server keeps it, and the largest env allowed still reaches the cell.
+func TestAttackSessionEnvHeldUnbounded(t *testing.T) {
+	s := startServer(t, "--pool", "0")
+	many := map[string]string{}
+	for i := 0; i <= maxExecEnvVars; i++ {
+		many["V"+strings.Repeat("x", i)] = "1"
+	}
+	for name, env := range map[string]map[string]string{
+		"a big value": {"A": strings.Repeat("x", 4<<20)},
+		"just over":   {"A": strings.Repeat("x", maxExecEnvBytes)},
+		"too many":    many,
+		"a long name": {strings.Repeat("N", maxEnvName+1): "1"},
+	} {
+		code, body := s.call("POST", "/v1/sessions", SessionRequest{Env: env}, nil)
+		if code != 400 || !bytes.Contains(body, []byte("env")) {
+			t.Errorf("%s: %d %.200s", name, code, body)
+		}
+	}
+	var list struct{ Sessions []SessionInfo }
+	if code := s.get("/v1/sessions", &list); code != 200 || len(list.Sessions) != 0 {
+		t.Errorf("sessions after refused creates: %d %+v", code, list)
+	}
+	id := s.session(SessionRequest{Env: map[string]string{"A": strings.Repeat("y", maxExecEnvBytes-1)}}).SessionID
+	if r := s.cell(id, "import os\nlen(os.environ['A'])"); r.Result == nil || *r.Result != strconv.Itoa(maxExecEnvBytes-1) {
+		t.Errorf("the largest env: %+v", r)
 	}
 }
 

@@ -341,18 +341,27 @@ func checkFigureFormats(formats []string) error {
 	return nil
 }
 
-// checkEnv checks a session's environment: names a shell could export.
+// checkEnv checks a session's environment: names a shell could export,
+// at most maxExecEnvVars of them and maxExecEnvBytes of names and values,
+// as an exec's. The server holds it for the session's whole life (each
+// restart starts the interpreter with it again), so without a bound a
+// caller could make the server hold --max-body per session.
 func checkEnv(env map[string]string) error {
-	if len(env) > 256 {
-		return badRequest("env: %d variables, at most 256", len(env))
+	if len(env) > maxExecEnvVars {
+		return badRequest("env: %d variables, at most %d", len(env), maxExecEnvVars)
 	}
+	total := 0
 	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return badRequest("env: name %q: want a name without '=' or NUL", k)
+		total += len(k) + len(v)
+		if k == "" || len(k) > maxEnvName || strings.ContainsAny(k, "=\x00") {
+			return badRequest("env: name %.40q: want a name without '=' or NUL, at most %d bytes", k, maxEnvName)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
 			return badRequest("env[%q]: value contains NUL", k)
 		}
+	}
+	if total > maxExecEnvBytes {
+		return badRequest("env: %d bytes of names and values, at most %d", total, maxExecEnvBytes)
 	}
 	return nil
 }
@@ -403,24 +412,65 @@ const (
 )
 
 // reservedEnv are the names an exec's env may not set, each with the
-// reason: what stockade or the jail relies on. The cell can set any of
-// them itself (os.environ); refusing them here keeps a caller's setting
-// from changing, in silence, how every program the cell starts is loaded
-// and where it connects.
-var reservedEnv = []struct{ prefix, why string }{
-	{"LD_", "the dynamic loader's: it would load code into every program the cell starts"},
-	{"PYTHON", "the start-up of every Python the cell starts (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME); the session's interpreter is already running"},
-	{"HTTP_PROXY", "the jail's route to the hosts the operator allowed"},
-	{"HTTPS_PROXY", "the jail's route to the hosts the operator allowed"},
-	{"ALL_PROXY", "the jail's route to the hosts the operator allowed"},
-	{"NO_PROXY", "the jail's route to the hosts the operator allowed"},
+// reason: what stockade or the jail relies on. A pattern ending in '*' is
+// a prefix, one starting with '*' a suffix, any other the whole name. The
+// cell can set any of them itself (os.environ); refusing them here keeps
+// a caller's setting from changing, in silence, how every program the
+// cell starts is loaded, what code it runs first and whom it trusts.
+var reservedEnv = []struct{ pattern, why string }{
+	{"LD_*", "the dynamic loader's: it would load code into every program the cell starts"},
+	{"PYTHON*", "the start-up of every Python the cell starts (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME); the session's interpreter is already running"},
+	{"HTTP_PROXY*", "the jail's route to the hosts the operator allowed"},
+	{"HTTPS_PROXY*", "the jail's route to the hosts the operator allowed"},
+	{"ALL_PROXY*", "the jail's route to the hosts the operator allowed"},
+	{"NO_PROXY*", "the jail's route to the hosts the operator allowed"},
 	{"MPLCONFIGDIR", "matplotlib's font cache, which stockade builds once and binds read-only"},
+	// A non-interactive bash sources $BASH_ENV, a POSIX sh started
+	// interactively $ENV: a value would run its file's code before every
+	// shell command the cell starts (subprocess, os.system).
+	{"BASH_ENV", "bash sources that file before every bash -c the cell starts"},
+	{"ENV", "sh and bash source that file at start-up"},
+	// glibc reads these in every dynamically linked program: tunables
+	// change its allocator and security hardening, GCONV_PATH names the
+	// shared objects iconv loads.
+	{"GLIBC_TUNABLES", "glibc's tunables, read by every program the cell starts"},
+	{"GCONV_PATH", "where glibc's iconv loads its shared objects from: code in every program that converts a charset"},
+	// OpenSSL's configuration can load engines and providers (shared
+	// objects); the certificate settings choose whom TLS trusts.
+	{"OPENSSL_CONF", "OpenSSL's configuration, which can load engines (code) into every program using TLS"},
+	{"SSL_CERT_FILE", "the certificates every TLS client in the cell trusts"},
+	{"SSL_CERT_DIR", "the certificates every TLS client in the cell trusts"},
+	{"*_CA_BUNDLE", "the certificates requests, curl and the like trust (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE)"},
+	// Interpreters' start-up options: code run before the program.
+	{"NODE_OPTIONS", "node's start-up options (--require runs a file's code first)"},
+	{"PERL5OPT", "perl's start-up options (-M loads a module first)"},
+}
+
+// reserved says which reservedEnv pattern, if any, name k matches, case
+// aside: the proxies, for one, are read in either case.
+func reserved(k string) (pattern, why string, ok bool) {
+	u := strings.ToUpper(k)
+	for _, r := range reservedEnv {
+		p := r.pattern
+		switch {
+		case strings.HasSuffix(p, "*"):
+			ok = strings.HasPrefix(u, p[:len(p)-1])
+		case strings.HasPrefix(p, "*"):
+			ok = strings.HasSuffix(u, p[1:])
+		default:
+			ok = u == p
+		}
+		if ok {
+			return p, r.why, true
+		}
+	}
+	return "", "", false
 }
 
 // checkExecEnv checks an exec's env: at most maxExecEnvVars variables and
 // maxExecEnvBytes in all, each name a portable shell name (letters,
-// digits, underscore, not first a digit) and none of reservedEnv (case
-// aside: the proxies are read in either case), no value with NUL.
+// digits, underscore, not first a digit) and none of reservedEnv, no
+// value with NUL.
 func checkExecEnv(env map[string]string) error {
 	if len(env) > maxExecEnvVars {
 		return badRequest("env: %d variables, at most %d", len(env), maxExecEnvVars)
@@ -431,10 +481,8 @@ func checkExecEnv(env map[string]string) error {
 		if !envName(k) {
 			return badRequest("env: name %.40q: want letters, digits and _ (not first a digit), at most %d bytes", k, maxEnvName)
 		}
-		for _, r := range reservedEnv {
-			if strings.HasPrefix(strings.ToUpper(k), r.prefix) {
-				return badRequest("env: %s: an exec may not set %s* names: %s", k, r.prefix, r.why)
-			}
+		if p, why, ok := reserved(k); ok {
+			return badRequest("env: %s: an exec may not set %s: %s", k, p, why)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
 			return badRequest("env[%q]: value contains NUL", k)

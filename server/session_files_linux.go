@@ -84,6 +84,8 @@ func workError(p string, err error) *apiError {
 		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: a part of the path is not a directory", p)}
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
 		return &apiError{Status: 507, Msg: fmt.Sprintf("%s: /work is full (its size is the profile's work_size)", p)}
+	case errors.Is(err, errPutRaced):
+		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
 	case errors.Is(err, unix.ENXIO):
 		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: a FIFO or socket, not a regular file", p)}
 	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
@@ -212,6 +214,14 @@ func writeWorkFileAs(root int, p string, r io.Reader) (int64, error) {
 	if err == nil && mode != 0 {
 		err = unix.Fchmod(fd, mode)
 	}
+	// The file written, by its descriptor: what the rename must put at
+	// name. The cell shares this directory and can rename the temporary
+	// name away and plant a symlink in its place before the renameat,
+	// which would then move the cell's symlink to name.
+	var wrote unix.Stat_t
+	if err == nil {
+		err = unix.Fstat(fd, &wrote)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -222,8 +232,17 @@ func writeWorkFileAs(root int, p string, r io.Reader) (int64, error) {
 		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return 0, err
 	}
+	var now unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || now.Dev != wrote.Dev || now.Ino != wrote.Ino {
+		return 0, errPutRaced
+	}
 	return n, nil
 }
+
+// errPutRaced: what a PUT's rename put at its path is not the file it
+// wrote (a process of the session swapped the temporary file), so the
+// write is not reported done.
+var errPutRaced = errors.New("a process in the session replaced the file being written (the temporary file was swapped before its rename): not written")
 
 // openWorkFile opens p below root for reading: a regular file only.
 func openWorkFile(root int, p string) (*os.File, int64, error) {

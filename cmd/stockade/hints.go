@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -147,6 +148,14 @@ func missingModuleHint(spec jail.Spec, res *jail.Result, cwd string) string {
 			}
 		}
 	}
+	// The message is the payload's to write: a name the caller's own
+	// code does not spell would have stockade recommend installing a
+	// package the payload chose (a typo-squat, 'reqeusts'). Say what the
+	// jail's Python is, and name no package.
+	if !callerNames(spec, mod) {
+		return "the program imports a module the jail's Python lacks, by a name its code (the command line, or the script run) does not spell out, so no package is named here: " +
+			"the jail's Python is the host's /usr/bin/python3 with the packages Debian installed, or the --rootfs's (see docs/jail.md, The data stack)"
+	}
 	// Debian names a module's package python3-NAME, lower case, '_' as '-'.
 	deb := "python3-" + strings.ReplaceAll(strings.ToLower(mod), "_", "-")
 	if spec.Rootfs != "" && spec.Rootfs != jail.RootfsHost {
@@ -156,6 +165,46 @@ func missingModuleHint(spec jail.Spec, res *jail.Result, cwd string) string {
 	return fmt.Sprintf("no module %s in the jail: its Python is the host's /usr/bin/python3 with the packages Debian installed (a venv's, pyenv's or pip --user's are not there); "+
 		"add it on the host with apt-get install %s (where Debian packages it), or build a root with it and run with --rootfs DIR "+
 		"(stockade rootfs build --pip %s DIR; see docs/jail.md, The data stack, and docs/profiles.md, Root filesystems)", mod, deb, mod)
+}
+
+// maxScriptRead bounds how much of a script callerNames reads: a hint is
+// not worth reading a large file for.
+const maxScriptRead = 1 << 20
+
+// callerNames reports whether mod is a whole word (not part of a longer
+// identifier) of the caller's own words: the command's arguments, or the
+// script one of them names as a file bound read-only (stockade python
+// FILE), read on the host. Not a file in --workdir: the payload could
+// have swapped it for a symlink or FIFO, making the hint an oracle.
+func callerNames(spec jail.Spec, mod string) bool {
+	word := regexp.MustCompile(`(^|[^A-Za-z0-9_])` + regexp.QuoteMeta(mod) + `([^A-Za-z0-9_]|$)`)
+	for i, arg := range spec.Args {
+		if i > 0 && word.MatchString(arg) {
+			return true
+		}
+	}
+	read := func(p string) bool {
+		// O_NONBLOCK: an open of a FIFO would wait for a writer.
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			return false // a FIFO or device would block or never end
+		}
+		b := make([]byte, maxScriptRead)
+		n, _ := io.ReadFull(f, b)
+		return word.Match(b[:n])
+	}
+	for _, arg := range spec.Args[min(1, len(spec.Args)):] {
+		for _, b := range spec.ReadOnly {
+			if b.Dest == arg && read(b.Source) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // printable reports whether s is UTF-8 without control characters.

@@ -245,3 +245,34 @@ func TestAttackForgedHintsLeakHostPathsOrEscapes(t *testing.T) {
 		}
 	}
 }
+
+// A payload that prints a ModuleNotFoundError for a name of its choosing
+// (a typo-squat) must not have stockade recommend installing that
+// package: install advice only for a name the caller's own code spells.
+func TestAttackForgedModuleHintNamesPackage(t *testing.T) {
+	testenv.NeedJail(t)
+	t.Chdir(t.TempDir())
+	// The name is built at run time: the command line never spells it.
+	forge := "import sys; sys.stderr.write('ModuleNotFoundError: No module named ' + repr('reqe' + 'usts') + '\\n'); sys.exit(1)"
+	code, _, errs := invoke(t, "", "run", "--", "python3", "-c", forge)
+	if code != 1 || !strings.Contains(errs, "No module named 'reqeusts'") {
+		t.Fatalf("the forged line: exit %d, stderr %q", code, errs)
+	}
+	for _, line := range strings.Split(errs, "\n") {
+		if strings.HasPrefix(line, "stockade:") && (strings.Contains(line, "reqeusts") || strings.Contains(line, "apt-get") || strings.Contains(line, "--pip")) {
+			t.Errorf("a hint names the payload's package: %q", line)
+		}
+	}
+	if !strings.Contains(errs, "stockade: the program imports a module the jail's Python lacks") {
+		t.Errorf("no neutral hint: %q", errs)
+	}
+	// The caller's own script spells it: the advice names it.
+	script := filepath.Join(reachable(t), "task.py")
+	if err := os.WriteFile(script, []byte("import stockade_no_such_mod\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = invoke(t, "", "python", script)
+	if code != 1 || !strings.Contains(errs, "apt-get install python3-stockade-no-such-mod") {
+		t.Errorf("the caller's script's import: exit %d, stderr %q", code, errs)
+	}
+}
