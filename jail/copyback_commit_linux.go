@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -115,7 +116,7 @@ func (c *copier) apply(host int, ch *change, rel string) error {
 // its names (a rename in one directory needs no right on what moves), and
 // the plan's changes, deletions included, are for that directory alone.
 func (c *copier) openPlanned(host int, ch *change, rel string) (int, error) {
-	sub, err := openBeneath(host, ch.name)
+	sub, err := beneath.OpenDirSameMount(host, ch.name)
 	if err != nil {
 		return -1, fmt.Errorf("open %s: %s (changed while copying back)", shortPath(rel), whyNotOpened(host, ch.name, err))
 	}
@@ -156,7 +157,7 @@ func (c *copier) removeInto(host int, ch *change, rel string) (all bool, err err
 		return false, fmt.Errorf("make a directory in the staging area: %w", err)
 	}
 	ch.trash = trash
-	mirror, err := openBeneath(c.stage, trash)
+	mirror, err := beneath.OpenDirSameMount(c.stage, trash)
 	if err != nil {
 		return false, fmt.Errorf("open a directory in the staging area: %w", err)
 	}
@@ -164,7 +165,7 @@ func (c *copier) removeInto(host int, ch *change, rel string) (all bool, err err
 	if ch.kind != changeClear {
 		return c.removeEntry(host, ch.name, mirror, rel, 0)
 	}
-	names, err := readNames(host)
+	names, err := beneath.Names(host)
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", shortPath(rel), err)
 	}
@@ -223,7 +224,7 @@ func (c *copier) removeEntry(host int, name string, mirror int, rel string, dept
 		c.conflicts.add(rel, fmt.Sprintf("the jail deleted it, but it goes deeper than %d levels: kept", maxCopyDepth))
 		return false, nil
 	}
-	sub, err := openBeneath(host, name)
+	sub, err := beneath.OpenDirSameMount(host, name)
 	if err != nil {
 		c.conflicts.add(rel, "the jail deleted it, but it is "+whyNotOpened(host, name, err)+": kept")
 		return false, nil
@@ -236,12 +237,12 @@ func (c *copier) removeEntry(host int, name string, mirror int, rel string, dept
 	if err := unix.Mkdirat(mirror, name, 0o700); err != nil {
 		return false, fmt.Errorf("make a directory in the staging area: %w", err)
 	}
-	subMirror, err := openBeneath(mirror, name)
+	subMirror, err := beneath.OpenDirSameMount(mirror, name)
 	if err != nil {
 		return false, fmt.Errorf("open a directory in the staging area: %w", err)
 	}
 	defer unix.Close(subMirror)
-	names, err := readNames(sub)
+	names, err := beneath.Names(sub)
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", shortPath(rel), err)
 	}
@@ -338,7 +339,7 @@ func (c *copier) undoOne(host int, ch *change, rel string) error {
 // restore moves what removeInto moved into the mirror trash back into
 // host.
 func (c *copier) restore(host int, trash, rel string) error {
-	mirror, err := openBeneath(c.stage, trash)
+	mirror, err := beneath.OpenDirSameMount(c.stage, trash)
 	if err != nil {
 		return fmt.Errorf("open the staging area's copy of %s: %w", shortPath(rel), err)
 	}
@@ -347,7 +348,7 @@ func (c *copier) restore(host int, trash, rel string) error {
 }
 
 func (c *copier) restoreDir(host, mirror int, rel string, depth int) error {
-	names, err := readNames(mirror)
+	names, err := beneath.Names(mirror)
 	if err != nil {
 		return fmt.Errorf("read the staging area's copy of %s: %w", shortPath(rel), err)
 	}
@@ -367,12 +368,12 @@ func (c *copier) restoreDir(host, mirror int, rel string, depth int) error {
 		// A directory removal took is made again with the owner and mode
 		// its mirror kept; one it left is there still.
 		made := unix.Mkdirat(host, n, 0o700) == nil
-		sub, err := openBeneath(host, n)
+		sub, err := beneath.OpenDirSameMount(host, n)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("open %s: %w", shortPath(join(rel, n)), err))
 			continue
 		}
-		subMirror, err := openBeneath(mirror, n)
+		subMirror, err := beneath.OpenDirSameMount(mirror, n)
 		if err == nil {
 			// Its mode is the removed directory's, perhaps read-only.
 			err = unix.Fchmod(subMirror, 0o700)

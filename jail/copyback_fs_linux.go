@@ -2,8 +2,6 @@ package jail
 
 import (
 	"errors"
-	"fmt"
-	"sort"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -13,25 +11,14 @@ import (
 // and never through a symlink: DIR belongs to its owner, who can swap any
 // name in it for a symlink at any moment, and copy-back runs as root.
 
-// openBeneath opens the directory name of dirfd: through no symlink (a
-// planted one could point a write at /etc), onto no other mount (the host
-// may have mounted a file system on a directory of DIR during the run, or
-// before it: the jail never saw what is mounted there), and never above
-// dirfd.
-func openBeneath(dirfd int, name string) (int, error) {
-	return unix.Openat2(dirfd, name, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
-	})
-}
-
 // openUpper opens a directory of the upper layer (the jail's, and the
 // jail is gone; still, never through its symlinks).
 func openUpper(dirfd int, name string) (int, error) {
 	return unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 }
 
-// whyNotOpened says in words why openBeneath refused name of dirfd.
+// whyNotOpened says in words why beneath.OpenDirSameMount refused name
+// of dirfd.
 func whyNotOpened(dirfd int, name string, err error) string {
 	var st unix.Stat_t
 	switch {
@@ -84,31 +71,6 @@ func (c *copier) statHost(dirfd int, name string) (hostEntry, error) {
 	}
 	h.changed = !before(st.Ctime, c.seen.since)
 	return h, nil
-}
-
-// readNames lists a directory, sorted (copy-back applies in this order,
-// the same each time), reading from its start whatever was read before.
-func readNames(dirfd int) ([]string, error) {
-	if _, err := unix.Seek(dirfd, 0, 0); err != nil {
-		return nil, err
-	}
-	var names []string
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := unix.ReadDirent(dirfd, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			break
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
-	sort.Strings(names)
-	return names, nil
 }
 
 func readlinkAt(dirfd int, name string) (string, error) {
@@ -179,39 +141,3 @@ func copyData(in, out int, buf []byte, deadline time.Time) (int64, error) {
 
 // errDeadline is copy-back running out of time.
 var errDeadline = errors.New("past its deadline")
-
-// removeAll removes name from dir, a whole tree if it is a directory,
-// never through a symlink nor onto another mount; depth bounds it.
-func removeAll(dir int, name string, depth int) error {
-	err := unix.Unlinkat(dir, name, 0)
-	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
-		if depth > maxCopyDepth+1 {
-			return fmt.Errorf("deeper than %d levels", maxCopyDepth)
-		}
-		sub, oerr := openBeneath(dir, name)
-		if oerr != nil {
-			return oerr
-		}
-		// A mirror keeps a removed directory's mode, perhaps read-only;
-		// everything here is ours (or we are root).
-		rerr := unix.Fchmod(sub, 0o700)
-		var names []string
-		if rerr == nil {
-			names, rerr = readNames(sub)
-		}
-		for _, n := range names {
-			if rerr == nil {
-				rerr = removeAll(sub, n, depth+1)
-			}
-		}
-		unix.Close(sub)
-		if rerr != nil {
-			return rerr
-		}
-		err = unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
-	}
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	return err
-}

@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -176,10 +177,7 @@ func unchanged(err error) error {
 // swapped for one during the run, would send root's writes wherever it
 // points), and the same directory.
 func (c *copier) openDir() (int, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, c.top, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := beneath.OpenPath(c.top, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
 		return -1, fmt.Errorf("open it: %w (a path through a symbolic link is refused)", err)
 	}
@@ -206,10 +204,10 @@ func (c *copier) openDir() (int, error) {
 // can rename it and give its name to a tree of someone else's, which root
 // would then remove whole.
 func (c *copier) removeStage() error {
-	names, err := readNames(c.stage)
+	names, err := beneath.Names(c.stage)
 	for _, n := range names {
 		if err == nil {
-			err = removeAll(c.stage, n, 1)
+			err = beneath.RemoveAll(c.stage, n, maxCopyDepth+1)
 		}
 	}
 	if err != nil {
@@ -238,7 +236,7 @@ func (c *copier) makeStage() error {
 	if err := unix.Mkdirat(c.root, c.stageName, 0o700); err != nil {
 		return fmt.Errorf("make a staging directory in it: %w", err)
 	}
-	fd, err := openBeneath(c.root, c.stageName)
+	fd, err := beneath.OpenDirSameMount(c.root, c.stageName)
 	if err != nil {
 		unix.Unlinkat(c.root, c.stageName, unix.AT_REMOVEDIR)
 		return fmt.Errorf("open the staging directory: %w", err)
@@ -250,7 +248,7 @@ func (c *copier) makeStage() error {
 	err = unix.Fstat(fd, &st)
 	var names []string
 	if err == nil {
-		names, err = readNames(fd)
+		names, err = beneath.Names(fd)
 	}
 	if err == nil && (int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != 0o700 || len(names) != 0) {
 		err = errors.New("its name leads to another directory (renamed in DIR meanwhile)")

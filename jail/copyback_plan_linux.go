@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,7 +73,7 @@ func (c *copier) plan(up, host int, rel string, depth int, in hostDir) ([]*chang
 	if depth > maxCopyDepth {
 		return nil, &copyStop{fmt.Sprintf("a tree deeper than %d levels", maxCopyDepth)}
 	}
-	names, err := readNames(up)
+	names, err := beneath.Names(up)
 	if err != nil {
 		return nil, fmt.Errorf("read %s in the upper layer: %w", displayDir(rel), err)
 	}
@@ -163,7 +164,7 @@ func (c *copier) planEntry(up, host int, name, rel string, depth int, in hostDir
 
 // planMerge goes into a directory both sides have.
 func (c *copier) planMerge(up, host int, name, rel string, st unix.Stat_t, h hostEntry, depth int, in hostDir) ([]*change, error) {
-	hostSub, err := openBeneath(host, name)
+	hostSub, err := beneath.OpenDirSameMount(host, name)
 	if err != nil {
 		c.conflicts.add(rel, whyNotOpened(host, name, err)+": the jail's changes below it were not copied back")
 		return nil, nil
@@ -194,7 +195,7 @@ func (c *copier) planMerge(up, host int, name, rel string, st unix.Stat_t, h hos
 		if h.changed || !sub.sure {
 			c.conflicts.add(rel, "the jail replaced the directory, the host changed it during the run: its entries stay beside the jail's")
 		} else {
-			names, err := readNames(upSub)
+			names, err := beneath.Names(upSub)
 			if err != nil {
 				return nil, fmt.Errorf("read %s in the upper layer: %w", shortPath(rel), err)
 			}

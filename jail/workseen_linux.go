@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,10 +81,7 @@ const (
 
 // openWorkdir opens dir as copy-back will and says which directory it is.
 func openWorkdir(dir string) (int, workSeen, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := beneath.OpenPath(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
 		return -1, workSeen{}, fmt.Errorf("open %s: %w", dir, err)
 	}

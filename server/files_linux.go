@@ -7,11 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path"
-	"sort"
 
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,14 +63,6 @@ func (c *collected) finish() {
 	}
 }
 
-// resolveHow is how every path below /work is opened on the host: beneath
-// the work directory, through no symlink (the jail planted them, pointing
-// at /etc/shadow or at another run's directory) and no magic link.
-var resolveHow = unix.OpenHow{
-	Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-}
-
 // collectWork reads what the run created or changed in the host directory
 // work (the jail is dead by now): every regular file whose bytes differ
 // from what the request put there, and the figures the bootstrap saved.
@@ -100,72 +89,84 @@ func collectWork(work string, inputs map[string]inputFile, lim collectLimits) (*
 	}
 	defer unix.Close(root)
 	budget := lim.MaxBytes
-	var walk func(rel string, depth int) error
-	walk = func(rel string, depth int) error {
-		names, more, err := listDir(root, rel, lim.MaxEntries-c.visited)
-		if err != nil {
-			return err
-		}
-		c.visited += len(names)
-		if more {
-			c.skip(fmt.Sprintf("%s/: not all listed; a walk looks at %d entries at most", rel, lim.MaxEntries))
-			c.truncated = true
-		}
-		for _, name := range names {
-			p := path.Join(rel, name)
-			if rel == "." {
-				p = name
-			}
-			if p == figureDir {
-				continue
-			}
-			fd, st, err := openBeneath(root, p)
-			if err != nil {
-				c.skip(p + ": " + err.Error())
-				continue
-			}
-			switch st.Mode & unix.S_IFMT {
-			case unix.S_IFDIR:
-				unix.Close(fd)
-				if depth >= lim.MaxDepth {
-					c.skip(p + "/: deeper than the limit")
-					c.truncated = true
-					continue
-				}
-				if err := walk(p, depth+1); err != nil {
-					return err
-				}
-			case unix.S_IFREG:
-				data, full, err := readCapped(fd, st.Size, budget)
-				unix.Close(fd)
-				switch {
-				case err != nil:
-					c.skip(p + ": " + err.Error())
-				case !full:
-					c.skip(fmt.Sprintf("%s: %d bytes, over what is left of the %d-byte cap", p, st.Size, lim.MaxBytes))
-					c.truncated = true
-				case unchanged(inputs, p, data):
-				case len(c.files) >= lim.MaxFiles:
-					c.skip(p + ": over the file count cap")
-					c.truncated = true
-				default:
-					budget -= int64(len(data))
-					c.files[p] = base64.StdEncoding.EncodeToString(data)
-				}
-			default:
-				unix.Close(fd)
-				c.skip(p + ": not a regular file")
-			}
-		}
-		return nil
+	var failed error
+	walk := beneath.Walk{MaxEntries: lim.MaxEntries}
+	walk.Failed = func(dir string, err error) beneath.Step {
+		failed = err
+		return beneath.Stop
 	}
-	if err := walk(".", 0); err != nil {
-		return nil, err
+	walk.Cut = func(dir string) {
+		c.skip(fmt.Sprintf("%s/: not all listed; a walk looks at %d entries at most", dir, lim.MaxEntries))
+		c.truncated = true
+	}
+	walk.Visit = func(p string, depth int, e beneath.Entry) beneath.Step {
+		if p == figureDir {
+			return beneath.Next
+		}
+		switch e.Type() {
+		case unix.S_IFDIR:
+			if depth >= lim.MaxDepth {
+				c.skip(p + "/: deeper than the limit")
+				c.truncated = true
+				return beneath.Next
+			}
+			return beneath.Descend
+		case unix.S_IFREG:
+			c.collectFile(root, p, inputs, &budget)
+		case unix.S_IFLNK:
+			c.skip(p + ": " + notOpened(unix.ELOOP))
+		default:
+			c.skip(p + ": not a regular file")
+		}
+		return beneath.Next
+	}
+	walk.Run(root)
+	if failed != nil {
+		return nil, failed
 	}
 	c.images, c.truncated = collectFigures(root, &budget, c)
 	c.results, c.resultsTruncated = collectResults(root, c.lim.Rich)
 	c.finish()
 	return c, nil
+}
+
+// collectFile reads the regular file p below root into c, within the
+// caps, unless it is one of the request's files unchanged.
+func (c *collected) collectFile(root int, p string, inputs map[string]inputFile, budget *int64) {
+	fd, st, err := beneath.OpenFile(root, p)
+	if err != nil {
+		c.skip(p + ": " + notOpened(err))
+		return
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		c.skip(p + ": not a regular file")
+		return
+	}
+	data, full, err := beneath.ReadCapped(fd, st.Size, *budget)
+	unix.Close(fd)
+	switch {
+	case err != nil:
+		c.skip(p + ": " + err.Error())
+	case !full:
+		c.skip(fmt.Sprintf("%s: %d bytes, over what is left of the %d-byte cap", p, st.Size, c.lim.MaxBytes))
+		c.truncated = true
+	case unchanged(inputs, p, data):
+	case len(c.files) >= c.lim.MaxFiles:
+		c.skip(p + ": over the file count cap")
+		c.truncated = true
+	default:
+		*budget -= int64(len(data))
+		c.files[p] = base64.StdEncoding.EncodeToString(data)
+	}
+}
+
+// notOpened words why a path was not opened.
+func notOpened(err error) string {
+	if errors.Is(err, unix.ELOOP) {
+		return "a symlink (not followed)"
+	}
+	return err.Error()
 }
 
 // resultsFile is where in figureDir the bootstrap leaves a run's rich
@@ -178,7 +179,7 @@ const resultsFile = "results.json"
 // held to the caps by answerResults as it is decoded. Anything else is no
 // results, and says so when the file was there.
 func collectResults(root int, caps richCaps) ([]RichResult, bool) {
-	fd, st, err := openBeneath(root, figureDir+"/"+resultsFile)
+	fd, st, err := beneath.OpenFile(root, figureDir+"/"+resultsFile)
 	if err != nil {
 		return []RichResult{}, !errors.Is(err, unix.ENOENT)
 	}
@@ -186,7 +187,7 @@ func collectResults(root int, caps richCaps) ([]RichResult, bool) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return []RichResult{}, true
 	}
-	data, full, err := readCapped(fd, st.Size, caps.Bytes+int64(caps.Count)*128+1024)
+	data, full, err := beneath.ReadCapped(fd, st.Size, caps.Bytes+int64(caps.Count)*128+1024)
 	if err != nil || !full {
 		return []RichResult{}, true
 	}
@@ -208,7 +209,7 @@ func collectResults(root int, caps richCaps) ([]RichResult, bool) {
 // collectFigures reads the PNGs the bootstrap saved, in order.
 func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 	imgs, truncated := []Image{}, c.truncated
-	names, more, err := listDir(root, figureDir, c.lim.MaxEntries)
+	entries, more, err := beneath.List(root, figureDir, c.lim.MaxEntries)
 	if err != nil {
 		return imgs, truncated
 	}
@@ -216,9 +217,9 @@ func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 		c.skip(figureDir + "/: not all listed")
 		truncated = true
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		fd, st, err := openBeneath(root, figureDir+"/"+name)
+	for _, e := range entries {
+		name := e.Name
+		fd, st, err := beneath.OpenFile(root, figureDir+"/"+name)
 		if err != nil {
 			continue
 		}
@@ -226,7 +227,7 @@ func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 			unix.Close(fd)
 			continue
 		}
-		data, full, err := readCapped(fd, st.Size, *budget)
+		data, full, err := beneath.ReadCapped(fd, st.Size, *budget)
 		unix.Close(fd)
 		if err != nil || !full {
 			c.skip(figureDir + "/" + name + ": over the size cap")
@@ -245,83 +246,4 @@ func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 func unchanged(inputs map[string]inputFile, name string, data []byte) bool {
 	in, ok := inputs[name]
 	return ok && in.size == int64(len(data)) && in.sum == sha256.Sum256(data)
-}
-
-// openBeneath opens rel below root without following any symlink, and
-// says what it opened.
-func openBeneath(root int, rel string) (int, unix.Stat_t, error) {
-	var st unix.Stat_t
-	how := resolveHow
-	fd, err := unix.Openat2(root, rel, &how)
-	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-		return -1, st, errors.New("a symlink (not followed)")
-	}
-	if err != nil {
-		return -1, st, err
-	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, st, err
-	}
-	return fd, st, nil
-}
-
-// listDir lists at most max names of the directory rel below root, opened
-// as openBeneath does, sorted; more says there were others. It reads in
-// chunks: a directory of a million entries is never held whole.
-func listDir(root int, rel string, max int) (names []string, more bool, err error) {
-	if max <= 0 {
-		return nil, true, nil
-	}
-	how := resolveHow
-	how.Flags |= unix.O_DIRECTORY
-	fd, err := unix.Openat2(root, rel, &how)
-	if err != nil {
-		return nil, false, err
-	}
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
-	for len(names) < max {
-		chunk, err := f.Readdirnames(min(256, max-len(names)))
-		names = append(names, chunk...)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, false, err
-		}
-	}
-	if len(names) >= max {
-		// One more name says whether there were more.
-		extra, _ := f.Readdirnames(1)
-		more = len(extra) > 0
-	}
-	sort.Strings(names)
-	return names, more, nil
-}
-
-// readCapped reads the whole file if it fits in budget (full true), and
-// never more than budget bytes whatever size fstat claimed.
-func readCapped(fd int, size, budget int64) ([]byte, bool, error) {
-	if size > budget {
-		return nil, false, nil
-	}
-	b := make([]byte, 0, size)
-	chunk := make([]byte, 64<<10)
-	for {
-		n, err := unix.Read(fd, chunk)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		if n == 0 {
-			return b, true, nil
-		}
-		if int64(len(b)+n) > budget {
-			return nil, false, nil
-		}
-		b = append(b, chunk[:n]...)
-	}
 }

@@ -1,18 +1,15 @@
 package server
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"runtime"
 	"sort"
-	"strings"
 	"time"
 
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,8 +81,8 @@ func workError(p string, err error) *apiError {
 		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: a part of the path is not a directory", p)}
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
 		return &apiError{Status: 507, Msg: fmt.Sprintf("%s: /work is full (its size is the profile's work_size)", p)}
-	case errors.Is(err, errPutRaced):
-		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
+	case errors.Is(err, beneath.ErrReplaced):
+		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, errPutRaced)}
 	case errors.Is(err, unix.ENXIO):
 		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: a FIFO or socket, not a regular file", p)}
 	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
@@ -94,150 +91,23 @@ func workError(p string, err error) *apiError {
 	return &apiError{Status: 500, Msg: fmt.Sprintf("%s: %v", p, err)}
 }
 
-// openWorkDir opens the directory dir below root (".": root itself).
-func openWorkDir(root int, dir string) (int, error) {
-	how := resolveHow
-	how.Flags |= unix.O_DIRECTORY
-	fd, err := unix.Openat2(root, dir, &how)
-	if errors.Is(err, unix.ENOTDIR) && symlinkOnPath(root, dir) {
-		// O_NOFOLLOW|O_DIRECTORY says ENOTDIR of a last component that
-		// is a symlink; the caller should hear why it was refused.
-		err = unix.ELOOP
-	}
-	return fd, err
-}
-
-// symlinkOnPath says whether a component of p below root is a symlink
-// now. It only words an error: the open that failed was the defence.
-func symlinkOnPath(root int, p string) bool {
-	parts := strings.Split(p, "/")
-	for i := range parts {
-		var st unix.Stat_t
-		if unix.Fstatat(root, strings.Join(parts[:i+1], "/"), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-			return false
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return true
-		}
-	}
-	return false
-}
-
-// mkdirsBeneath makes the directories of dir below root, one component
-// at a time, each made in the descriptor of the one before, and returns a
-// descriptor of the last. Run it as the jail user.
-func mkdirsBeneath(root int, dir string) (int, error) {
-	fd, err := openWorkDir(root, ".")
-	if err != nil {
-		return -1, err
-	}
-	if dir == "." {
-		return fd, nil
-	}
-	for _, c := range strings.Split(dir, "/") {
-		if err := unix.Mkdirat(fd, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			unix.Close(fd)
-			return -1, err
-		}
-		next, err := openWorkDir(fd, c)
-		unix.Close(fd)
-		if err != nil {
-			return -1, err
-		}
-		fd = next
-	}
-	return fd, nil
-}
-
 // writeWorkFile writes data from r to p below root as the jail user
 // (uid, gid: its host ids), creating p and its directories or replacing a
 // regular file. Anything but a regular file where p points is refused.
 func writeWorkFile(root int, p string, r io.Reader, uid, gid int) (int64, error) {
 	var n int64
 	err := asJailUser(uid, gid, func() (err error) {
-		n, err = writeWorkFileAs(root, p, r)
+		n, err = beneath.WriteFile(root, p, r, putPrefix)
 		return err
 	})
 	return n, err
 }
 
 // putPrefix begins the name a PUT's bytes are written under, beside its
-// target, until they are whole.
+// target, until they are whole (beneath.WriteFile): a PUT refused halfway
+// (413 past --max-body, 408 on a stalled body, /work full) leaves the
+// target as it was.
 const putPrefix = ".stockade-put-"
-
-// writeWorkFileAs writes the body aside, under a name of its own in the
-// target's directory, and renames it over the target only once the body
-// is whole: a PUT refused halfway (413 past --max-body, 408 on a stalled
-// body, /work full) left the target truncated and partly overwritten.
-// renameat replaces a name and never follows it: a symlink the jail swaps
-// in meanwhile is replaced itself, as a FIFO or device would not be
-// opened.
-func writeWorkFileAs(root int, p string, r io.Reader) (int64, error) {
-	dirfd, err := mkdirsBeneath(root, path.Dir(p))
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(dirfd)
-	name := path.Base(p)
-	// What is there now must be a regular file, or nothing: a symlink is
-	// refused as on every path (ELOOP), a directory, FIFO or device is
-	// never replaced. Its permissions are kept.
-	mode := uint32(0)
-	var st unix.Stat_t
-	switch err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
-	case errors.Is(err, unix.ENOENT):
-	case err != nil:
-		return 0, err
-	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return 0, unix.ELOOP
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return 0, fmt.Errorf("not a regular file: %w", unix.EEXIST)
-	default:
-		mode = st.Mode & 0o777
-	}
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return 0, err
-	}
-	tmp := putPrefix + hex.EncodeToString(rnd[:])
-	how := unix.OpenHow{
-		Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Mode:    0o644,
-		Resolve: resolveHow.Resolve,
-	}
-	fd, err := unix.Openat2(dirfd, tmp, &how)
-	if err != nil {
-		return 0, err
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	n, err := io.Copy(f, r)
-	if err == nil && mode != 0 {
-		err = unix.Fchmod(fd, mode)
-	}
-	// The file written, by its descriptor: what the rename must put at
-	// name. The cell shares this directory and can rename the temporary
-	// name away and plant a symlink in its place before the renameat,
-	// which would then move the cell's symlink to name.
-	var wrote unix.Stat_t
-	if err == nil {
-		err = unix.Fstat(fd, &wrote)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(dirfd, tmp, dirfd, name)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dirfd, tmp, 0)
-		return 0, err
-	}
-	var now unix.Stat_t
-	if err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || now.Dev != wrote.Dev || now.Ino != wrote.Ino {
-		return 0, errPutRaced
-	}
-	return n, nil
-}
 
 // errPutRaced: what a PUT's rename put at its path is not the file it
 // wrote (a process of the session swapped the temporary file), so the
@@ -246,11 +116,8 @@ var errPutRaced = errors.New("a process in the session replaced the file being w
 
 // openWorkFile opens p below root for reading: a regular file only.
 func openWorkFile(root int, p string) (*os.File, int64, error) {
-	fd, st, err := openBeneath(root, p)
+	fd, st, err := beneath.OpenFile(root, p)
 	if err != nil {
-		if err.Error() == "a symlink (not followed)" {
-			err = unix.ELOOP
-		}
 		return nil, 0, err
 	}
 	switch st.Mode & unix.S_IFMT {
@@ -272,60 +139,27 @@ var (
 // removeWork removes p below root as the jail user: a file, a symlink
 // (itself, never what it points at) or an empty directory.
 func removeWork(root int, p string, uid, gid int) error {
-	return asJailUser(uid, gid, func() error { return removeWorkAs(root, p) })
-}
-
-func removeWorkAs(root int, p string) error {
-	dirfd, err := openWorkDir(root, path.Dir(p))
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dirfd)
-	err = unix.Unlinkat(dirfd, path.Base(p), 0)
-	if errors.Is(err, unix.EISDIR) {
-		err = unix.Unlinkat(dirfd, path.Base(p), unix.AT_REMOVEDIR)
-	}
-	return err
+	return asJailUser(uid, gid, func() error { return beneath.Remove(root, p) })
 }
 
 // listWork lists the directory dir below root, at most max entries.
 func listWork(root int, dir string, max int) (*FileList, error) {
-	fd, err := openWorkDir(root, dir)
+	entries, more, err := beneath.List(root, dir, max)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), dir)
-	defer f.Close()
-	out := &FileList{Path: dir, Entries: []FileEntry{}}
-	for len(out.Entries) < max {
-		names, err := f.Readdirnames(min(256, max-len(out.Entries)))
-		for _, n := range names {
-			out.Entries = append(out.Entries, statEntry(fd, n))
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	out := &FileList{Path: dir, Entries: make([]FileEntry, 0, len(entries)), Truncated: more}
+	for _, be := range entries {
+		out.Entries = append(out.Entries, fileEntry(be.Name, be))
 	}
-	if len(out.Entries) >= max {
-		extra, _ := f.Readdirnames(1)
-		out.Truncated = len(extra) > 0
-	}
-	sort.Slice(out.Entries, func(i, j int) bool { return out.Entries[i].Name < out.Entries[j].Name })
 	return out, nil
 }
 
-func statEntry(dirfd int, name string) FileEntry {
+func fileEntry(name string, be beneath.Entry) FileEntry {
 	e := FileEntry{Name: FSName(name), Type: "other"}
-	var st unix.Stat_t
-	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-		return e
-	}
-	switch st.Mode & unix.S_IFMT {
+	switch be.Type() {
 	case unix.S_IFREG:
-		e.Type, e.Size = "file", st.Size
+		e.Type, e.Size = "file", be.Size
 	case unix.S_IFDIR:
 		e.Type = "dir"
 	case unix.S_IFLNK:
@@ -374,82 +208,40 @@ func workClock(tick bool) unix.Timespec {
 // changed path is longer than the files routes take (maxWorkPath): the
 // list is then not all that changed.
 func changedInWork(root int, since unix.Timespec, limits workWalk) ([]string, bool) {
-	w := &walker{since: since, limits: limits, out: []string{}}
+	out, truncated := []string{}, false
 	if root < 0 {
-		return w.out, false
+		return out, false
 	}
-	fd, err := openWorkDir(root, ".")
-	if err != nil {
-		return w.out, true
+	walk := beneath.Walk{MaxEntries: limits.entries}
+	walk.Cut = func(string) { truncated = true }
+	walk.Failed = func(dir string, err error) beneath.Step {
+		truncated = truncated || !errors.Is(err, unix.ENOENT) // gone since it was listed
+		return beneath.Next
 	}
-	w.dir(fd, "", 0)
-	sort.Strings(w.out)
-	return w.out, w.truncated
-}
-
-type walker struct {
-	since     unix.Timespec
-	limits    workWalk
-	seen      int
-	out       []string
-	truncated bool
-	stop      bool
-}
-
-// dir walks the directory fd (closed here), whose path is prefix ("" for
-// /work, else ending in "/"), depth levels down.
-func (w *walker) dir(fd int, prefix string, depth int) {
-	f := os.NewFile(uintptr(fd), prefix)
-	defer f.Close()
-	for !w.stop {
-		names, err := f.Readdirnames(256)
-		for _, n := range names {
-			if w.seen++; w.seen > w.limits.entries {
-				w.truncated, w.stop = true, true
-				return
+	walk.Visit = func(p string, depth int, e beneath.Entry) beneath.Step {
+		switch {
+		case depth == 0 && e.Name == figureDir, e.Mode == 0: // gone since it was listed
+			return beneath.Next
+		case e.Type() == unix.S_IFDIR:
+			if depth+1 >= maxWorkDepth {
+				truncated = true
+				return beneath.Next
 			}
-			if prefix == "" && n == figureDir {
-				continue
-			}
-			var st unix.Stat_t
-			if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-				continue // gone since it was listed
-			}
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				if depth+1 >= maxWorkDepth {
-					w.truncated = true
-					continue
-				}
-				sub, err := openWorkDir(fd, n)
-				if err != nil {
-					w.truncated = w.truncated || !errors.Is(err, unix.ENOENT)
-					continue
-				}
-				w.dir(sub, prefix+n+"/", depth+1)
-				if w.stop {
-					return
-				}
-				continue
-			}
-			if st.Ctim.Sec < w.since.Sec || (st.Ctim.Sec == w.since.Sec && st.Ctim.Nsec < w.since.Nsec) {
-				continue
-			}
-			if len(prefix)+len(n) > maxWorkPath {
-				// No route could name it: said, not skipped in silence.
-				w.truncated = true
-				continue
-			}
-			if len(w.out) == w.limits.listed {
-				w.truncated, w.stop = true, true
-				return
-			}
-			w.out = append(w.out, prefix+n)
+			return beneath.Descend
+		case e.Ctim.Sec < since.Sec || (e.Ctim.Sec == since.Sec && e.Ctim.Nsec < since.Nsec):
+			return beneath.Next
+		case len(p) > maxWorkPath:
+			// No route could name it: said, not skipped in silence.
+			truncated = true
+			return beneath.Next
+		case len(out) == limits.listed:
+			truncated = true
+			return beneath.Stop
 		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				w.truncated = true
-			}
-			return
-		}
+		out = append(out, p)
+		return beneath.Next
 	}
+	walk.Run(root)
+	sort.Strings(out)
+	return out, truncated
 }

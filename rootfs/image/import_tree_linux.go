@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockade/stockade/internal/fds"
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,8 +28,6 @@ type tree struct {
 // errThroughSymlink is what walking into a symlinked directory gives.
 var errThroughSymlink = errors.New("a parent directory is a symlink; writing through it is refused")
 
-const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
-
 func openTree(dir string) (*tree, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -43,50 +41,14 @@ func (t *tree) close() { unix.Close(t.fd) }
 // openDir opens the directory rel (clean, relative) as an O_PATH
 // descriptor, creating missing directories (0700 for now) if create is set.
 func (t *tree) openDir(rel string, create bool) (int, error) {
-	if rel == "." {
-		return fds.Dup(t.fd)
-	}
-	fd, err := openBeneath(t.fd, rel)
+	fd, err := beneath.Open(t.fd, rel, unix.O_PATH|unix.O_DIRECTORY)
 	if err == nil || !errors.Is(err, unix.ENOENT) || !create {
 		return fd, t.walkErr(rel, err)
 	}
-	// Walk one component at a time, making what is missing; each step is
-	// itself an openat2 beneath the step before.
-	fd, err = fds.Dup(t.fd)
-	if err != nil {
-		return -1, err
-	}
-	prefix := ""
-	for _, c := range strings.Split(rel, "/") {
-		prefix = strings.TrimPrefix(prefix+"/"+c, "/")
-		next, err := openBeneath(fd, c)
-		if errors.Is(err, unix.ENOENT) {
-			if err = unix.Mkdirat(fd, c, 0o700); err == nil {
-				// A directory the layer implies but does not list gets
-				// the usual mode, unless an entry for it comes later.
-				t.dirModes[prefix] = 0o755
-			}
-			if err == nil || errors.Is(err, unix.EEXIST) {
-				next, err = openBeneath(fd, c)
-			}
-		}
-		unix.Close(fd)
-		if err != nil {
-			return -1, t.walkErr(rel, err)
-		}
-		fd = next
-	}
-	return fd, nil
-}
-
-func openBeneath(dirfd int, rel string) (int, error) {
-	for {
-		fd, err := unix.Openat2(dirfd, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: beneath})
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-			continue // RESOLVE_BENEATH retries on concurrent renames
-		}
-		return fd, err
-	}
+	// A directory the layer implies but does not list gets the usual
+	// mode, unless an entry for it comes later.
+	fd, err = beneath.MkdirAll(t.fd, rel, unix.O_PATH, 0o700, func(made string) { t.dirModes[made] = 0o755 })
+	return fd, t.walkErr(rel, err)
 }
 
 func (t *tree) walkErr(rel string, err error) error {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/stockade/stockade/internal/fds"
+	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,12 +14,9 @@ import (
 // directory the jailed code wrote to on an earlier run (--workdir); a
 // planted link must not turn "--ro /data/in" into a bind of /etc/shadow.
 func OpenNoSymlinks(path string) (int, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
-		// No O_NOFOLLOW: with O_PATH it would hand back the link itself;
-		// RESOLVE_NO_SYMLINKS refuses a trailing link too.
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	// No O_NOFOLLOW: with O_PATH it would hand back the link itself;
+	// RESOLVE_NO_SYMLINKS refuses a trailing link too.
+	fd, err := beneath.OpenPath(path, unix.O_PATH)
 	if errors.Is(err, unix.ELOOP) {
 		return -1, fmt.Errorf("%s: the path contains a symlink (mount sources are not resolved through symlinks; name the real path)", path)
 	}
@@ -47,48 +44,20 @@ func openBeneath(dirfd int, rel string, flags uint64) (int, error) {
 	if rel == "" {
 		rel = "."
 	}
-	return unix.Openat2(dirfd, rel, &unix.OpenHow{
-		Flags:   flags | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	return beneath.Open(dirfd, rel, flags)
 }
 
 // mkdirAllBeneath creates the directories of rel below root, one component
 // at a time, never following a symlink, and returns an O_PATH fd of the last.
-// Each component is opened first and made only when missing: most plan
-// steps share their parents (/etc, /dev), and a failing mkdirat for every
-// one of them was a system call wasted per step.
 func mkdirAllBeneath(root int, rel string, mode uint32) (int, error) {
-	fd := root // borrowed: closed only once a component replaced it
-	release := func() {
-		if fd != root {
-			unix.Close(fd)
-		}
-	}
-	for _, c := range strings.Split(strings.Trim(rel, "/"), "/") {
-		if c == "" {
-			continue
-		}
+	for _, c := range strings.Split(rel, "/") {
 		if c == ".." {
-			release()
 			return -1, fmt.Errorf("%s: '..' in a mount target", rel)
 		}
-		next, err := openBeneath(fd, c, unix.O_PATH|unix.O_DIRECTORY)
-		if errors.Is(err, unix.ENOENT) {
-			if err := unix.Mkdirat(fd, c, mode); err != nil && !errors.Is(err, unix.EEXIST) {
-				release()
-				return -1, fmt.Errorf("mkdir %s: %w", c, err)
-			}
-			next, err = openBeneath(fd, c, unix.O_PATH|unix.O_DIRECTORY)
-		}
-		release()
-		if err != nil {
-			return -1, fmt.Errorf("open %s: %w", c, err)
-		}
-		fd = next
 	}
-	if fd == root {
-		return fds.Dup(root) // the caller closes what it gets
+	fd, err := beneath.MkdirAll(root, rel, unix.O_PATH, mode, nil)
+	if err != nil {
+		return -1, fmt.Errorf("make %s: %w", rel, err)
 	}
 	return fd, nil
 }
