@@ -294,74 +294,32 @@ func (p *Proxy) handle(c net.Conn) {
 		}
 		return
 	}
-	var host, portStr, path string
-	via := req.method
-	switch {
-	case req.method == "CONNECT":
-		host, portStr, err = net.SplitHostPort(req.target)
-		if err != nil {
-			p.refuse(c, Decision{Host: safeName(req.target), Via: via, Reason: "CONNECT target is not HOST:PORT"}, 400)
-			return
-		}
-	case len(req.target) > 7 && strings.EqualFold(req.target[:7], "http://"):
-		if req.method != "GET" && req.method != "HEAD" {
-			p.refuse(c, Decision{Host: safeName(req.target), Via: safeName(req.method), Reason: "plain HTTP carries only GET and HEAD"}, 405)
-			return
-		}
-		if why := headSyntax(req); why != "" {
-			p.refuse(c, Decision{Host: safeName(req.target), Via: via, Reason: why}, 400)
-			return
-		}
-		// Exactly one request crosses: a body would be read by nobody but
-		// the upstream, which could take it for a second, unchecked request.
-		if why := bodyHeader(req); why != "" {
-			p.refuse(c, Decision{Host: safeName(req.target), Via: via, Reason: why}, 400)
-			return
-		}
-		rest := req.target[7:]
-		end := strings.IndexAny(rest, "/?#")
-		authority := rest
-		path = "/"
-		if end >= 0 {
-			authority, path = rest[:end], rest[end:]
-			if path[0] != '/' {
-				path = "/" + path
-			}
-		}
-		if i := strings.IndexByte(path, '#'); i >= 0 {
-			path = path[:i]
-		}
-		host, portStr, err = net.SplitHostPort(authority)
-		if err != nil {
-			host, portStr = authority, "80"
-			if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-				host = host[1 : len(host)-1]
-			}
-		}
-	default:
-		p.refuse(c, Decision{Host: safeName(req.target), Via: safeName(req.method), Reason: "only CONNECT (HTTPS) and absolute-form http:// requests are proxied"}, 400)
-		return
-	}
-	port, err := parsePort(portStr)
-	if err != nil {
-		p.refuse(c, Decision{Host: safeName(host), Via: via, Reason: "bad port " + strconv.Quote(portStr)}, 400)
-		return
-	}
-	if req.method != "CONNECT" && port != 80 {
-		p.refuse(c, Decision{Host: safeName(host), Port: port, Via: via, Reason: "plain HTTP goes only to port 80 rules; use https"}, 403)
+	dd := decide(req, p.cfg.Rules, p.cfg.Addrs, nil)
+	if dd.refused() {
+		p.refuse(c, dd.Decision, dd.status)
 		return
 	}
 	if !p.acquire() {
-		p.refuse(c, Decision{Host: safeName(host), Port: port, Via: via, Reason: fmt.Sprintf("tunnel limit: %d connections at once", p.cfg.MaxTunnels)}, 503)
+		d := Decision{Host: dd.Host, Port: dd.Port, Via: dd.Via, Reason: fmt.Sprintf("tunnel limit: %d connections at once", p.cfg.MaxTunnels)}
+		p.refuse(c, d, 503)
 		return
 	}
 	defer p.release()
-	t, d := p.check(p.ctx, host, port)
-	d.Via = via
-	if !d.Allowed {
-		p.refuse(c, d, 403)
-		return
+	if dd.lookup != "" {
+		if why := p.chargeLookup(dd.lookup); why != "" {
+			dd.Reason = why
+			p.refuse(c, dd.Decision, 403)
+			return
+		}
+		rctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
+		addrs, err := p.resolve(rctx, dd.lookup)
+		cancel()
+		if dd = decide(req, p.cfg.Rules, p.cfg.Addrs, &resolved{addrs, err}); dd.refused() {
+			p.refuse(c, dd.Decision, dd.status)
+			return
+		}
 	}
+	d, t, port, path := dd.Decision, dd.target, dd.Port, dd.path
 	if r := p.spent(); r != "" {
 		d.Allowed, d.Reason = false, r
 		p.refuse(c, d, 403)
@@ -570,88 +528,6 @@ func (t target) authority(port uint16) string {
 		h += ":" + strconv.Itoa(int(port))
 	}
 	return h
-}
-
-// check applies the allowlist and the address classes to host:port. The
-// decision it returns is a refusal unless Allowed is set.
-func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, Decision) {
-	d := Decision{Host: safeName(host), Port: port}
-	if a, err := netip.ParseAddr(host); err == nil {
-		d.Host = a.String()
-		if a.Zone() != "" {
-			d.Reason = "an address with a zone"
-			return target{}, d
-		}
-		r, ok := p.cfg.Rules.MatchAddr(a, port)
-		if !ok {
-			if p.cfg.Rules.anyPort("", a) {
-				d.Reason = fmt.Sprintf("port %d is not allowed for %s", port, a)
-			} else {
-				d.Reason = "IP address not in the allowlist (list the address or CIDR to allow it)"
-			}
-			return target{}, d
-		}
-		d.Rule = r.Original
-		d.Address = a.String()
-		if why, via := p.cfg.Addrs.Check(a); why != "" {
-			d.Reason = why
-			d.never = p.cfg.Addrs.never(a)
-			return target{}, d
-		} else {
-			d.Private = via
-		}
-		d.Allowed = true
-		return target{addrs: []netip.Addr{a}}, d
-	}
-	name, err := NormalizeName(host)
-	if err != nil {
-		d.Reason = "invalid host name: " + err.Error()
-		return target{}, d
-	}
-	d.Host = name
-	r, ok := p.cfg.Rules.MatchName(name, port)
-	if !ok {
-		if p.cfg.Rules.anyPort(name, netip.Addr{}) {
-			d.Reason = fmt.Sprintf("port %d is not allowed for %s", port, name)
-		} else {
-			d.Reason = "not in the allowlist"
-		}
-		return target{}, d
-	}
-	d.Rule = r.Original
-	if why := p.chargeLookup(name); why != "" {
-		d.Reason = why
-		return target{}, d
-	}
-	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	addrs, err := p.resolve(rctx, name)
-	if err != nil || len(addrs) == 0 {
-		d.Reason = fmt.Sprintf("cannot resolve %s on the host", name)
-		if err != nil {
-			d.Reason += ": " + err.Error()
-		}
-		return target{}, d
-	}
-	// Every address is checked before any is dialled: a name that
-	// resolves to one public and one internal address is refused, not
-	// dialled at the public one while the other waits for a retry.
-	var vias []string
-	for _, a := range addrs {
-		why, via := p.cfg.Addrs.Check(a)
-		if why != "" {
-			d.Address = a.String()
-			d.Reason = fmt.Sprintf("%s resolves to %s: %s", name, a, why)
-			d.never = p.cfg.Addrs.never(a)
-			return target{}, d
-		}
-		if via != "" {
-			vias = append(vias, via)
-		}
-	}
-	d.Private = strings.Join(dedup(vias), ",")
-	d.Allowed = true
-	return target{name: name, addrs: addrs}, d
 }
 
 func dedup(s []string) []string {
