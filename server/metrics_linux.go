@@ -144,7 +144,7 @@ func (s *Server) writeMetrics(w io.Writer) error {
 	var names []string
 	for _, pr := range s.cfg.Profiles {
 		names = append(names, pr.Name)
-		pools[pr.Name] = s.pools[pr.Name].snapshot()
+		pools[pr.Name] = s.pools[pr.Name].Snapshot()
 	}
 	gauge := func(name, help string, v func(PoolStats) int, typ string) {
 		p.family(name, typ, help)
@@ -161,7 +161,7 @@ func (s *Server) writeMetrics(w io.Writer) error {
 	gauge("stockade_pool_failed_total", "Jail set-ups of the pool that failed.", func(ps PoolStats) int { return ps.Failed }, "counter")
 	gauge("stockade_pool_evicted_total", "Prepared jails given up to make room in the budget.", func(ps PoolStats) int { return ps.Evicted }, "counter")
 
-	running, queued := s.gate.counts()
+	running, queued := s.gate.Counts()
 	p.family("stockade_runs_running", "gauge", "Requests holding a run slot (--concurrency).")
 	p.sample("stockade_runs_running", nil, float64(running))
 	p.family("stockade_runs_queued", "gauge", "Requests waiting for a run slot (--queue).")
@@ -173,7 +173,7 @@ func (s *Server) writeMetrics(w io.Writer) error {
 	p.family("stockade_sessions_held", "gauge", "Sessions the server holds, live or ended and kept for their /work (--sessions counts these).")
 	p.sample("stockade_sessions_held", nil, float64(held))
 
-	mem, pids := s.budget.used()
+	mem, pids := s.budget.Used()
 	p.family("stockade_budget_memory_used_bytes", "gauge", "Memory limits of every live jail, added up.")
 	p.sample("stockade_budget_memory_used_bytes", nil, float64(mem))
 	p.family("stockade_budget_memory_max_bytes", "gauge", "--budget-memory (0: none).")

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/capacity"
 )
 
 // handleRun is POST /v1/run (s.admitted lets it in).
@@ -32,8 +33,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	ctx, stopRun := s.runContext(r)
 	defer stopRun()
 	r = r.WithContext(ctx)
-	switch err := s.gate.enter(r.Context()); {
-	case errors.Is(err, errBusy):
+	switch err := s.gate.Enter(r.Context()); {
+	case errors.Is(err, capacity.ErrBusy):
 		retryAfter(w, s.cfg.QueueWait/4)
 		s.writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
 		return
@@ -43,7 +44,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 		s.refuseStopped(w, context.Cause(r.Context()))
 		return
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	s.run(w, r, rc, caller, req, spec, cold)
 }
 
@@ -124,7 +125,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	use := PoolUse{Reason: "limits differ from the profile's"}
 	var jl *ready
 	if !cold {
-		jl, use = s.pools[req.Profile].use()
+		jl, use = usePool(s.pools[req.Profile])
 	}
 	var res *jail.Result
 	if jl == nil {
@@ -234,11 +235,11 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 	mem, pids := spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax
 	deadline := time.NewTimer(s.cfg.QueueWait)
 	defer deadline.Stop()
-	for !s.budget.tryTake(mem, pids) {
-		freed := s.budget.changed()
+	for !s.budget.TryTake(mem, pids) {
+		freed := s.budget.Changed()
 		evicted := false
 		for _, p := range s.pools {
-			if p.evict() {
+			if p.Evict() {
 				evicted = true
 				break
 			}
@@ -256,7 +257,7 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 	}
 	jl, err := prepareJail(ctx, spec, s.cfg.Notices)
 	if err != nil {
-		s.budget.give(mem, pids)
+		s.budget.Give(mem, pids)
 		return nil, err
 	}
 	return jl, nil

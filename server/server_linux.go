@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/server/internal/capacity"
 	"golang.org/x/sys/unix"
 )
 
@@ -142,9 +143,9 @@ type Server struct {
 	// ceilings and defaults.
 	sessionPolicies map[string]*profiles.Profile
 	sessionSpecs    map[string]jail.Spec
-	pools           map[string]*pool
-	gate            *gate
-	budget          *budget
+	pools           map[string]*capacity.Pool[*ready]
+	gate            *capacity.Gate
+	budget          *capacity.Budget
 	bodies          *bodyBudget
 	started         time.Time
 	runSeq          atomic.Int64 // numbers the runs in the audit log
@@ -248,10 +249,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SessionMaxLife < cfg.SessionTTL {
 		return nil, fmt.Errorf("serve: --session-max-life %v is less than --session-ttl %v: a session asking for the ttl it may ask for could not live that long", cfg.SessionMaxLife, cfg.SessionTTL)
 	}
-	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*pool{},
+	s := &Server{cfg: cfg, policies: map[string]*profiles.Profile{}, specs: map[string]jail.Spec{}, pools: map[string]*capacity.Pool[*ready]{},
 		sessionPolicies: map[string]*profiles.Profile{}, sessionSpecs: map[string]jail.Spec{},
-		gate:   newGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
-		budget: newBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now(),
+		gate:   capacity.NewGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
+		budget: capacity.NewBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now(),
 		sessions: newSessionTable(), metrics: newMetrics()}
 	s.runs, s.killRuns = context.WithCancelCause(context.Background())
 	for _, p := range cfg.Profiles {
@@ -283,7 +284,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serve: profile %s, for sessions: %w", p.Name, err)
 		}
 		s.sessionPolicies[p.Name], s.sessionSpecs[p.Name] = sessionPolicy, sessionPolicy.Spec(bootstrapArgs(), cfg.Host)
-		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.closeFailed)
+		s.pools[p.Name] = capacity.NewPool(p.Name, spec, cfg.Pool, s.budget, func(ctx context.Context) (*ready, error) { return prepareJail(ctx, spec, cfg.Notices) }, s.logf, s.closeFailed)
 	}
 	return s, nil
 }
@@ -332,7 +333,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer s.killRuns(errors.New("the server stopped"))
 	poolCtx, stopPools := context.WithCancel(context.Background())
 	for _, p := range s.pools {
-		go p.refill(poolCtx, s.cfg.Notices)
+		go p.Refill(poolCtx)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/run", s.admitted("POST", "POST /v1/run", s.handleRun))
@@ -400,7 +401,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.releasing.Wait()
 	stopPools()
 	for _, p := range s.pools {
-		<-p.done
+		<-p.Drained()
 	}
 	if serr := s.sweep(); serr != nil {
 		s.logf("stopped, leaving behind what could not be removed in %v (recorded in its run lock slot; the next stockade's start removes it): %v", sweepTimeout, serr)
@@ -466,13 +467,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	h := Health{Status: "ok", Version: s.cfg.Version, Pool: map[string]PoolStats{}, Host: s.cfg.Facts}
 	for _, p := range s.cfg.Profiles {
 		h.Profiles = append(h.Profiles, p.Name)
-		h.Pool[p.Name] = s.pools[p.Name].snapshot()
+		h.Pool[p.Name] = s.pools[p.Name].Snapshot()
 	}
-	h.Running, h.Queued = s.gate.counts()
+	h.Running, h.Queued = s.gate.Counts()
 	if h.Audit = s.cfg.Audit.health(s.cfg.AuditRequired); h.Audit.Failing {
 		h.Status = "degraded" // audit says why
 	}
-	mem, pids := s.budget.used()
+	mem, pids := s.budget.Used()
 	h.Budget = map[string]int64{"memory_used": mem, "memory_max": s.cfg.BudgetMemory, "pids_used": pids, "pids_max": s.cfg.BudgetPids,
 		"body_bytes_used": s.bodies.inUse(), "body_bytes_max": s.cfg.BodyBudget}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))

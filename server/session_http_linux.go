@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/capacity"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,24 +81,24 @@ func (s *Server) admitted(allow, what string, h func(http.ResponseWriter, *http.
 // server holds is one these allow. Otherwise it answers (429, 503, 413).
 // done gives both back; it must follow true.
 func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, caller peer) (done func(), ok bool) {
-	switch err := s.gate.arrive(caller.uid); {
-	case errors.Is(err, errCallerCap):
+	switch err := s.gate.Arrive(caller.uid); {
+	case errors.Is(err, capacity.ErrCallerCap):
 		retryAfter(w, time.Second)
 		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
 		return nil, false
-	case errors.Is(err, errBusy):
+	case errors.Is(err, capacity.ErrBusy):
 		retryAfter(w, s.cfg.QueueWait/4)
 		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
 		return nil, false
 	}
 	share, ok := s.takeBodyShare(w, r)
 	if !ok {
-		s.gate.depart(caller.uid)
+		s.gate.Depart(caller.uid)
 		return nil, false
 	}
 	return func() {
 		s.bodies.give(share)
-		s.gate.depart(caller.uid)
+		s.gate.Depart(caller.uid)
 	}, true
 }
 
@@ -256,14 +257,14 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	var ss *session
 	var use PoolUse
 	for attempt := 1; ; attempt++ {
-		switch err := s.gate.enter(ctx); {
-		case errors.Is(err, errBusy):
+		switch err := s.gate.Enter(ctx); {
+		case errors.Is(err, capacity.ErrBusy):
 			return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
 		case err != nil:
 			return nil, &apiError{Status: 499, Msg: "the caller went away"}
 		}
 		jl, u, ae := s.sessionJail(ctx, name, jailSpec, admitted)
-		s.gate.leave()
+		s.gate.Leave()
 		if ae != nil {
 			return nil, ae
 		}
@@ -299,12 +300,12 @@ func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec
 	pl := s.pools[profile]
 	var jl *ready
 	switch {
-	case pl.spec.Cgroup.CPUTime > 0 && poolServes(pl.spec, withCPUTime(spec, pl.spec.Cgroup.CPUTime)):
+	case pl.Spec().Cgroup.CPUTime > 0 && poolServes(pl.Spec(), withCPUTime(spec, pl.Spec().Cgroup.CPUTime)):
 		use.Reason = "the profile's CPU-time limit is each exec's in a session, and its pooled jails carry it for their whole life"
-	case !poolServes(pl.spec, spec):
+	case !poolServes(pl.Spec(), spec):
 		use.Reason = "limits differ from the profile's"
 	default:
-		jl, use = pl.use()
+		jl, use = usePool(pl)
 	}
 	if jl == nil {
 		var err error

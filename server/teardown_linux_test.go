@@ -56,7 +56,7 @@ func TestServeAnswersBeforeTeardown(t *testing.T) {
 
 	hc := unixClient(sock)
 	hc.Timeout = time.Minute
-	eventually(t, "the pool filled", func() bool { return srv.pools["python"].snapshot().Ready == 1 })
+	eventually(t, "the pool filled", func() bool { return srv.pools["python"].Snapshot().Ready == 1 })
 	resp, err := hc.Post("http://stockade/v1/run", "application/json", strings.NewReader(`{"code": "print(1)"}`))
 	if err != nil {
 		t.Fatalf("no answer while the teardown is held: %v", err)

@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"context"
@@ -7,16 +7,16 @@ import (
 	"time"
 )
 
-// errBusy is a request the server could not admit in time.
-var errBusy = errors.New("server busy")
+// ErrBusy is a request the server could not admit in time.
+var ErrBusy = errors.New("server busy")
 
-// gate admits at most `running` requests at once, queues at most `queue`
+// Gate admits at most `running` requests at once, queues at most `queue`
 // more for at most `wait` each, and at most perCaller (being read, queued
 // or running) for one caller uid. A request is counted against its caller
 // and against running+queue before its body is read: a body held in memory
 // is a request the caps already allow. Past any of these a request is
 // refused at once, so an agent backs off instead of piling up connections.
-type gate struct {
+type Gate struct {
 	mu        sync.Mutex
 	running   int
 	queued    int
@@ -29,31 +29,31 @@ type gate struct {
 	free      chan struct{} // signalled when a slot frees
 }
 
-func newGate(maxRun, maxQueue, perCaller int, wait time.Duration) *gate {
-	return &gate{maxRun: maxRun, maxQueue: maxQueue, perCaller: perCaller, wait: wait,
+func NewGate(maxRun, maxQueue, perCaller int, wait time.Duration) *Gate {
+	return &Gate{maxRun: maxRun, maxQueue: maxQueue, perCaller: perCaller, wait: wait,
 		byCaller: map[uint32]int{}, free: make(chan struct{}, 1)}
 }
 
-// errCallerCap is a caller over its own cap.
-var errCallerCap = errors.New("caller over its cap")
+// ErrCallerCap is a caller over its own cap.
+var ErrCallerCap = errors.New("caller over its cap")
 
-// arrive counts a request of uid before its body is read, or says why not;
-// depart must follow a nil error.
-func (g *gate) arrive(uid uint32) error {
+// Arrive counts a request of uid before its body is read, or says why not;
+// Depart must follow a nil error.
+func (g *Gate) Arrive(uid uint32) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.perCaller > 0 && g.byCaller[uid] >= g.perCaller {
-		return errCallerCap
+		return ErrCallerCap
 	}
 	if g.arrived >= g.maxRun+g.maxQueue {
-		return errBusy
+		return ErrBusy
 	}
 	g.arrived++
 	g.byCaller[uid]++
 	return nil
 }
 
-func (g *gate) depart(uid uint32) {
+func (g *Gate) Depart(uid uint32) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.arrived--
@@ -62,9 +62,9 @@ func (g *gate) depart(uid uint32) {
 	}
 }
 
-// enter admits an arrived request to run or says why not; leave must
+// Enter admits an arrived request to run or says why not; Leave must
 // follow a nil error.
-func (g *gate) enter(ctx context.Context) error {
+func (g *Gate) Enter(ctx context.Context) error {
 	g.mu.Lock()
 	if g.running < g.maxRun {
 		g.running++
@@ -73,7 +73,7 @@ func (g *gate) enter(ctx context.Context) error {
 	}
 	if g.queued >= g.maxQueue {
 		g.mu.Unlock()
-		return errBusy
+		return ErrBusy
 	}
 	g.queued++
 	g.mu.Unlock()
@@ -84,7 +84,7 @@ func (g *gate) enter(ctx context.Context) error {
 		case <-g.free:
 		case <-deadline.C:
 			g.drop()
-			return errBusy
+			return ErrBusy
 		case <-ctx.Done():
 			g.drop()
 			return ctx.Err()
@@ -104,47 +104,47 @@ func (g *gate) enter(ctx context.Context) error {
 	}
 }
 
-func (g *gate) drop() {
+func (g *Gate) drop() {
 	g.mu.Lock()
 	g.queued--
 	g.mu.Unlock()
 }
 
-func (g *gate) leave() {
+func (g *Gate) Leave() {
 	g.mu.Lock()
 	g.running--
 	g.mu.Unlock()
 	g.signal()
 }
 
-func (g *gate) signal() {
+func (g *Gate) signal() {
 	select {
 	case g.free <- struct{}{}:
 	default:
 	}
 }
 
-func (g *gate) counts() (running, queued int) {
+func (g *Gate) Counts() (running, queued int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.running, g.queued
 }
 
-// budget is the memory and pids every live jail of the server may hold
+// Budget is the memory and pids every live jail of the server may hold
 // together, waiting in the pool or running: what the cgroups allow each,
 // added up. Zero means no budget on that resource.
-type budget struct {
+type Budget struct {
 	mu             sync.Mutex
 	memMax, pidMax int64
 	mem, pids      int64
 	freed          chan struct{} // closed (and replaced) when a share is given back
 }
 
-func newBudget(mem, pids int64) *budget {
-	return &budget{memMax: mem, pidMax: pids, freed: make(chan struct{})}
+func NewBudget(mem, pids int64) *Budget {
+	return &Budget{memMax: mem, pidMax: pids, freed: make(chan struct{})}
 }
 
-func (b *budget) tryTake(mem, pids int64) bool {
+func (b *Budget) TryTake(mem, pids int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.memMax > 0 && b.mem+mem > b.memMax || b.pidMax > 0 && b.pids+pids > b.pidMax {
@@ -155,7 +155,7 @@ func (b *budget) tryTake(mem, pids int64) bool {
 	return true
 }
 
-func (b *budget) give(mem, pids int64) {
+func (b *Budget) Give(mem, pids int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.mem -= mem
@@ -164,14 +164,14 @@ func (b *budget) give(mem, pids int64) {
 	b.freed = make(chan struct{})
 }
 
-// changed is closed the next time a share is given back.
-func (b *budget) changed() <-chan struct{} {
+// Changed is closed the next time a share is given back.
+func (b *Budget) Changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.freed
 }
 
-func (b *budget) used() (mem, pids int64) {
+func (b *Budget) Used() (mem, pids int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.mem, b.pids

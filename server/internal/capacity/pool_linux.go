@@ -1,8 +1,7 @@
-package server
+package capacity
 
 import (
 	"context"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -10,69 +9,30 @@ import (
 	"github.com/stockade/stockade/jail"
 )
 
-// ready is one prepared jail, the write end of its stdin pipe and the
-// server's end of its driver channel (used if it becomes a session).
-type ready struct {
-	p      *jail.Prepared
-	stdin  *os.File
-	driver *os.File
-	spec   jail.Spec
-	made   time.Time
-	mem    int64 // what it holds of the budget
-	pids   int64
+// Jail is what a pool keeps: a prepared jail waiting for its one use.
+type Jail interface {
+	// Done is closed when the jail has ended.
+	Done() <-chan struct{}
+	// Close destroys the jail and gives its share back to b.
+	Close(b *Budget) error
 }
 
-// close destroys the jail and gives back its share of the budget. The
-// error names a cgroup or run directory it could not remove (still
-// recorded in the jail's run lock slot, for jail.Sweep).
-func (r *ready) close(b *budget) error {
-	r.stdin.Close()
-	r.driver.Close()
-	err := r.p.Close()
-	b.give(r.mem, r.pids)
-	return err
-}
-
-// prepareJail makes one jail that waits for its job on stdin. The caller
-// has taken its share of the budget.
-func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File) (*ready, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	drv, drvJail, err := driverSocket()
-	if err != nil {
-		r.Close()
-		w.Close()
-		return nil, err
-	}
-	p, err := jail.Prepare(ctx, spec, jail.Streams{Stdin: r, Notices: notices, Pass: []*os.File{drvJail}})
-	r.Close() // the jail holds its own copies
-	drvJail.Close()
-	if err != nil {
-		w.Close()
-		drv.Close()
-		return nil, err
-	}
-	return &ready{p: p, stdin: w, driver: drv, spec: spec, made: time.Now(),
-		mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}, nil
-}
-
-// pool keeps up to target jails of one profile prepared. A jail leaves it
+// Pool keeps up to target jails of one profile prepared. A jail leaves it
 // once, to serve one request, and is destroyed after: never reused, never
 // reset, so nothing of one run can reach the next.
-type pool struct {
-	name   string
-	spec   jail.Spec
-	target int
-	budget *budget
-	logf   func(format string, a ...any)
-	failed func(error) // a close left something behind
+type Pool[J Jail] struct {
+	name    string
+	spec    jail.Spec
+	target  int
+	budget  *Budget
+	prepare func(context.Context) (J, error) // makes one jail, whose share the pool took
+	logf    func(format string, a ...any)
+	failed  func(error) // a close left something behind
 
 	parallel int // set-ups at once, at most
 
 	mu        sync.Mutex
-	ready     []*ready
+	ready     []waiting[J]
 	preparing int
 	retryAt   time.Time // no set-up before this, after one failed
 	stats     PoolStats
@@ -84,6 +44,12 @@ type pool struct {
 	// directory behind. Added to under mu only, while the pool still
 	// has jails: none after drain has emptied it.
 	closing sync.WaitGroup
+}
+
+// waiting is a jail in the pool and when it was made.
+type waiting[J Jail] struct {
+	j    J
+	made time.Time
 }
 
 // PoolStats is what GET /v1/health reports of one profile's pool.
@@ -98,32 +64,33 @@ type PoolStats struct {
 	Evicted     int `json:"evicted"`      // given up to make room in the budget
 }
 
-func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any), failed func(error)) *pool {
-	return &pool{name: name, spec: spec, target: target, budget: b, logf: logf, failed: failed,
+// NewPool makes the pool of a profile's spec; prepare makes one jail of it.
+func NewPool[J Jail](name string, spec jail.Spec, target int, b *Budget, prepare func(context.Context) (J, error), logf func(string, ...any), failed func(error)) *Pool[J] {
+	return &Pool[J]{name: name, spec: spec, target: target, budget: b, prepare: prepare, logf: logf, failed: failed,
 		parallel: max(1, min(target, runtime.NumCPU())), wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-func (p *pool) poke() {
+func (p *Pool[J]) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
-// refill runs until ctx ends, keeping the pool full while the budget has
+// Refill runs until ctx ends, keeping the pool full while the budget has
 // room; then it closes every waiting jail. Under back-to-back load the
 // requests take jails faster than one set-up at a time makes them, and a
 // request that finds the pool empty makes its own jail on its time; so
 // refill prepares as many at once as the pool is short, up to one per
 // CPU (p.parallel), ahead of the requests to come. Each set-up holds its
 // share of the budget from the start, as a request's cold jail does.
-func (p *pool) refill(ctx context.Context, notices *os.File) {
+func (p *Pool[J]) Refill(ctx context.Context) {
 	defer close(p.done)
 	defer p.drain()
 	var preparing sync.WaitGroup
 	defer preparing.Wait() // first: what is being made joins the pool, then drain closes it
 	for {
-		freed := p.budget.changed()
+		freed := p.budget.Changed()
 		p.mu.Lock()
 		short := len(p.ready)+p.preparing < p.target && p.preparing < p.parallel
 		wait := time.Until(p.retryAt)
@@ -138,14 +105,14 @@ func (p *pool) refill(ctx context.Context, notices *os.File) {
 			}
 			continue
 		}
-		if short && ctx.Err() == nil && p.budget.tryTake(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax) {
+		if short && ctx.Err() == nil && p.budget.TryTake(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax) {
 			p.mu.Lock()
 			p.preparing++
 			p.mu.Unlock()
 			preparing.Add(1)
 			go func() {
 				defer preparing.Done()
-				p.prepareOne(ctx, notices)
+				p.prepareOne(ctx)
 			}()
 			continue
 		}
@@ -160,41 +127,32 @@ func (p *pool) refill(ctx context.Context, notices *os.File) {
 
 // prepareOne makes one jail for the pool, whose share of the budget the
 // caller took, and wakes refill when it is done.
-func (p *pool) prepareOne(ctx context.Context, notices *os.File) {
+func (p *Pool[J]) prepareOne(ctx context.Context) {
 	defer p.poke()
-	r, err := prepareJail(ctx, p.spec, notices)
+	r, err := p.prepare(ctx)
 	p.mu.Lock()
 	p.preparing--
 	if err != nil {
 		p.stats.Failed++
 		p.retryAt = time.Now().Add(time.Second)
 		p.mu.Unlock()
-		p.budget.give(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax)
+		p.budget.Give(p.spec.Cgroup.MemoryMax, p.spec.Cgroup.PidsMax)
 		if ctx.Err() == nil {
 			p.logf("pool %s: prepare a jail: %v", p.name, err)
 		}
 		return
 	}
-	p.ready = append(p.ready, r)
+	p.ready = append(p.ready, waiting[J]{r, time.Now()})
 	p.mu.Unlock()
 }
 
-// use takes a waiting jail for a request its jails serve, and says what
-// the pool did for it.
-func (p *pool) use() (*ready, PoolUse) {
-	if p.target == 0 {
-		return nil, PoolUse{Reason: "no pool"}
-	}
-	if r := p.take(); r != nil {
-		return r, PoolUse{Hit: true}
-	}
-	return nil, PoolUse{Reason: "pool empty"}
-}
+// Target is how many jails the pool keeps prepared.
+func (p *Pool[J]) Target() int { return p.target }
 
-// take hands out the oldest waiting jail that is still alive, or nil.
-// A jail that died while waiting is discarded and reported, never handed
-// out.
-func (p *pool) take() *ready {
+// Take hands out the oldest waiting jail that is still alive, or the
+// zero J. A jail that died while waiting is discarded and reported, never
+// handed out.
+func (p *Pool[J]) Take() J {
 	defer p.poke()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -202,7 +160,7 @@ func (p *pool) take() *ready {
 		r := p.ready[0]
 		p.ready = p.ready[1:]
 		select {
-		case <-r.p.Done():
+		case <-r.j.Done():
 			p.stats.DiedWaiting++
 			p.logf("pool %s: discarded a jail that ended while waiting (made %v ago)", p.name, time.Since(r.made).Round(time.Millisecond))
 			// Not on the request's time: a dead jail's close can wait for
@@ -210,20 +168,21 @@ func (p *pool) take() *ready {
 			p.closing.Add(1)
 			go func() {
 				defer p.closing.Done()
-				p.close(r)
+				p.close(r.j)
 			}()
 			continue
 		default:
 		}
 		p.stats.Hits++
-		return r
+		return r.j
 	}
 	p.stats.Misses++
-	return nil
+	var none J
+	return none
 }
 
-// evict closes one waiting jail to make room in the budget for a request.
-func (p *pool) evict() bool {
+// Evict closes one waiting jail to make room in the budget for a request.
+func (p *Pool[J]) Evict() bool {
 	p.mu.Lock()
 	if len(p.ready) == 0 {
 		p.mu.Unlock()
@@ -233,32 +192,40 @@ func (p *pool) evict() bool {
 	p.ready = p.ready[:len(p.ready)-1]
 	p.stats.Evicted++
 	p.mu.Unlock()
-	p.close(r)
+	p.close(r.j)
 	return true
 }
 
 // drain closes every waiting jail and waits for the closes take started.
-func (p *pool) drain() {
+func (p *Pool[J]) drain() {
 	p.mu.Lock()
 	rs := p.ready
 	p.ready = nil
 	p.mu.Unlock()
 	for _, r := range rs {
-		p.close(r)
+		p.close(r.j)
 	}
 	p.closing.Wait()
 }
 
-func (p *pool) close(r *ready) {
-	if err := r.close(p.budget); err != nil {
+func (p *Pool[J]) close(j J) {
+	if err := j.Close(p.budget); err != nil {
 		p.failed(err)
 	}
 }
 
-func (p *pool) snapshot() PoolStats {
+// Snapshot is the pool's counts now.
+func (p *Pool[J]) Snapshot() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
 	s.Target, s.Ready, s.Preparing = p.target, len(p.ready), p.preparing
 	return s
 }
+
+// Drained is closed once Refill has returned and every jail it kept is
+// closed.
+func (p *Pool[J]) Drained() <-chan struct{} { return p.done }
+
+// Spec is the spec of the jails the pool keeps.
+func (p *Pool[J]) Spec() jail.Spec { return p.spec }
