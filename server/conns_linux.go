@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/stockade/stockade/server/internal/capacity"
+
 	"context"
 	"errors"
 	"fmt"
@@ -20,17 +22,15 @@ import (
 // count what reaches a handler.
 type connLimiter struct {
 	net.Listener
-	max, perCaller int
-	log            func(string, ...any)
+	open *capacity.Quota // --max-conns, --max-conns-per-caller
+	log  func(string, ...any)
 
-	mu       sync.Mutex
-	open     int
-	byCaller map[uint32]int
-	warned   time.Time
+	mu     sync.Mutex
+	warned time.Time
 }
 
 func newConnLimiter(ln net.Listener, max, perCaller int, log func(string, ...any)) *connLimiter {
-	return &connLimiter{Listener: ln, max: max, perCaller: perCaller, log: log, byCaller: map[uint32]int{}}
+	return &connLimiter{Listener: ln, open: capacity.NewQuota(max, perCaller), log: log}
 }
 
 // refusal is what a connection over the caps reads before it is closed.
@@ -57,27 +57,16 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 
 // take counts a connection of uid, or says why it may not open.
 func (l *connLimiter) take(uid uint32) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.open >= l.max:
+	switch l.open.Take(uid) {
+	case capacity.ErrQuotaFull:
 		return "too many connections open (--max-conns)"
-	case l.byCaller[uid] >= l.perCaller:
+	case capacity.ErrUIDQuotaFull:
 		return "this uid has too many connections open (--max-conns-per-caller)"
 	}
-	l.open++
-	l.byCaller[uid]++
 	return ""
 }
 
-func (l *connLimiter) put(uid uint32) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.open--
-	if l.byCaller[uid]--; l.byCaller[uid] <= 0 {
-		delete(l.byCaller, uid)
-	}
-}
+func (l *connLimiter) put(uid uint32) { l.open.Put(uid) }
 
 // refuse tells the caller why before closing: a fresh connection's send
 // buffer is empty, and the deadline keeps the accept loop from ever

@@ -253,7 +253,7 @@ func New(cfg Config) (*Server, error) {
 		sessionPolicies: map[string]*profiles.Profile{}, sessionSpecs: map[string]jail.Spec{},
 		gate:   capacity.NewGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
 		budget: capacity.NewBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now(),
-		sessions: newSessionTable(), metrics: newMetrics()}
+		sessions: newSessionTable(cfg.Sessions, cfg.SessionsPerCaller), metrics: newMetrics()}
 	s.runs, s.killRuns = context.WithCancelCause(context.Background())
 	for _, p := range cfg.Profiles {
 		if p.Policy == nil {

@@ -234,7 +234,7 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	if err != nil {
 		return nil, err.(*apiError)
 	}
-	switch err := s.sessions.reserve(caller.uid, s.cfg.Sessions, s.cfg.SessionsPerCaller); {
+	switch err := s.sessions.reserve(caller.uid); {
 	case errors.Is(err, errCallerSessions):
 		return nil, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
 	case errors.Is(err, errSessionsFull):

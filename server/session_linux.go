@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/capacity"
 	"golang.org/x/sys/unix"
 )
 
@@ -412,17 +413,16 @@ type tombstone struct {
 
 // sessionTable is every session the server holds, by id.
 type sessionTable struct {
-	mu       sync.Mutex
-	byID     map[string]*session
-	perOwner map[uint32]int // sessions held and being made, per uid
-	total    int
-	tombs    map[string]tombstone
-	order    []string // tombstones, oldest first
-	closing  bool
+	mu      sync.Mutex
+	byID    map[string]*session
+	held    *capacity.Quota // sessions held and being made: --sessions, --sessions-per-caller
+	tombs   map[string]tombstone
+	order   []string // tombstones, oldest first
+	closing bool
 }
 
-func newSessionTable() *sessionTable {
-	return &sessionTable{byID: map[string]*session{}, perOwner: map[uint32]int{}, tombs: map[string]tombstone{}}
+func newSessionTable(max, perCaller int) *sessionTable {
+	return &sessionTable{byID: map[string]*session{}, held: capacity.NewQuota(max, perCaller), tombs: map[string]tombstone{}}
 }
 
 var (
@@ -433,30 +433,22 @@ var (
 
 // reserve counts a session about to be made against the caps; unreserve
 // or add follows.
-func (t *sessionTable) reserve(uid uint32, max, perCaller int) error {
+func (t *sessionTable) reserve(uid uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch {
-	case t.closing:
+	if t.closing {
 		return errShuttingDown
-	case perCaller > 0 && t.perOwner[uid] >= perCaller:
+	}
+	switch t.held.Take(uid) {
+	case capacity.ErrUIDQuotaFull:
 		return errCallerSessions
-	case max > 0 && t.total >= max:
+	case capacity.ErrQuotaFull:
 		return errSessionsFull
 	}
-	t.perOwner[uid]++
-	t.total++
 	return nil
 }
 
-func (t *sessionTable) unreserve(uid uint32) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.total--
-	if t.perOwner[uid]--; t.perOwner[uid] <= 0 {
-		delete(t.perOwner, uid)
-	}
-}
+func (t *sessionTable) unreserve(uid uint32) { t.held.Put(uid) }
 
 // add registers a made session (its reservation becomes it); false when
 // shutdown began meanwhile.
@@ -493,10 +485,7 @@ func (t *sessionTable) take(s *session, v SessionVerdict, why string) bool {
 		return false
 	}
 	delete(t.byID, s.id)
-	t.total--
-	if t.perOwner[s.owner]--; t.perOwner[s.owner] <= 0 {
-		delete(t.perOwner, s.owner)
-	}
+	t.held.Put(s.owner)
 	end := sessionEnd{Verdict: v, Why: why, At: time.Now()}
 	if e := s.ended(); e != nil {
 		end = *e

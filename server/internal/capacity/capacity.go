@@ -17,21 +17,19 @@ var ErrBusy = errors.New("server busy")
 // is a request the caps already allow. Past any of these a request is
 // refused at once, so an agent backs off instead of piling up connections.
 type Gate struct {
-	mu        sync.Mutex
-	running   int
-	queued    int
-	arrived   int // every request counted by arrive: being read, queued or running
-	maxRun    int
-	maxQueue  int
-	wait      time.Duration
-	perCaller int
-	byCaller  map[uint32]int
-	free      chan struct{} // signalled when a slot frees
+	mu       sync.Mutex
+	running  int
+	queued   int
+	arrived  *Quota // every request counted by Arrive: being read, queued or running, per caller
+	maxRun   int
+	maxQueue int
+	wait     time.Duration
+	free     chan struct{} // signalled when a slot frees
 }
 
 func NewGate(maxRun, maxQueue, perCaller int, wait time.Duration) *Gate {
-	return &Gate{maxRun: maxRun, maxQueue: maxQueue, perCaller: perCaller, wait: wait,
-		byCaller: map[uint32]int{}, free: make(chan struct{}, 1)}
+	return &Gate{maxRun: maxRun, maxQueue: maxQueue, wait: wait,
+		arrived: NewQuota(maxRun+maxQueue, perCaller), free: make(chan struct{}, 1)}
 }
 
 // ErrCallerCap is a caller over its own cap.
@@ -40,27 +38,16 @@ var ErrCallerCap = errors.New("caller over its cap")
 // Arrive counts a request of uid before its body is read, or says why not;
 // Depart must follow a nil error.
 func (g *Gate) Arrive(uid uint32) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.perCaller > 0 && g.byCaller[uid] >= g.perCaller {
+	switch g.arrived.Take(uid) {
+	case ErrUIDQuotaFull:
 		return ErrCallerCap
-	}
-	if g.arrived >= g.maxRun+g.maxQueue {
+	case ErrQuotaFull:
 		return ErrBusy
 	}
-	g.arrived++
-	g.byCaller[uid]++
 	return nil
 }
 
-func (g *Gate) Depart(uid uint32) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.arrived--
-	if g.byCaller[uid]--; g.byCaller[uid] <= 0 {
-		delete(g.byCaller, uid)
-	}
-}
+func (g *Gate) Depart(uid uint32) { g.arrived.Put(uid) }
 
 // Enter admits an arrived request to run or says why not; Leave must
 // follow a nil error.
