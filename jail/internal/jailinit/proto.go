@@ -175,20 +175,34 @@ func DecodeMsg(b []byte) (Msg, error) {
 	return m, err
 }
 
-// SetupError is a jail that could not be set up: which step, what the
-// kernel said. The CLI exits 125 (or 126/127 for a command that cannot run).
+// SetupError is a jail that could not be set up: which step, and why.
+// The CLI exits with ExitCode: 125, or 126/127 for a command that cannot
+// run. It is the one type of it on both sides of the socket: init makes
+// it of a failed step and reports its Step, Message and ExitCode (MsgError),
+// and the parent makes it again of that report, or of a failure of its own
+// (jail.SetupError is this type).
 type SetupError struct {
-	Step     string
+	Step string
+	// Message is the reason as text: what init reported from inside the
+	// jail, where only text crosses the socket. Err is the cause when the
+	// parent side had one; errors.Is and errors.As see it through Unwrap.
 	Message  string
+	Err      error
 	ExitCode int
 }
 
 func (e *SetupError) Error() string {
-	if e.Step == "" {
-		return e.Message
+	msg := e.Message
+	if e.Err != nil {
+		msg = e.Err.Error()
 	}
-	return e.Step + ": " + e.Message
+	if e.Step == "" {
+		return msg
+	}
+	return e.Step + ": " + msg
 }
+
+func (e *SetupError) Unwrap() error { return e.Err }
 
 // StepKind is one kind of thing init does to build the new root.
 type StepKind string
