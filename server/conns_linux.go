@@ -1,8 +1,6 @@
 package server
 
 import (
-	"github.com/stockade/stockade/server/internal/capacity"
-
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stockade/stockade/server/internal/capacity"
 	"golang.org/x/sys/unix"
 )
 
