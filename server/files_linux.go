@@ -42,7 +42,6 @@ type collected struct {
 	lim          collectLimits
 	skippedBytes int
 	notListed    int // skipped entries past the caps
-	visited      int
 }
 
 // skip lists an entry left out, within the caps.
