@@ -36,11 +36,22 @@ type NetworkSpec struct {
 // Enabled reports whether the jail gets a proxy.
 func (n NetworkSpec) Enabled() bool { return len(n.Allow) > 0 }
 
-func (n NetworkSpec) validate() error {
-	if _, err := netproxy.ParseRules(n.Allow); err != nil {
-		return err
+// policy is the allowlist and the address policy parsed: the one parse
+// the jail makes of them, for its check of the Spec and for the proxy.
+func (n NetworkSpec) policy() (netproxy.Rules, netproxy.AddrPolicy, error) {
+	rules, err := netproxy.ParseRules(n.Allow)
+	if err != nil {
+		return nil, netproxy.AddrPolicy{}, err
 	}
-	if _, err := netproxy.ParsePrivate(n.AllowPrivate); err != nil {
+	private, err := netproxy.ParsePrivate(n.AllowPrivate)
+	if err != nil {
+		return nil, netproxy.AddrPolicy{}, err
+	}
+	return rules, netproxy.AddrPolicy{AllowPrivate: private}, nil
+}
+
+func (n NetworkSpec) validate() error {
+	if _, _, err := n.policy(); err != nil {
 		return err
 	}
 	if n.MaxTunnels < 0 || n.MaxUpload < 0 || n.MaxDownload < 0 {

@@ -27,15 +27,11 @@ func newRunNetwork(spec NetworkSpec, host Host, notices io.Writer) (*runNetwork,
 	if !spec.Enabled() {
 		return n, nil
 	}
-	rules, err := netproxy.ParseRules(spec.Allow)
+	rules, policy, err := spec.policy()
 	if err != nil {
 		return nil, err
 	}
-	private, err := netproxy.ParsePrivate(spec.AllowPrivate)
-	if err != nil {
-		return nil, err
-	}
-	cfg := netproxy.Config{Rules: rules, Addrs: netproxy.AddrPolicy{AllowPrivate: private},
+	cfg := netproxy.Config{Rules: rules, Addrs: policy,
 		MaxTunnels: spec.MaxTunnels, MaxUpload: spec.MaxUpload, MaxDownload: spec.MaxDownload, Log: n.log}
 	// The host's own addresses: the proxy dials from the host, where any
 	// of them is the host's own services.
