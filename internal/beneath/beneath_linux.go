@@ -102,10 +102,7 @@ func OpenFile(dirfd int, rel string) (int, unix.Stat_t, error) {
 // descriptor of its own).
 func MkdirAll(dirfd int, rel string, flags uint64, mode uint32, made func(string)) (int, error) {
 	flags |= unix.O_DIRECTORY
-	fd, err := Open(dirfd, ".", flags)
-	if err != nil {
-		return -1, err
-	}
+	fd := dirfd // borrowed: closed only once a component replaced it
 	prefix := ""
 	for _, c := range strings.Split(rel, "/") {
 		if c == "" || c == "." {
@@ -123,11 +120,16 @@ func MkdirAll(dirfd int, rel string, flags uint64, mode uint32, made func(string
 				next, err = Open(fd, c, flags)
 			}
 		}
-		unix.Close(fd)
+		if fd != dirfd {
+			unix.Close(fd)
+		}
 		if err != nil {
 			return -1, err
 		}
 		fd = next
+	}
+	if fd == dirfd {
+		return Open(dirfd, ".", flags) // the caller closes what it gets
 	}
 	return fd, nil
 }

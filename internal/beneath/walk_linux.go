@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/stockade/stockade/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
@@ -119,7 +120,7 @@ func (w *Walk) dir(fd int, prefix string, depth int) (stopped bool) {
 	} else {
 		name = name[:len(name)-1]
 	}
-	sub, err := unix.Dup(fd) // for the subdirectories' opens; list closes fd
+	sub, err := fds.Dup(fd) // for the subdirectories' opens; list closes fd
 	if err != nil {
 		unix.Close(fd)
 		return w.Failed(name, err) == Stop
