@@ -1,8 +1,6 @@
 package api
 
-import (
-	"github.com/stockade/stockade/jail"
-)
+import ()
 
 // RunRequest is the body of POST /v1/run. Exactly one of Code and Argv.
 type RunRequest struct {
@@ -14,11 +12,11 @@ type RunRequest struct {
 	Limits  Limits            `json:"limits,omitempty"`  // each no looser than the profile's
 }
 
-// RunResponse is jail.Result (the `stockade run --json` object) and what
+// RunResponse is Result (the `stockade run --json` object) and what
 // the server adds: files, images and how the pool served the request.
 type RunResponse struct {
 	Type string `json:"type,omitempty"` // "result" in a stream
-	*jail.Result
+	*Result
 	Files          FileMap     `json:"files"`           // created or changed in /work: name -> base64
 	FilesTruncated bool        `json:"files_truncated"` // some were left out (size or count cap)
 	FilesSkipped   SkippedList `json:"files_skipped"`   // and these, with the reason

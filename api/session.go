@@ -3,8 +3,6 @@ package api
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/stockade/stockade/jail"
 )
 
 // SessionRequest is the body of POST /v1/sessions.
@@ -158,10 +156,10 @@ type ExecResult struct {
 	CPUMs  float64 `json:"cpu_ms"`
 	// PeakMemoryBytes is the most the session's cgroup held during the
 	// exec (on cgroup v2, since the session began).
-	PeakMemoryBytes uint64                 `json:"peak_memory_bytes"`
-	BlockedSyscalls []jail.BlockedSyscall  `json:"blocked_syscalls"`
-	Network         []jail.NetworkDecision `json:"network"`
-	Session         SessionState           `json:"session"`
+	PeakMemoryBytes uint64            `json:"peak_memory_bytes"`
+	BlockedSyscalls []BlockedSyscall  `json:"blocked_syscalls"`
+	Network         []NetworkDecision `json:"network"`
+	Session         SessionState      `json:"session"`
 }
 
 // SessionState is where the session stands after an exec.
@@ -215,19 +213,19 @@ const (
 // SessionEnd is the answer to DELETE /v1/sessions/{id}: the accounting of
 // the whole session.
 type SessionEnd struct {
-	SessionID       string                 `json:"session_id"`
-	Verdict         SessionVerdict         `json:"verdict"`
-	Why             string                 `json:"why"`
-	ExecutionCount  int                    `json:"execution_count"`
-	CreatedAt       time.Time              `json:"created_at"`
-	EndedAt         time.Time              `json:"ended_at"`
-	WallMs          float64                `json:"wall_ms"`
-	CPUMs           float64                `json:"cpu_ms"`
-	PeakMemoryBytes uint64                 `json:"peak_memory_bytes"`
-	PidsPeak        uint64                 `json:"pids_peak"`
-	WorkPeakBytes   uint64                 `json:"work_peak_bytes"`
-	BlockedSyscalls []jail.BlockedSyscall  `json:"blocked_syscalls"`
-	Network         []jail.NetworkDecision `json:"network"`
+	SessionID       string            `json:"session_id"`
+	Verdict         SessionVerdict    `json:"verdict"`
+	Why             string            `json:"why"`
+	ExecutionCount  int               `json:"execution_count"`
+	CreatedAt       time.Time         `json:"created_at"`
+	EndedAt         time.Time         `json:"ended_at"`
+	WallMs          float64           `json:"wall_ms"`
+	CPUMs           float64           `json:"cpu_ms"`
+	PeakMemoryBytes uint64            `json:"peak_memory_bytes"`
+	PidsPeak        uint64            `json:"pids_peak"`
+	WorkPeakBytes   uint64            `json:"work_peak_bytes"`
+	BlockedSyscalls []BlockedSyscall  `json:"blocked_syscalls"`
+	Network         []NetworkDecision `json:"network"`
 }
 
 // FileEntry is one entry of GET .../files?path=DIR.
