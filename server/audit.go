@@ -173,7 +173,7 @@ type AuditEntry struct {
 
 // AuditOutcome is how a run ended: the "end" line's alone.
 type AuditOutcome struct {
-	Verdict  jail.Verdict          `json:"verdict"`
+	Verdict  api.Verdict           `json:"verdict"`
 	State    string                `json:"state,omitempty"` // an exec's: kept or lost
 	ExitCode int                   `json:"exit_code"`
 	WallMs   float64               `json:"wall_ms"`

@@ -59,7 +59,7 @@ func (m *metrics) run(verdict string, d time.Duration) {
 	m.runSeconds.observe(d)
 }
 
-func (m *metrics) exec(verdict api.ExecVerdict, d time.Duration) {
+func (m *metrics) exec(verdict api.Verdict, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.execs[string(verdict)]++
@@ -73,7 +73,7 @@ func (m *metrics) sessionCreated(hit bool, d time.Duration) {
 	m.createSeconds.observe(d)
 }
 
-func (m *metrics) sessionEnded(v api.SessionVerdict) {
+func (m *metrics) sessionEnded(v api.Verdict) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sessionsEnded[string(v)]++

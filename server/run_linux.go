@@ -191,7 +191,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	s.auditEnd(id, caller, req.RunRequest, spec, use, res)
 	s.metrics.run(string(res.Verdict), time.Since(admitted))
 	if stream {
-		resp.Type = "result"
+		resp.Type = api.StreamResult
 		out.end = time.Time{}
 		out.write(marshal(resp))
 		return
@@ -277,7 +277,7 @@ func (s *Server) start(ctx context.Context, jl *ready, req *runRequest, spec jai
 	}()
 	opts := jail.StartOptions{Timeout: spec.Timeout, AtExit: true}
 	if out != nil {
-		o, e := out.stream("stdout"), out.stream("stderr")
+		o, e := out.stream(api.StreamStdout), out.stream(api.StreamStderr)
 		opts.Stdout, opts.Stderr = o, e
 		defer o.flush()
 		defer e.flush()
@@ -386,8 +386,5 @@ func (s *streamWriter) flush() {
 }
 
 func (s *streamWriter) send(b []byte) {
-	s.n.write(marshal(struct {
-		Type string `json:"type"`
-		Data string `json:"data"`
-	}{s.typ, string(b)}))
+	s.n.write(marshal(api.StreamLine{Type: s.typ, Data: string(b)}))
 }
