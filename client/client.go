@@ -1,4 +1,5 @@
-package server
+// Package client is the Go client of stockade's HTTP API (stockade serve).
+package client
 
 import (
 	"bufio"

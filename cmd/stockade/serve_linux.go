@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/client"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/server"
@@ -290,7 +291,7 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	res, err := server.NewClient(c.String("server")).Run(ctx, req, out, errw)
+	res, err := client.NewClient(c.String("server")).Run(ctx, req, out, errw)
 	if err != nil {
 		return fail("%v", err)
 	}
