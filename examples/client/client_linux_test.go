@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/client"
+	"github.com/stockade/stockade/internal/testenv"
+)
+
+// TestClientExampleRuns builds the example as any program using the
+// client would be built and runs it against a real `stockade serve`
+// (STOCKADE_BIN): what it prints is what the server's jails did.
+func TestClientExampleRuns(t *testing.T) {
+	testenv.NeedRoot(t, "starts real jails")
+	stockade := testenv.NeedBinary(t, "the example talks to a real stockade serve")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "client")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	var log bytes.Buffer
+	srv := exec.Command(stockade, "serve", "--socket", sock, "--audit-log", "", "--pool", "1")
+	srv.Stderr = &log
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Process.Signal(syscall.SIGTERM)
+		srv.Wait()
+	})
+	waitHealthy(t, sock, &log)
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"STOCKADE_SOCKET=" + sock}
+	out, err := cmd.CombinedOutput()
+	want := "4950\nrun: verdict ok, exit 0\nexec: 42\nanswer.txt: 42\nsession: closed after 2 execs\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("the example: %v, printed %q, want %q\nserver:\n%s", err, out, want, log.String())
+	}
+}
+
+// waitHealthy waits, through the client, until the server answers.
+func waitHealthy(t *testing.T, sock string, log *bytes.Buffer) {
+	c, err := client.New(sock, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, err := c.Health(ctx)
+		cancel()
+		if err == nil && h.Status == "ok" {
+			return
+		}
+	}
+	t.Fatalf("the server did not answer in 30s:\n%s", log.String())
+}
