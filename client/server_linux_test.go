@@ -3,10 +3,10 @@ package client
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,30 +18,18 @@ import (
 // These tests talk to a real `stockade serve` (STOCKADE_BIN) through the
 // client: every route, as the server answers it.
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // realServer starts `stockade serve` on a socket of its own, waits for its
 // pool and returns a client of it.
 func realServer(t *testing.T) *Client {
 	testenv.NeedRoot(t, "starts real jails")
 	bin := testenv.NeedBinary(t, "the client talks to a real stockade serve")
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	log := &lockedBuffer{}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	log, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
 	srv := exec.Command(bin, "serve", "--socket", sock, "--audit-log", "", "--pool", "1")
 	srv.Stderr = log
 	if err := srv.Start(); err != nil {
@@ -61,7 +49,8 @@ func realServer(t *testing.T) *Client {
 			return c
 		}
 	}
-	t.Fatalf("the server was not ready in 30s:\n%s", log.String())
+	b, _ := os.ReadFile(log.Name())
+	t.Fatalf("the server was not ready in 30s:\n%s", b)
 	return nil
 }
 

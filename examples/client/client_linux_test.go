@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -25,9 +25,13 @@ func TestClientExampleRuns(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	sock := filepath.Join(dir, "s.sock")
-	var log bytes.Buffer
+	log, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
 	srv := exec.Command(stockade, "serve", "--socket", sock, "--audit-log", "", "--pool", "1")
-	srv.Stderr = &log
+	srv.Stderr = log
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -35,18 +39,19 @@ func TestClientExampleRuns(t *testing.T) {
 		srv.Process.Signal(syscall.SIGTERM)
 		srv.Wait()
 	})
-	waitHealthy(t, sock, &log)
+	waitHealthy(t, sock, log.Name())
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"STOCKADE_SOCKET=" + sock}
 	out, err := cmd.CombinedOutput()
 	want := "4950\nrun: verdict ok, exit 0\nexec: 42\nanswer.txt: 42\nsession: closed after 2 execs\n"
 	if err != nil || string(out) != want {
-		t.Fatalf("the example: %v, printed %q, want %q\nserver:\n%s", err, out, want, log.String())
+		b, _ := os.ReadFile(log.Name())
+		t.Fatalf("the example: %v, printed %q, want %q\nserver:\n%s", err, out, want, b)
 	}
 }
 
 // waitHealthy waits, through the client, until the server answers.
-func waitHealthy(t *testing.T, sock string, log *bytes.Buffer) {
+func waitHealthy(t *testing.T, sock, log string) {
 	c, err := client.New(sock, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -59,5 +64,6 @@ func waitHealthy(t *testing.T, sock string, log *bytes.Buffer) {
 			return
 		}
 	}
-	t.Fatalf("the server did not answer in 30s:\n%s", log.String())
+	b, _ := os.ReadFile(log)
+	t.Fatalf("the server did not answer in 30s:\n%s", b)
 }
