@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stockade/stockade/api"
-	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/internal/clitest"
 )
 
 // These tests talk to a real `stockade serve` (STOCKADE_BIN) through the
@@ -21,24 +18,7 @@ import (
 // realServer starts `stockade serve` on a socket of its own, waits for its
 // pool and returns a client of it.
 func realServer(t *testing.T) *Client {
-	testenv.NeedRoot(t, "starts real jails")
-	bin := testenv.NeedBinary(t, "the client talks to a real stockade serve")
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "s.sock")
-	log, err := os.Create(filepath.Join(dir, "serve.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	srv := exec.Command(bin, "serve", "--socket", sock, "--audit-log", "", "--pool", "1")
-	srv.Stderr = log
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		srv.Wait()
-	})
+	sock, log := clitest.Serve(t, "--audit-log", "", "--pool", "1")
 	c, err := New(sock, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +29,7 @@ func realServer(t *testing.T) *Client {
 			return c
 		}
 	}
-	b, _ := os.ReadFile(log.Name())
+	b, _ := os.ReadFile(log)
 	t.Fatalf("the server was not ready in 30s:\n%s", b)
 	return nil
 }

@@ -5,47 +5,29 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stockade/stockade/client"
-	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/internal/clitest"
 )
 
 // TestClientExampleRuns builds the example as any program using the
 // client would be built and runs it against a real `stockade serve`
 // (STOCKADE_BIN): what it prints is what the server's jails did.
 func TestClientExampleRuns(t *testing.T) {
-	testenv.NeedRoot(t, "starts real jails")
-	stockade := testenv.NeedBinary(t, "the example talks to a real stockade serve")
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "client")
+	sock, log := clitest.Serve(t, "--audit-log", "", "--pool", "1")
+	bin := filepath.Join(t.TempDir(), "client")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	sock := filepath.Join(dir, "s.sock")
-	log, err := os.Create(filepath.Join(dir, "serve.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	srv := exec.Command(stockade, "serve", "--socket", sock, "--audit-log", "", "--pool", "1")
-	srv.Stderr = log
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		srv.Wait()
-	})
-	waitHealthy(t, sock, log.Name())
+	waitHealthy(t, sock, log)
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"STOCKADE_SOCKET=" + sock}
 	out, err := cmd.CombinedOutput()
 	want := "4950\nrun: verdict ok, exit 0\nexec: 42\nanswer.txt: 42\nsession: closed after 2 execs\n"
 	if err != nil || string(out) != want {
-		b, _ := os.ReadFile(log.Name())
+		b, _ := os.ReadFile(log)
 		t.Fatalf("the example: %v, printed %q, want %q\nserver:\n%s", err, out, want, b)
 	}
 }
