@@ -127,7 +127,6 @@ func decideTarget(host string, port uint16, rules Rules, policy AddrPolicy, look
 		d.Address = a.String()
 		why, via := policy.Check(a)
 		if why != "" {
-			d.never = policy.never(a)
 			return refuse(why)
 		}
 		d.Private = via
@@ -165,7 +164,6 @@ func decideTarget(host string, port uint16, rules Rules, policy AddrPolicy, look
 		why, via := policy.Check(a)
 		if why != "" {
 			d.Address = a.String()
-			d.never = policy.never(a)
 			return refuse(fmt.Sprintf("%s resolves to %s: %s", name, a, why))
 		}
 		if via != "" {

@@ -123,8 +123,8 @@ func TestDecide(t *testing.T) {
 				t.Errorf("%s: allowed as %+v", what, d)
 			case r.status != 0 && (d.Allowed || !strings.Contains(d.Reason, r.reason)):
 				t.Errorf("%s: %+v, want refused saying %q", what, d.Decision, r.reason)
-			case r.status != 0 && r.never != (d.never != ""):
-				t.Errorf("%s: never-reachable class %q, want itemised: %v", what, d.never, r.never)
+			case r.status != 0 && r.never != ((&Log{addrs: policy}).neverClass(d.Decision) != ""):
+				t.Errorf("%s: never-reachable class %q, want itemised: %v", what, (&Log{addrs: policy}).neverClass(d.Decision), r.never)
 			}
 		}
 	}

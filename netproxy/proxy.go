@@ -88,6 +88,9 @@ func New(cfg Config) *Proxy {
 	if cfg.Log == nil {
 		cfg.Log = NewLog(nil, false)
 	}
+	cfg.Log.mu.Lock()
+	cfg.Log.addrs = cfg.Addrs
+	cfg.Log.mu.Unlock()
 	p := &Proxy{cfg: cfg, conns: map[net.Conn]struct{}{}, heads: make(chan struct{}, headSlots(cfg.MaxTunnels))}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.resolve = cfg.Resolve

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/stockade/stockade/api"
 	"os"
 	"time"
 
@@ -66,15 +67,15 @@ func (r *ready) Close(b *capacity.Budget) error { return r.close(b) }
 
 // usePool takes a waiting jail of p for a request its jails serve, and
 // says what the pool did for it.
-func usePool(p *capacity.Pool[*ready]) (*ready, PoolUse) {
+func usePool(p *capacity.Pool[*ready]) (*ready, api.PoolUse) {
 	if p.Target() == 0 {
-		return nil, PoolUse{Reason: "no pool"}
+		return nil, api.PoolUse{Reason: "no pool"}
 	}
 	if r := p.Take(); r != nil {
-		return r, PoolUse{Hit: true}
+		return r, api.PoolUse{Hit: true}
 	}
-	return nil, PoolUse{Reason: "pool empty"}
+	return nil, api.PoolUse{Reason: "pool empty"}
 }
 
 // PoolStats is what GET /v1/health reports of one profile's pool.
-type PoolStats = capacity.PoolStats
+type PoolStats = api.PoolStats

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/server/internal/capacity"
 )
@@ -36,7 +37,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	switch err := s.gate.Enter(r.Context()); {
 	case errors.Is(err, capacity.ErrBusy):
 		retryAfter(w, s.cfg.QueueWait/4)
-		s.writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
+		s.writeError(w, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
 		return
 	case err != nil:
 		// The server is stopping, or the caller went away (and reads
@@ -51,7 +52,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 // checkJSONType refuses a body that says it is not JSON (415).
 func checkJSONType(r *http.Request) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
-		return &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+		return &api.Error{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
 	}
 	return nil
 }
@@ -76,7 +77,7 @@ func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([
 // whole body before reading the answer would see a broken pipe instead of
 // the refusal; so the body is read into nothing first (never held),
 // bounded by --max-body and the body's deadline.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *api.Error) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBody))
@@ -84,7 +85,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 }
 
 // parse reads and checks the request and makes its jail's spec.
-func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunRequest, jail.Spec, bool, error) {
+func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*runRequest, jail.Spec, bool, error) {
 	var spec jail.Spec
 	if err := checkJSONType(r); err != nil {
 		return nil, spec, false, err
@@ -93,10 +94,11 @@ func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunReques
 	if err != nil {
 		return nil, spec, false, err
 	}
-	req, err := decodeRequest(body)
+	wire, err := decodeRequest(body)
 	if err != nil {
 		return nil, spec, false, err
 	}
+	req := &runRequest{RunRequest: wire}
 	if err := req.validate(1024); err != nil {
 		return nil, spec, false, err
 	}
@@ -120,9 +122,9 @@ func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunReques
 
 // run serves one admitted request: a jail from the pool (or a fresh one),
 // the job fed to it, the result, the files, and the jail destroyed.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, caller peer, req *RunRequest, spec jail.Spec, cold bool) {
+func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, caller peer, req *runRequest, spec jail.Spec, cold bool) {
 	admitted := time.Now()
-	use := PoolUse{Reason: "limits differ from the profile's"}
+	use := api.PoolUse{Reason: "limits differ from the profile's"}
 	var jl *ready
 	if !cold {
 		jl, use = usePool(s.pools[req.Profile])
@@ -136,7 +138,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 			return
 		}
 		if err != nil {
-			var ae *apiError
+			var ae *api.Error
 			if errors.As(err, &ae) {
 				retryAfter(w, time.Second)
 				s.writeError(w, ae)
@@ -153,7 +155,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	use.WaitedMs = float64(time.Since(admitted).Microseconds()) / 1e3
 	id := s.runID()
 	if res == nil {
-		if e := s.auditStart(id, caller, req, spec, use); e != nil {
+		if e := s.auditStart(id, caller, req.RunRequest, spec, use); e != nil {
 			retryAfter(w, time.Second)
 			s.writeError(w, e)
 			return
@@ -162,7 +164,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
+	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
 	var out *ndjson
 	if stream {
 		// Past the run's own timeout no streamed write may wait: the jail
@@ -176,7 +178,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	}
 	res.StockadeVersion = s.cfg.Version
 	res.Stderr = withNetworkNotices(res.Stderr, res.Network, !spec.Network.Enabled(), out)
-	resp := &RunResponse{Result: res, Files: map[string]string{}, Images: []Image{}, Results: []RichResult{}, FilesSkipped: []string{}, Pool: use}
+	resp := &api.RunResponse{Result: res, Files: map[string]string{}, Images: []api.Image{}, Results: []api.RichResult{}, FilesSkipped: []string{}, Pool: use}
 	if jl != nil && res.Verdict != jail.VerdictError {
 		c, err := collectWork(jl.p.Workdir(), req.inputs, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32,
 			MaxEntries: 10000, MaxSkipped: 100, MaxSkippedBytes: 64 << 10, Rich: richCapsOf(s.cfg.FilesMax, nil)})
@@ -187,10 +189,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 			resp.Results, resp.ResultsTruncated = c.results, c.resultsTruncated
 		}
 	}
-	s.auditEnd(id, caller, req, spec, use, res)
+	s.auditEnd(id, caller, req.RunRequest, spec, use, res)
 	s.metrics.run(string(res.Verdict), time.Since(admitted))
 	if stream {
-		resp.Type = "result"
+		resp.Type = api.StreamResult
 		out.end = time.Time{}
 		out.write(marshal(resp))
 		return
@@ -250,7 +252,7 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 		select {
 		case <-freed:
 		case <-deadline.C:
-			return nil, &apiError{Status: 503, Msg: "busy: the server's memory or pids budget is spent"}
+			return nil, &api.Error{Status: 503, Msg: "busy: the server's memory or pids budget is spent"}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -265,7 +267,7 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 
 // start feeds the job to the jail and runs it; a client that goes away
 // cancels r's context, which kills and reaps the jail.
-func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jail.Spec, out *ndjson) *jail.Result {
+func (s *Server) start(ctx context.Context, jl *ready, req *runRequest, spec jail.Spec, out *ndjson) *jail.Result {
 	go func() {
 		// A program that never reads its stdin leaves this write blocked
 		// until the jail ends and the pipe breaks.
@@ -276,7 +278,7 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 	}()
 	opts := jail.StartOptions{Timeout: spec.Timeout, AtExit: true}
 	if out != nil {
-		o, e := out.stream("stdout"), out.stream("stderr")
+		o, e := out.stream(api.StreamStdout), out.stream(api.StreamStderr)
 		opts.Stdout, opts.Stderr = o, e
 		defer o.flush()
 		defer e.flush()
@@ -304,7 +306,7 @@ type ndjson struct {
 // begin sends the stream's status line and headers.
 func (n *ndjson) begin() {
 	if hw, ok := n.w.(http.ResponseWriter); ok {
-		hw.Header().Set("Content-Type", NDJSON)
+		hw.Header().Set("Content-Type", api.NDJSON)
 		hw.WriteHeader(200)
 	}
 	n.write(nil)
@@ -385,8 +387,5 @@ func (s *streamWriter) flush() {
 }
 
 func (s *streamWriter) send(b []byte) {
-	s.n.write(marshal(struct {
-		Type string `json:"type"`
-		Data string `json:"data"`
-	}{s.typ, string(b)}))
+	s.n.write(marshal(api.StreamLine{Type: s.typ, Data: string(b)}))
 }

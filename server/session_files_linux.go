@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/stockade/stockade/api"
 	"io"
 	"os"
 	"runtime"
@@ -71,24 +72,24 @@ func openWorkRoot(host string) (int, error) {
 
 // workError turns an openat2 or write failure on a /work path into the
 // caller's answer.
-func workError(p string, err error) *apiError {
+func workError(p string, err error) *api.Error {
 	switch {
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
-		return &apiError{Status: 403, Msg: fmt.Sprintf("%s: a symlink on the way (not followed)", p)}
+		return &api.Error{Status: 403, Msg: fmt.Sprintf("%s: a symlink on the way (not followed)", p)}
 	case errors.Is(err, unix.ENOENT):
-		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: no such file in /work", p)}
+		return &api.Error{Status: 404, Msg: fmt.Sprintf("%s: no such file in /work", p)}
 	case errors.Is(err, unix.ENOTDIR):
-		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: a part of the path is not a directory", p)}
+		return &api.Error{Status: 404, Msg: fmt.Sprintf("%s: a part of the path is not a directory", p)}
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
-		return &apiError{Status: 507, Msg: fmt.Sprintf("%s: /work is full (its size is the profile's work_size)", p)}
+		return &api.Error{Status: 507, Msg: fmt.Sprintf("%s: /work is full (its size is the profile's work_size)", p)}
 	case errors.Is(err, beneath.ErrReplaced):
-		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, errPutRaced)}
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("%s: %v", p, errPutRaced)}
 	case errors.Is(err, unix.ENXIO):
-		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: a FIFO or socket, not a regular file", p)}
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("%s: a FIFO or socket, not a regular file", p)}
 	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
-		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
 	}
-	return &apiError{Status: 500, Msg: fmt.Sprintf("%s: %v", p, err)}
+	return &api.Error{Status: 500, Msg: fmt.Sprintf("%s: %v", p, err)}
 }
 
 // writeWorkFile writes data from r to p below root as the jail user
@@ -143,20 +144,20 @@ func removeWork(root int, p string, uid, gid int) error {
 }
 
 // listWork lists the directory dir below root, at most max entries.
-func listWork(root int, dir string, max int) (*FileList, error) {
+func listWork(root int, dir string, max int) (*api.FileList, error) {
 	entries, more, err := beneath.List(root, dir, max)
 	if err != nil {
 		return nil, err
 	}
-	out := &FileList{Path: dir, Entries: make([]FileEntry, 0, len(entries)), Truncated: more}
+	out := &api.FileList{Path: dir, Entries: make([]api.FileEntry, 0, len(entries)), Truncated: more}
 	for _, be := range entries {
 		out.Entries = append(out.Entries, fileEntry(be.Name, be))
 	}
 	return out, nil
 }
 
-func fileEntry(name string, be beneath.Entry) FileEntry {
-	e := FileEntry{Name: FSName(name), Type: "other"}
+func fileEntry(name string, be beneath.Entry) api.FileEntry {
+	e := api.FileEntry{Name: api.FSName(name), Type: "other"}
 	switch be.Type() {
 	case unix.S_IFREG:
 		e.Type, e.Size = "file", be.Size

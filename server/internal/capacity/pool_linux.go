@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"github.com/stockade/stockade/api"
 	"runtime"
 	"sync"
 	"time"
@@ -35,7 +36,7 @@ type Pool[J Jail] struct {
 	ready     []waiting[J]
 	preparing int
 	retryAt   time.Time // no set-up before this, after one failed
-	stats     PoolStats
+	stats     api.PoolStats
 	wake      chan struct{}
 	done      chan struct{}
 	// closing counts the discarded jails take is closing in the
@@ -50,18 +51,6 @@ type Pool[J Jail] struct {
 type waiting[J Jail] struct {
 	j    J
 	made time.Time
-}
-
-// PoolStats is what GET /v1/health reports of one profile's pool.
-type PoolStats struct {
-	Target      int `json:"target"`
-	Ready       int `json:"ready"`
-	Preparing   int `json:"preparing"`
-	Hits        int `json:"hits"`
-	Misses      int `json:"misses"`
-	DiedWaiting int `json:"died_waiting"` // discarded: the jail ended while waiting
-	Failed      int `json:"failed"`       // set-ups that failed
-	Evicted     int `json:"evicted"`      // given up to make room in the budget
 }
 
 // NewPool makes the pool of a profile's spec; prepare makes one jail of it.
@@ -215,7 +204,7 @@ func (p *Pool[J]) close(j J) {
 }
 
 // Snapshot is the pool's counts now.
-func (p *Pool[J]) Snapshot() PoolStats {
+func (p *Pool[J]) Snapshot() api.PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
