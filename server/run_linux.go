@@ -32,19 +32,54 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	ctx, stopRun := s.runContext(r)
 	defer stopRun()
 	r = r.WithContext(ctx)
-	switch err := s.gate.enter(r.Context()); {
-	case errors.Is(err, errBusy):
-		retryAfter(w, s.cfg.QueueWait/4)
-		s.writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
-		return
-	case err != nil:
-		// The server is stopping, or the caller went away (and reads
-		// nothing).
-		s.refuseStopped(w, context.Cause(r.Context()))
+	if err := s.gate.enter(r.Context()); err != nil {
+		retry := time.Second
+		if errors.Is(err, errBusy) {
+			retry = s.cfg.QueueWait / 4
+		}
+		retryAfter(w, retry)
+		s.writeError(w, s.gateRefusal(r.Context(), err))
 		return
 	}
 	defer s.gate.leave()
-	s.run(w, r, rc, caller, req, spec, cold)
+	var out *ndjson
+	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
+	if stream {
+		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout}
+	}
+	resp, e := s.run(r.Context(), caller, req, spec, cold, out)
+	if e != nil {
+		retryAfter(w, time.Second)
+		s.writeError(w, e)
+		return
+	}
+	if stream {
+		resp.Type = "result"
+		out.end = time.Time{}
+		out.write(marshal(resp))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.Verdict == jail.VerdictError {
+		w.WriteHeader(500) // the server could not set up the jail
+	}
+	// A caller that does not read its response holds a run slot until
+	// this deadline, not for ever.
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	// Not flushed here: net/http sends it as the handler returns, once
+	// the run slot, the caller's count and the body's share are given
+	// back, so that a caller's next request never finds them still held.
+	w.Write(marshal(resp))
+}
+
+// gateRefusal is the answer to a request the gate did not let run: the
+// queue was full or waited too long, or the server is stopping (or the
+// caller went away, and reads nothing).
+func (s *Server) gateRefusal(ctx context.Context, err error) *apiError {
+	if errors.Is(err, errBusy) {
+		return &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
+	}
+	return &apiError{Status: 503, Msg: "shutting down: " + context.Cause(ctx).Error()}
 }
 
 // checkJSONType refuses a body that says it is not JSON (415).
@@ -84,42 +119,53 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 
 // parse reads and checks the request and makes its jail's spec.
 func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunRequest, jail.Spec, bool, error) {
-	var spec jail.Spec
 	if err := checkJSONType(r); err != nil {
-		return nil, spec, false, err
+		return nil, jail.Spec{}, false, err
 	}
 	body, err := s.readBodyWithin(rc, r)
 	if err != nil {
-		return nil, spec, false, err
+		return nil, jail.Spec{}, false, err
 	}
 	req, err := decodeRequest(body)
 	if err != nil {
-		return nil, spec, false, err
+		return nil, jail.Spec{}, false, err
 	}
+	spec, cold, err := s.checkRun(req)
+	return req, spec, cold, err
+}
+
+// checkRun checks a decoded request and makes its jail's spec; cold says
+// the pool's jails do not fit it.
+func (s *Server) checkRun(req *RunRequest) (jail.Spec, bool, error) {
+	var spec jail.Spec
 	if err := req.validate(1024); err != nil {
-		return nil, spec, false, err
+		return spec, false, err
 	}
 	name := req.Profile
 	if name == "" {
 		name = s.cfg.Profiles[0].Name
 	}
 	if _, ok := s.policies[name]; !ok {
-		return nil, spec, false, badRequest("profile %q: not offered by this server (it offers: %s)", name, s.profileNames())
+		return spec, false, badRequest("profile %q: not offered by this server (it offers: %s)", name, s.profileNames())
 	}
 	req.Profile = name
 	if len(req.Files) > 0 && s.specs[name].WorkdirMode == jail.WorkdirNone {
-		return nil, spec, false, badRequest("files: profile %s has no writable /work", name)
+		return spec, false, badRequest("files: profile %s has no writable /work", name)
 	}
-	spec, err = s.requestSpec(name, req.Limits)
+	spec, err := s.requestSpec(name, req.Limits)
 	if err != nil {
-		return nil, spec, false, err
+		return spec, false, err
 	}
-	return req, spec, !poolServes(s.specs[name], spec), nil
+	return spec, !poolServes(s.specs[name], spec), nil
 }
 
-// run serves one admitted request: a jail from the pool (or a fresh one),
-// the job fed to it, the result, the files, and the jail destroyed.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, caller peer, req *RunRequest, spec jail.Spec, cold bool) {
+// run serves one admitted request that holds a run slot: a jail from the
+// pool (or a fresh one), the job fed to it, the result, the files, and
+// the jail destroyed. out, when not nil, is given the output as it comes;
+// its stream begins once the jail is the run's. An error is a request
+// refused before that (503: no jail in time, the server stopping, the
+// audit line unwritten).
+func (s *Server) run(ctx context.Context, caller peer, req *RunRequest, spec jail.Spec, cold bool, out *ndjson) (*RunResponse, *apiError) {
 	admitted := time.Now()
 	use := PoolUse{Reason: "limits differ from the profile's"}
 	var jl *ready
@@ -129,17 +175,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	var res *jail.Result
 	if jl == nil {
 		var err error
-		jl, err = s.coldJail(r.Context(), spec)
-		if cause := context.Cause(r.Context()); err != nil && cause != nil {
-			s.refuseStopped(w, cause)
-			return
+		jl, err = s.coldJail(ctx, spec)
+		if cause := context.Cause(ctx); err != nil && cause != nil {
+			return nil, &apiError{Status: 503, Msg: "shutting down: " + cause.Error()}
 		}
 		if err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) {
-				retryAfter(w, time.Second)
-				s.writeError(w, ae)
-				return
+				return nil, ae
 			}
 			res = jail.FailedResult(spec, err)
 		}
@@ -153,21 +196,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	id := s.runID()
 	if res == nil {
 		if e := s.auditStart(id, caller, req, spec, use); e != nil {
-			retryAfter(w, time.Second)
-			s.writeError(w, e)
-			return
+			return nil, e
 		}
 	}
 
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
-	var out *ndjson
-	if stream {
+	if out != nil {
 		// Past the run's own timeout no streamed write may wait: the jail
 		// is killed by then, and its output must drain for it to be reaped.
-		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout, cancel: cancel,
-			end: time.Now().Add(spec.Timeout + time.Second)}
+		out.cancel, out.end = cancel, time.Now().Add(spec.Timeout+time.Second)
 		out.begin()
 	}
 	if res == nil {
@@ -188,23 +226,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	}
 	s.auditEnd(id, caller, req, spec, use, res)
 	s.metrics.run(string(res.Verdict), time.Since(admitted))
-	if stream {
-		resp.Type = "result"
-		out.end = time.Time{}
-		out.write(marshal(resp))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if res.Verdict == jail.VerdictError {
-		w.WriteHeader(500) // the server could not set up the jail
-	}
-	// A caller that does not read its response holds a run slot until
-	// this deadline, not for ever.
-	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	// Not flushed here: net/http sends it as the handler returns, once
-	// the run slot, the caller's count and the body's share are given
-	// back, so that a caller's next request never finds them still held.
-	w.Write(marshal(resp))
+	return resp, nil
 }
 
 // teardown destroys a jail that has served its request (nil: none) in
@@ -290,7 +312,13 @@ func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jai
 // stop the drain, or the jail (killed at its timeout or not) is never
 // reaped and its slot, budget, cgroup and run directory are held for as
 // long as the connection stays open.
+//
+// An in-process caller (POST /v1/mcp's tools) sets onOutput instead: each
+// chunk of output is handed to it as text, with no JSON and no
+// connection; it must not block (the drain waits for it).
 type ndjson struct {
+	onOutput func(stream, text string)
+
 	mu      sync.Mutex
 	w       io.Writer
 	rc      *http.ResponseController
@@ -302,6 +330,9 @@ type ndjson struct {
 
 // begin sends the stream's status line and headers.
 func (n *ndjson) begin() {
+	if n.onOutput != nil {
+		return
+	}
 	if hw, ok := n.w.(http.ResponseWriter); ok {
 		hw.Header().Set("Content-Type", NDJSON)
 		hw.WriteHeader(200)
@@ -384,6 +415,10 @@ func (s *streamWriter) flush() {
 }
 
 func (s *streamWriter) send(b []byte) {
+	if s.n.onOutput != nil {
+		s.n.onOutput(s.typ, string(b))
+		return
+	}
 	s.n.write(marshal(struct {
 		Type string `json:"type"`
 		Data string `json:"data"`

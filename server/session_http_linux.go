@@ -104,17 +104,24 @@ func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, caller peer) 
 // lookup finds the caller's session named in the path, or answers 404
 // (unknown, or another uid's) or 410 (closed, with why).
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request, caller peer) *session {
-	id := r.PathValue("id")
+	ss, e := s.sessionOf(caller, r.PathValue("id"))
+	if e != nil {
+		s.writeError(w, e)
+	}
+	return ss
+}
+
+// sessionOf finds the caller's session id, or says why not: 404 (unknown,
+// or another uid's), 410 (closed, with why).
+func (s *Server) sessionOf(caller peer, id string) (*session, *apiError) {
 	ss, tomb := s.sessions.get(id, caller.uid)
 	switch {
 	case ss != nil:
-		return ss
+		return ss, nil
 	case tomb != nil:
-		s.writeError(w, &apiError{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)})
-	default:
-		s.writeError(w, &apiError{Status: 404, Msg: fmt.Sprintf("no session %q (GET /v1/sessions lists yours)", id)})
+		return nil, &apiError{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)}
 	}
-	return nil
+	return nil, &apiError{Status: 404, Msg: fmt.Sprintf("no session %q (GET /v1/sessions lists yours)", id)}
 }
 
 // readSessionBody counts the caller against --per-caller and the queue,
@@ -465,12 +472,23 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request, caller pe
 		s.writeJSON(w, 200, ss.info())
 		return
 	}
-	if !s.closeSession(ss, SessionClosed, "closed by DELETE", false) {
-		// Another request closed it first: its tombstone answers.
-		s.lookup(w, r, caller)
+	end, e := s.endSession(caller, ss)
+	if e != nil {
+		s.writeError(w, e)
 		return
 	}
-	s.writeJSON(w, 200, ss.accounting())
+	s.writeJSON(w, 200, end)
+}
+
+// endSession closes the caller's session and returns its accounting.
+func (s *Server) endSession(caller peer, ss *session) (*SessionEnd, *apiError) {
+	if !s.closeSession(ss, SessionClosed, "closed by DELETE", false) {
+		// Another request closed it first: its tombstone answers.
+		_, e := s.sessionOf(caller, ss.id)
+		return nil, e
+	}
+	end := ss.accounting()
+	return &end, nil
 }
 
 // handleExec is POST /v1/sessions/{id}/exec.
@@ -485,65 +503,21 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 	if ss == nil {
 		return
 	}
-	if req.Code == nil {
-		s.writeError(w, badRequest("code: missing"))
-		return
-	}
-	if err := checkFiles(req.Files, 1024); err != nil {
-		s.writeError(w, err.(*apiError))
-		return
-	}
-	if err := checkFigureFormats(req.FigureFormats); err != nil {
-		s.writeError(w, err.(*apiError))
-		return
-	}
-	if err := checkExecEnv(req.Env); err != nil {
-		s.writeError(w, err.(*apiError))
-		return
-	}
-	timeout, err := execTimeout(req.Timeout, ss.execTimeout)
-	if err != nil {
-		s.writeError(w, err.(*apiError))
-		return
-	}
-	ss.touch()
-	// One exec at a time: the next waits no longer than a queued run.
-	wait := time.NewTimer(s.cfg.QueueWait)
-	select {
-	case ss.slot <- struct{}{}:
-		wait.Stop()
-	case <-wait.C:
-		s.writeError(w, &apiError{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", ss.id, s.cfg.QueueWait)})
-		return
-	case <-r.Context().Done():
-		wait.Stop()
-		return
-	}
-	defer func() { <-ss.slot }()
 	// The exec's context ends when its caller closes the connection (not
 	// at a half-close) or the server kills the runs: an interrupt.
-	runCtx, stopRun := s.runContext(r)
+	ctx, stopRun := s.runContext(r)
 	defer stopRun()
-	ctx, cancel := context.WithCancel(runCtx)
-	defer cancel()
-	rc := http.NewResponseController(w)
-	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
 	var out *ndjson
+	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
 	if stream {
-		// Past the exec's timeout and its grace no streamed write may
-		// wait: the cell's output must drain for the exec to end.
-		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout, cancel: cancel,
-			end: time.Now().Add(timeout + interruptGrace + time.Second)}
+		out = &ndjson{w: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 	}
-	t0 := time.Now()
-	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, figureFormats: req.FigureFormats, env: req.Env, caller: caller}, out)
+	res, ae := s.execCell(ctx, caller, ss, &req, out)
 	if ae != nil {
 		// Before the exec began: no stream has started.
 		s.writeError(w, ae)
 		return
 	}
-	s.metrics.exec(res.Verdict, time.Since(t0))
-	s.auditExecEnd(caller, ss, &req, timeout, res)
 	if stream {
 		res.Type = "result"
 		out.end = time.Time{}
@@ -553,6 +527,57 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 	s.writeJSON(w, 200, res)
 }
 
+// execCell checks an exec of the caller's session ss and runs it, once
+// the session's previous exec is done. out, when not nil, is given the
+// output as it comes; its stream begins with the exec. An error is an
+// exec that did not begin.
+func (s *Server) execCell(ctx context.Context, caller peer, ss *session, req *ExecRequest, out *ndjson) (*ExecResult, *apiError) {
+	if req.Code == nil {
+		return nil, badRequest("code: missing")
+	}
+	if err := checkFiles(req.Files, 1024); err != nil {
+		return nil, err.(*apiError)
+	}
+	if err := checkFigureFormats(req.FigureFormats); err != nil {
+		return nil, err.(*apiError)
+	}
+	if err := checkExecEnv(req.Env); err != nil {
+		return nil, err.(*apiError)
+	}
+	timeout, err := execTimeout(req.Timeout, ss.execTimeout)
+	if err != nil {
+		return nil, err.(*apiError)
+	}
+	ss.touch()
+	// One exec at a time: the next waits no longer than a queued run.
+	wait := time.NewTimer(s.cfg.QueueWait)
+	select {
+	case ss.slot <- struct{}{}:
+		wait.Stop()
+	case <-wait.C:
+		return nil, &apiError{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", ss.id, s.cfg.QueueWait)}
+	case <-ctx.Done():
+		wait.Stop()
+		return nil, &apiError{Status: 499, Msg: "the caller went away"}
+	}
+	defer func() { <-ss.slot }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if out != nil {
+		// Past the exec's timeout and its grace no streamed write may
+		// wait: the cell's output must drain for the exec to end.
+		out.cancel, out.end = cancel, time.Now().Add(timeout+interruptGrace+time.Second)
+	}
+	t0 := time.Now()
+	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, figureFormats: req.FigureFormats, env: req.Env, caller: caller}, out)
+	if ae != nil {
+		return nil, ae
+	}
+	s.metrics.exec(res.Verdict, time.Since(t0))
+	s.auditExecEnd(caller, ss, req, timeout, res)
+	return res, nil
+}
+
 // handleInterrupt is POST /v1/sessions/{id}/interrupt: KeyboardInterrupt
 // in the running exec (202), 409 when none runs.
 func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller peer) {
@@ -560,9 +585,18 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller 
 	if ss == nil {
 		return
 	}
-	if !ss.alive() {
-		s.writeError(w, ss.goneError())
+	if e := ss.interruptExec(); e != nil {
+		s.writeError(w, e)
 		return
+	}
+	s.writeJSON(w, 202, map[string]string{"status": "interrupting"})
+}
+
+// interruptExec raises KeyboardInterrupt in the running exec, or says why
+// not: the session ended, or runs none (409).
+func (ss *session) interruptExec() *apiError {
+	if !ss.alive() {
+		return ss.goneError()
 	}
 	ss.mu.Lock()
 	busy := ss.busy
@@ -573,10 +607,9 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller 
 	ss.lastUsed = time.Now()
 	ss.mu.Unlock()
 	if !busy {
-		s.writeError(w, &apiError{Status: 409, Msg: fmt.Sprintf("session %s is idle: no exec to interrupt", ss.id)})
-		return
+		return &apiError{Status: 409, Msg: fmt.Sprintf("session %s is idle: no exec to interrupt", ss.id)}
 	}
-	s.writeJSON(w, 202, map[string]string{"status": "interrupting"})
+	return nil
 }
 
 // handleFiles is GET, PUT and DELETE /v1/sessions/{id}/files/{path}, and
@@ -601,22 +634,12 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 		s.writeError(w, err.(*apiError))
 		return
 	}
-	ss.useMu.RLock()
-	defer ss.useMu.RUnlock()
-	if ss.released {
-		s.writeError(w, ss.goneError())
+	unlock, e := ss.work(r.Method == http.MethodPut || r.Method == http.MethodDelete)
+	if e != nil {
+		s.writeError(w, e)
 		return
 	}
-	if ss.workFD < 0 {
-		s.writeError(w, badRequest("profile %s has no writable /work", ss.profile))
-		return
-	}
-	writes := r.Method == http.MethodPut || r.Method == http.MethodDelete
-	if writes && !ss.alive() {
-		// Kept for reading its /work: the jail that owned it is gone.
-		s.writeError(w, ss.goneError())
-		return
-	}
+	defer unlock()
 	switch {
 	case listing:
 		list, err := listWork(ss.workFD, p, 10000)
@@ -655,6 +678,27 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 			_, _ = io.CopyN(w, f, size)
 		}
 	}
+}
+
+// work holds the session's /work (workFD) for one use of the files
+// routes, or says why it cannot: the session released it, its profile has
+// none, or (writes) its jail is gone. unlock must follow nil.
+func (ss *session) work(writes bool) (unlock func(), e *apiError) {
+	ss.useMu.RLock()
+	switch {
+	case ss.released:
+		e = ss.goneError()
+	case ss.workFD < 0:
+		e = badRequest("profile %s has no writable /work", ss.profile)
+	case writes && !ss.alive():
+		// Kept for reading its /work: the jail that owned it is gone.
+		e = ss.goneError()
+	}
+	if e != nil {
+		ss.useMu.RUnlock()
+		return nil, e
+	}
+	return ss.useMu.RUnlock, nil
 }
 
 // putFile writes the body to p in the session's /work.
