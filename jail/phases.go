@@ -1,12 +1,9 @@
 package jail
 
+import "github.com/stockade/stockade/api"
+
 // Phase is when one step of a run began (Result.Phases).
-type Phase struct {
-	Name string `json:"name"`
-	// StartUs is microseconds since stockade's process started
-	// (on Linux, from /proc/self/stat: see processStart).
-	StartUs int64 `json:"start_us"`
-}
+type Phase = api.Phase
 
 // MonotonicNow is CLOCK_MONOTONIC in nanoseconds, the clock of every
 // Phase, for a caller timing its own steps around a run (PhaseAt).

@@ -6,31 +6,13 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+
+	"github.com/stockade/stockade/api"
 )
 
-// Decision is one kind of network attempt of a run and what became of it:
-// an entry of the result's "network" list. Identical attempts (same host,
-// port, address, way and outcome) are one entry with a count, so a loop
-// cannot grow the result without bound.
-type Decision struct {
-	Host      string `json:"host"`
-	Port      uint16 `json:"port"`
-	Address   string `json:"address,omitempty"` // the address dialled (or refused)
-	Via       string `json:"via"`               // CONNECT, GET, HEAD; connect, sendto, sendmsg, sendmmsg, dns (direct)
-	Allowed   bool   `json:"allowed"`
-	Reason    string `json:"reason,omitempty"`  // why refused, or why a tunnel was cut
-	Rule      string `json:"rule,omitempty"`    // the allowlist entry that allowed it
-	Private   string `json:"private,omitempty"` // the --allow-private range that opened its address
-	Count     int    `json:"count"`             // how many such attempts
-	BytesUp   int64  `json:"bytes_up"`          // from the jail
-	BytesDown int64  `json:"bytes_down"`        // to the jail
-	Error     string `json:"error,omitempty"`   // allowed, but the upstream failed
-	Cut       string `json:"cut,omitempty"`     // a limit ended the tunnel
-
-	// never is the never-reachable class of a refused address (set by
-	// the proxy, which knows the host's own addresses).
-	never string
-}
+// Decision is one kind of network attempt of a run and what became of it
+// (api.NetworkDecision): an entry of the result's "network" list.
+type Decision = api.NetworkDecision
 
 // maxDecisions bounds the distinct entries one run keeps, once for
 // attempts at never-reachable addresses, once for allowed traffic and once
@@ -52,6 +34,10 @@ type Log struct {
 	noNet    bool // the jail has no proxy: a direct attempt gets the one "no network" notice
 	noticed  bool
 	refusals int
+	// addrs is the proxy's address policy (the host's own addresses
+	// among its never-reachable ones), for the addresses it dialled or
+	// refused: the zero policy until a proxy takes the log.
+	addrs AddrPolicy
 }
 
 // NewLog returns a Log. noNetwork says the jail has no allowlist, which
@@ -68,12 +54,12 @@ func (l *Log) entry(d Decision) (*Decision, bool) {
 	if e, ok := l.byKey[k]; ok {
 		return e, false
 	}
-	switch cls := neverClass(d); {
+	switch cls := l.neverClass(d); {
 	case cls != "":
 		if l.never >= maxDecisions {
 			// Past its own bucket, one entry per class and way: finitely
 			// many, so still itemised and noticed.
-			f := Decision{Via: d.Via, Reason: cls + " (further attempts of this class not itemised by address)", never: cls}
+			f := Decision{Via: d.Via, Reason: cls + " (further attempts of this class not itemised by address)"}
 			return l.summary("\x01"+f.Via+"\x00"+f.Reason, f)
 		}
 		l.never++
@@ -195,15 +181,14 @@ func Notices(ds []Decision, noNetwork bool, max int) []string {
 	return out
 }
 
-// neverClass is the never-reachable class a refusal aimed at, or "".
-func neverClass(d Decision) string {
+// neverClass is the never-reachable class a refusal aimed at, or "": the
+// address the proxy dialled or refused under its policy, else the address
+// or host as any policy sees it.
+func (l *Log) neverClass(d Decision) string {
 	if d.Allowed {
 		return ""
 	}
-	if d.never != "" {
-		return d.never
-	}
-	for _, s := range []string{d.Address, d.Host} {
+	for i, s := range []string{d.Address, d.Host} {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
 			ap, err := netip.ParseAddrPort(s)
@@ -212,7 +197,11 @@ func neverClass(d Decision) string {
 			}
 			a = ap.Addr()
 		}
-		if cls := (AddrPolicy{}).never(a); cls != "" {
+		pol := AddrPolicy{}
+		if i == 0 {
+			pol = l.addrs
+		}
+		if cls := pol.never(a); cls != "" {
 			return cls
 		}
 	}

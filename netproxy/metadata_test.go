@@ -184,7 +184,7 @@ func TestAttackProxyNeverReachableRanges(t *testing.T) {
 			t.Errorf("%d decisions, want %d: %+v", len(ds), 2*len(neverRanges), ds)
 		}
 		for _, d := range ds {
-			if d.Allowed || d.never == "" {
+			if d.Allowed || f.log.neverClass(d) == "" {
 				t.Errorf("with --allow-private %v: %+v, want refused as never reachable", open, d)
 			}
 		}

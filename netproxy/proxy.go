@@ -88,6 +88,9 @@ func New(cfg Config) *Proxy {
 	if cfg.Log == nil {
 		cfg.Log = NewLog(nil, false)
 	}
+	cfg.Log.mu.Lock()
+	cfg.Log.addrs = cfg.Addrs
+	cfg.Log.mu.Unlock()
 	p := &Proxy{cfg: cfg, conns: map[net.Conn]struct{}{}, heads: make(chan struct{}, headSlots(cfg.MaxTunnels))}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.resolve = cfg.Resolve
@@ -595,7 +598,6 @@ func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, De
 		d.Address = a.String()
 		if why, via := p.cfg.Addrs.Check(a); why != "" {
 			d.Reason = why
-			d.never = p.cfg.Addrs.never(a)
 			return target{}, d
 		} else {
 			d.Private = via
@@ -642,7 +644,6 @@ func (p *Proxy) check(ctx context.Context, host string, port uint16) (target, De
 		if why != "" {
 			d.Address = a.String()
 			d.Reason = fmt.Sprintf("%s resolves to %s: %s", name, a, why)
-			d.never = p.cfg.Addrs.never(a)
 			return target{}, d
 		}
 		if via != "" {

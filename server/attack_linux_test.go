@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // The jail leaves thousands of symlinks (or empty files past the file
@@ -20,7 +22,7 @@ import (
 func TestAttackUnboundedFilesSkipped(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--files-max", "1M")
 	const n = 4000
-	code, _, body := s.post(RunRequest{Code: code(fmt.Sprintf(`import os
+	code, _, body := s.post(api.RunRequest{Code: code(fmt.Sprintf(`import os
 for i in range(14):
     os.mkdir('D' * 250); os.chdir('D' * 250)
 for i in range(%d):
@@ -29,7 +31,7 @@ for i in range(%d):
 	if code != 200 {
 		t.Fatalf("POST: %d %.300s", code, body)
 	}
-	var r RunResponse
+	var r api.RunResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -53,16 +55,16 @@ func TestAttackStalledStreamingClientHoldsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	body, _ := json.Marshal(RunRequest{Code: code(`import sys
+	body, _ := json.Marshal(api.RunRequest{Code: code(`import sys
 for i in range(64):
     sys.stdout.write('x' * 16384 + '\n')
-`), Limits: Limits{"timeout": "3s"}})
+`), Limits: api.Limits{"timeout": "3s"}})
 	fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read. The run's own timeout is 3s; give it plenty more.
 	time.Sleep(12 * time.Second)
 	var h Health
 	s.get("/v1/health", &h)
-	code2, _, out := s.post(RunRequest{Code: code("print(1)")})
+	code2, _, out := s.post(api.RunRequest{Code: code("print(1)")})
 	t.Logf("health running=%d; a second caller got %d %.200s", h.Running, code2, out)
 	if h.Running != 0 || code2 != 200 {
 		t.Errorf("a client that stopped reading still holds its run 9s past the run's timeout (running %d), and the next caller got %d", h.Running, code2)

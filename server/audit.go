@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -178,7 +179,7 @@ type AuditEntry struct {
 	CodeBytes  int         `json:"code_bytes,omitempty"`
 	Files      int         `json:"files_in"`
 	Limits     AuditLimits `json:"limits"`
-	Pool       PoolUse     `json:"pool"`
+	Pool       api.PoolUse `json:"pool"`
 	*AuditOutcome
 }
 

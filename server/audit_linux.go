@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -53,7 +54,7 @@ func (s *Server) runID() string {
 }
 
 // auditEntry is the part of a run's audit lines known before it starts.
-func auditEntry(event, id string, caller peer, req *RunRequest, spec jail.Spec, use PoolUse) AuditEntry {
+func auditEntry(event, id string, caller peer, req *api.RunRequest, spec jail.Spec, use api.PoolUse) AuditEntry {
 	e := AuditEntry{Event: event, RunID: id, Time: time.Now().UTC(), UID: caller.uid, PID: caller.pid, Profile: req.Profile,
 		Files: len(req.Files), Limits: limitsOf(spec), Pool: use}
 	if req.Code != nil {
@@ -87,18 +88,18 @@ func hashString(h hash.Hash, s string) {
 
 // auditStart writes a run's start line when --audit-required asks for one,
 // before its code reaches the jail; the refusal to answer when it cannot.
-func (s *Server) auditStart(id string, caller peer, req *RunRequest, spec jail.Spec, use PoolUse) *apiError {
+func (s *Server) auditStart(id string, caller peer, req *api.RunRequest, spec jail.Spec, use api.PoolUse) *api.Error {
 	if !s.cfg.AuditRequired {
 		return nil
 	}
 	if err := s.writeAudit(auditEntry("start", id, caller, req, spec, use)); err != nil {
-		return &apiError{Status: 503, Msg: fmt.Sprintf("the run was not started: its audit line could not be written (--audit-required): %v", err)}
+		return &api.Error{Status: 503, Msg: fmt.Sprintf("the run was not started: its audit line could not be written (--audit-required): %v", err)}
 	}
 	return nil
 }
 
 // auditEnd writes a run's end line, with its outcome.
-func (s *Server) auditEnd(id string, caller peer, req *RunRequest, spec jail.Spec, use PoolUse, res *jail.Result) {
+func (s *Server) auditEnd(id string, caller peer, req *api.RunRequest, spec jail.Spec, use api.PoolUse, res *jail.Result) {
 	e := auditEntry("end", id, caller, req, spec, use)
 	e.AuditOutcome = &AuditOutcome{Verdict: res.Verdict, ExitCode: res.ExitCode, WallMs: res.WallMs, Blocked: res.BlockedSyscalls, Error: res.Error}
 	_ = s.writeAudit(e)

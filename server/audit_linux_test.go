@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // auditLines decodes the lines of an audit log; a line that is no JSON
@@ -41,7 +43,7 @@ func auditLines(t *testing.T, path string) (lines []AuditEntry, torn []string) {
 // jail.
 func TestServeAuditLogFailuresAreSilent(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--audit-log", "/dev/full")
-	if r := s.run(RunRequest{Code: code("print(1)")}); r.Verdict != "ok" {
+	if r := s.run(api.RunRequest{Code: code("print(1)")}); r.Verdict != "ok" {
 		t.Fatalf("%+v", r)
 	}
 	var h Health
@@ -55,7 +57,7 @@ func TestServeAuditLogFailuresAreSilent(t *testing.T) {
 
 	r := startServer(t, "--pool", "1", "--audit-log", "/dev/full", "--audit-required")
 	mark := fmt.Sprintf("stockade-unaudited-%d", time.Now().UnixNano())
-	status, _, body := r.post(RunRequest{Argv: []string{"sh", "-c", "sleep 5; : " + mark}})
+	status, _, body := r.post(api.RunRequest{Argv: []string{"sh", "-c", "sleep 5; : " + mark}})
 	if status != 503 || !strings.Contains(string(body), "not started") || !strings.Contains(string(body), "--audit-required") {
 		t.Errorf("--audit-required with an audit log that cannot be written: %d %s, want 503 and the reason", status, body)
 	}
@@ -88,7 +90,7 @@ func TestServeAuditLogFullFilesystem(t *testing.T) {
 	inServer := func(p string) string { return fmt.Sprintf("/proc/%d/root%s", s.cmd.Process.Pid, p) }
 	served, refused := 0, 0
 	for i := 0; i < 40 && refused == 0; i++ {
-		switch status, _, body := s.post(RunRequest{Code: code(fmt.Sprintf("print(%d)", i))}); status {
+		switch status, _, body := s.post(api.RunRequest{Code: code(fmt.Sprintf("print(%d)", i))}); status {
 		case 200:
 			served++
 		case 503:
@@ -111,7 +113,7 @@ func TestServeAuditLogFullFilesystem(t *testing.T) {
 	if err := os.Remove(inServer(filepath.Join(dir, "filler"))); err != nil {
 		t.Fatal(err)
 	}
-	if r := s.run(RunRequest{Code: code("print('room again')")}); r.Stdout != "room again\n" {
+	if r := s.run(api.RunRequest{Code: code("print('room again')")}); r.Stdout != "room again\n" {
 		t.Errorf("after room was made: %+v", r)
 	}
 	after, torn := auditLines(t, inServer(audit))
@@ -141,17 +143,17 @@ func TestServeAuditLogFullFilesystem(t *testing.T) {
 func TestServeSIGHUPReopensAuditLog(t *testing.T) {
 	audit := filepath.Join(t.TempDir(), "audit.log")
 	s := startServer(t, "--pool", "1", "--audit-log", audit)
-	s.run(RunRequest{Code: code("print('before')")})
+	s.run(api.RunRequest{Code: code("print('before')")})
 	answer := make(chan string, 1)
 	go func() {
-		b, _ := json.Marshal(RunRequest{Code: code("import time; time.sleep(1.5); print('finished')")})
+		b, _ := json.Marshal(api.RunRequest{Code: code("import time; time.sleep(1.5); print('finished')")})
 		resp, err := s.hc.Post("http://stockade/v1/run", "application/json", bytes.NewReader(b))
 		if err != nil {
 			answer <- err.Error()
 			return
 		}
 		defer resp.Body.Close()
-		var r RunResponse
+		var r api.RunResponse
 		json.NewDecoder(resp.Body).Decode(&r)
 		answer <- fmt.Sprintf("%d %s", resp.StatusCode, r.Stdout)
 	}()
@@ -175,7 +177,7 @@ func TestServeSIGHUPReopensAuditLog(t *testing.T) {
 	if len(old) != 1 || len(now) != 1 || now[0].AuditOutcome == nil || now[0].Verdict != "ok" {
 		t.Errorf("rotated file: %d lines, want the first run's; new file: %d lines, want the run in flight's", len(old), len(now))
 	}
-	s.run(RunRequest{Code: code("print('after')")})
+	s.run(api.RunRequest{Code: code("print('after')")})
 	if now, _ = auditLines(t, audit); len(now) != 2 {
 		t.Errorf("the new file has %d lines after one more run, want 2", len(now))
 	}

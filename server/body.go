@@ -17,6 +17,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/stockade/stockade/api"
 )
 
 // What a request body costs the server, outside any jail's cgroup. It was
@@ -99,7 +101,7 @@ const bodyChunk = 256 << 10
 // or stalls past the connection's read deadline is an error the caller
 // tells apart (net.Error Timeout: 408).
 func readBody(r io.Reader, length, max int64) ([]byte, error) {
-	tooBig := &apiError{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes (--max-body)", max)}
+	tooBig := &api.Error{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes (--max-body)", max)}
 	if length > max {
 		return nil, tooBig
 	}
@@ -201,7 +203,7 @@ type wireRequest struct {
 // that share its memory, unescaped in place (a JSON string is never
 // shorter than its value), so a body costs its own size once decoded and
 // never twice. body must not be written after.
-func decodeRequest(body []byte) (*RunRequest, error) {
+func decodeRequest(body []byte) (*api.RunRequest, error) {
 	// A body that is no object at all gets json.Unmarshal's own error
 	// below, which says what it is instead. Unknown limits are
 	// Limits.layer's to name.
@@ -211,7 +213,7 @@ func decodeRequest(body []byte) (*RunRequest, error) {
 	var wire wireRequest
 	if err := json.Unmarshal(body, &wire); err != nil {
 		// The error in RunRequest's terms (its types, not the spans').
-		var req RunRequest
+		var req api.RunRequest
 		if rerr := json.Unmarshal(body, &req); rerr != nil {
 			return nil, typeError(rerr)
 		}
@@ -231,7 +233,7 @@ func decodeRequest(body []byte) (*RunRequest, error) {
 			return nil, badRequest("field %q: want a string, got JSON %.20s", field, sp)
 		}
 	}
-	req := &RunRequest{Profile: wire.Profile}
+	req := &api.RunRequest{Profile: wire.Profile}
 	if len(wire.Limits) > maxLimitsBytes {
 		return nil, badRequest("limits: %d bytes of JSON; a request's limits are a few short values (at most %d bytes)", len(wire.Limits), maxLimitsBytes)
 	}

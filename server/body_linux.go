@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // refuseBody answers a body that could not be read or decoded (408, 413,
@@ -106,7 +108,7 @@ func (b *bodyRead) Read(p []byte) (int, error) {
 func (s *Server) takeBodyShare(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	share := r.ContentLength
 	if share > s.cfg.MaxBody {
-		s.writeError(w, &apiError{Status: 413, Msg: fmt.Sprintf("request body of %d bytes is larger than %d bytes (--max-body)", share, s.cfg.MaxBody)})
+		s.writeError(w, &api.Error{Status: 413, Msg: fmt.Sprintf("request body of %d bytes is larger than %d bytes (--max-body)", share, s.cfg.MaxBody)})
 		return 0, false
 	}
 	if share < 0 { // chunked: it may be as large as --max-body
@@ -115,7 +117,7 @@ func (s *Server) takeBodyShare(w http.ResponseWriter, r *http.Request) (int64, b
 	switch err := s.bodies.take(r.Context(), share, s.cfg.QueueWait); {
 	case errors.Is(err, errBodyBudget):
 		retryAfter(w, s.cfg.QueueWait/4)
-		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: the request bodies being read, waiting or running hold %d of the %d bytes of --body-budget, and this one needs %d; waited %v",
+		s.refuse(w, r, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: the request bodies being read, waiting or running hold %d of the %d bytes of --body-budget, and this one needs %d; waited %v",
 			s.bodies.inUse(), s.cfg.BodyBudget, share, s.cfg.QueueWait)})
 		return 0, false
 	case err != nil:

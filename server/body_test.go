@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/api"
 )
 
 // decodeRequest unescapes the request's strings in place, over the body;
@@ -21,7 +23,7 @@ func FuzzDecodeRequestMatchesUnmarshal(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, lit string) {
 		body := `{"code": ` + lit + `, "argv": [` + lit + `], "stdin": ` + lit + `, "files": {"f": ` + lit + `}}`
-		var want RunRequest
+		var want api.RunRequest
 		wantErr := json.Unmarshal([]byte(body), &want)
 		got, err := decodeRequest([]byte(body))
 		if (err != nil) != (wantErr != nil) {
@@ -44,9 +46,9 @@ func TestDecodeRequestErrors(t *testing.T) {
 		`{"argv": "true"}`:               `field "argv": want []string, got JSON string`,
 		`{"argv": ["true", 5]}`:          `field "argv[1]": want a string`,
 		`{"files": {"f": {}}}`:           `field "files[\"f\"]": want a string`,
-		`{"code": "1", "limits": [1]}`:   `field "limits": want server.Limits, got JSON array`,
+		`{"code": "1", "limits": [1]}`:   `field "limits": want api.Limits, got JSON array`,
 		`{"code": "1", "limits": {"pids": [` + strings.Repeat("1,", 10<<10) + `1]}}`: `a few short values`,
-		`[1]`:              `want server.RunRequest, got JSON array`,
+		`[1]`:              `want api.RunRequest, got JSON array`,
 		`{"code": "1"} {}`: `malformed JSON`,
 		`{"code": "1"`:     `malformed JSON`,
 		``:                 `malformed JSON`,
@@ -81,10 +83,10 @@ func TestDecodeRequestSharesTheBody(t *testing.T) {
 	file := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0, 1, 2, 0xff}, 3<<20/4))
 	body := []byte(`{"code": "` + strings.Repeat(`print(\"x\")\n`, 128<<10) + `", "stdin": "` + strings.Repeat("a", 2<<20) +
 		`", "files": {"f": "` + file + `"}}`)
-	var req *RunRequest
+	req := &runRequest{}
 	var err error
 	n := allocated(func() {
-		if req, err = decodeRequest(body); err == nil {
+		if req.RunRequest, err = decodeRequest(body); err == nil {
 			err = req.validate(1024)
 		}
 	})

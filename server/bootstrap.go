@@ -192,7 +192,7 @@ func frame(v any) ([]byte, error) {
 // writeJob writes the job of a validated request to w (the jail's stdin),
 // the bulk straight from the request's strings: the code and arguments as
 // they are, the files decoded from base64 as they stream.
-func writeJob(w io.Writer, req *RunRequest, rich richCaps, resultMax int64) error {
+func writeJob(w io.Writer, req *runRequest, rich richCaps, resultMax int64) error {
 	var h jobHeader
 	if req.Code != nil {
 		n := len(*req.Code)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+
+	"github.com/stockade/stockade/api"
 )
 
 // Client talks to a server on its unix socket.
@@ -28,7 +30,7 @@ func NewClient(socket string) *Client {
 // Run sends req and streams the run's output to stdout and stderr as it
 // comes. A refusal (4xx, 5xx without a result) is an error with the
 // server's reason.
-func (c *Client) Run(ctx context.Context, req *RunRequest, stdout, stderr io.Writer) (*RunResponse, error) {
+func (c *Client) Run(ctx context.Context, req *api.RunRequest, stdout, stderr io.Writer) (*api.RunResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -38,15 +40,15 @@ func (c *Client) Run(ctx context.Context, req *RunRequest, stdout, stderr io.Wri
 		return nil, err
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", NDJSON)
+	hr.Header.Set("Accept", api.NDJSON)
 	resp, err := c.hc.Do(hr)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.Header.Get("Content-Type") != NDJSON {
+	if resp.Header.Get("Content-Type") != api.NDJSON {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		var res RunResponse
+		var res api.RunResponse
 		var probe struct {
 			Verdict *string `json:"verdict"`
 		}
@@ -55,7 +57,7 @@ func (c *Client) Run(ctx context.Context, req *RunRequest, stdout, stderr io.Wri
 		if json.Unmarshal(b, &probe) == nil && probe.Verdict != nil && json.Unmarshal(b, &res) == nil {
 			return &res, nil
 		}
-		var e apiError
+		var e api.Error
 		if json.Unmarshal(b, &e) == nil && e.Msg != "" {
 			return nil, fmt.Errorf("server refused the run (%s): %s", resp.Status, e.Msg)
 		}
@@ -77,7 +79,7 @@ func (c *Client) Run(ctx context.Context, req *RunRequest, stdout, stderr io.Wri
 		case "stderr":
 			io.WriteString(stderr, line.Data)
 		case "result":
-			var res RunResponse
+			var res api.RunResponse
 			if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
 				return nil, fmt.Errorf("server: bad result: %w", err)
 			}

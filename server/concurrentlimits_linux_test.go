@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stockade/stockade/api"
 )
 
 // seeLimits prints what the jail itself sees of its limits: the memory
@@ -27,7 +29,7 @@ print("held")`
 func TestAttackConcurrentRequestsShareAPolicy(t *testing.T) {
 	s := startServer(t, "--pool", "4")
 	type want struct {
-		limits        Limits
+		limits        api.Limits
 		memMiB, files int
 		fsize         int64
 		verdict       string
@@ -35,9 +37,9 @@ func TestAttackConcurrentRequestsShareAPolicy(t *testing.T) {
 	}
 	cases := []want{
 		{nil, 512, 256, 64 << 20, "ok", true},
-		{Limits{"memory": "128M", "open_files": 64, "file_size": "1M"}, 128, 64, 1 << 20, "memory", false},
-		{Limits{"timeout": "8s"}, 512, 256, 64 << 20, "ok", true},
-		{Limits{"memory": "160M", "open_files": 100}, 160, 100, 64 << 20, "memory", false},
+		{api.Limits{"memory": "128M", "open_files": 64, "file_size": "1M"}, 128, 64, 1 << 20, "memory", false},
+		{api.Limits{"timeout": "8s"}, 512, 256, 64 << 20, "ok", true},
+		{api.Limits{"memory": "160M", "open_files": 100}, 160, 100, 64 << 20, "memory", false},
 	}
 	errs := make(chan string, 2*len(cases))
 	for round := range 2 {
@@ -47,8 +49,8 @@ func TestAttackConcurrentRequestsShareAPolicy(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				status, _, body := postTo(t, s.hc, RunRequest{Code: code(seeLimits), Limits: c.limits}, nil)
-				var r RunResponse
+				status, _, body := postTo(t, s.hc, api.RunRequest{Code: code(seeLimits), Limits: c.limits}, nil)
+				var r api.RunResponse
 				if status != 200 || json.Unmarshal(body, &r) != nil || r.Result == nil {
 					errs <- fmt.Sprintf("round %d request %d: %d %.300s", round, i, status, body)
 					return

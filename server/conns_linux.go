@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stockade/stockade/api"
 )
 
 // connLimiter caps the connections open at once, in all and per caller
@@ -83,7 +85,7 @@ func (l *connLimiter) put(uid uint32) {
 // buffer is empty, and the deadline keeps the accept loop from ever
 // waiting on it.
 func (l *connLimiter) refuse(c net.Conn, why string) {
-	body := marshal(&apiError{Status: 503, Msg: "busy: " + why})
+	body := marshal(&api.Error{Status: 503, Msg: "busy: " + why})
 	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	_, _ = c.Write([]byte(fmt.Sprintf(connRefusal, len(body), body)))
 	c.Close()

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // getOn sends GET /v1/health on c, keeping the connection, and reads the
@@ -107,7 +109,7 @@ func TestAttackIdleKeepAliveConnectionsPinned(t *testing.T) {
 }
 
 // postOn writes a POST /v1/run of req on c, raw.
-func postOn(t *testing.T, c net.Conn, req RunRequest, hdr string) {
+func postOn(t *testing.T, c net.Conn, req api.RunRequest, hdr string) {
 	t.Helper()
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -126,12 +128,12 @@ func postOn(t *testing.T, c net.Conn, req RunRequest, hdr string) {
 // A real close still cancels the run and kills its jail.
 func TestServeHalfCloseIsNotADisconnect(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	for _, accept := range []string{"", "Accept: " + NDJSON + "\r\n"} {
+	for _, accept := range []string{"", "Accept: " + api.NDJSON + "\r\n"} {
 		c, err := net.Dial("unix", s.sock)
 		if err != nil {
 			t.Fatal(err)
 		}
-		postOn(t, c, RunRequest{Code: code("import time; time.sleep(1); print('finished')")}, accept)
+		postOn(t, c, api.RunRequest{Code: code("import time; time.sleep(1); print('finished')")}, accept)
 		if err := c.(*net.UnixConn).CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +155,7 @@ func TestServeHalfCloseIsNotADisconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	postOn(t, c, RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}}, "")
+	postOn(t, c, api.RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}}, "")
 	c.(*net.UnixConn).CloseWrite()
 	eventually(t, "the jail started", func() bool { return len(processesWith(mark)) > 0 })
 	time.Sleep(500 * time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/profiles"
 )
 
@@ -26,7 +27,7 @@ import (
 // one that refuses before it reads.
 func TestAttackStalledSmallBodyHoldsConnection(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--body-timeout", "1s")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	for _, route := range []struct {
 		method, path string
 		want         int
@@ -76,7 +77,7 @@ func TestAttackStalledSmallBodyHoldsConnection(t *testing.T) {
 // target only once whole.
 func TestAttackFailedPutTruncatesFile(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--max-body", "64K", "--body-timeout", "1s")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	target := "/v1/sessions/" + id + "/files/keep.txt"
 	const original = "the session's own file\n"
 	if code, body := s.call("PUT", target, []byte(original), nil); code != 201 {
@@ -130,7 +131,7 @@ func TestAttackFailedPutTruncatesFile(t *testing.T) {
 // it wrote, and says the write was raced (409) instead.
 func TestAttackPutTempSwappedForSymlink(t *testing.T) {
 	s := startServer(t, "--pool", "0")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	// The watcher swaps the first temporary file it sees, then says so in
 	// swapped.txt, and stops by itself: after one swap, or 120 s.
 	watcher := `import os, time
@@ -145,7 +146,7 @@ while time.monotonic() < end:
     time.sleep(0.001)
 `
 	r := s.cell(id, "import subprocess\nopen('/tmp/w.py', 'w').write("+strconv.Quote(watcher)+")\nsubprocess.Popen(['python3', '/tmp/w.py']).pid")
-	if r.Verdict != ExecOK || r.Result == nil {
+	if r.Verdict != api.ExecOK || r.Result == nil {
 		t.Fatalf("the watcher: %+v", r)
 	}
 	// The body: a first part (the temporary file exists from then on),
@@ -195,22 +196,22 @@ while time.monotonic() < end:
 func TestAttackOpenFilesTooFewForInit(t *testing.T) {
 	s := startServer(t, "--pool", "0")
 	for _, n := range []int{10, 11} {
-		limits := Limits{"open_files": n}
-		code, _, body := s.post(RunRequest{Code: code("print(1)"), Limits: limits})
+		limits := api.Limits{"open_files": n}
+		code, _, body := s.post(api.RunRequest{Code: code("print(1)"), Limits: limits})
 		if code/100 != 4 || !strings.Contains(string(body), string(profiles.FieldOpenFiles)) {
 			t.Errorf("/v1/run with open_files %d: %d %s, want a 4xx naming %s", n, code, body, profiles.FieldOpenFiles)
 		}
-		code2, body2 := s.call("POST", "/v1/sessions", SessionRequest{Limits: limits}, nil)
+		code2, body2 := s.call("POST", "/v1/sessions", api.SessionRequest{Limits: limits}, nil)
 		if code2/100 != 4 || !strings.Contains(string(body2), string(profiles.FieldOpenFiles)) {
 			t.Errorf("/v1/sessions with open_files %d: %d %s, want a 4xx naming %s", n, code2, body2, profiles.FieldOpenFiles)
 		}
 	}
-	limits := Limits{"open_files": profiles.MinOpenFiles}
-	if r := s.run(RunRequest{Code: code("print(1)"), Limits: limits}); r.Verdict != "ok" || r.Stdout != "1\n" {
+	limits := api.Limits{"open_files": profiles.MinOpenFiles}
+	if r := s.run(api.RunRequest{Code: code("print(1)"), Limits: limits}); r.Verdict != "ok" || r.Stdout != "1\n" {
 		t.Errorf("/v1/run at open_files %d: %+v", profiles.MinOpenFiles, r)
 	}
-	code, body := s.call("POST", "/v1/sessions", SessionRequest{Limits: limits}, nil)
-	var c SessionCreated
+	code, body := s.call("POST", "/v1/sessions", api.SessionRequest{Limits: limits}, nil)
+	var c api.SessionCreated
 	if code != 201 || json.Unmarshal(body, &c) != nil {
 		t.Fatalf("/v1/sessions at open_files %d: %d %s\n%s", profiles.MinOpenFiles, code, body, s.logString())
 	}
@@ -284,7 +285,7 @@ func TestAttackConnectionsPastMaxConns(t *testing.T) {
 // budget has no room for another.
 func TestAttackSessionBodiesOutsideBudget(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--max-body", "1M", "--body-budget", "1M", "--queue-wait", "1s", "--body-timeout", "60s")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	exec := "/v1/sessions/" + id + "/exec"
 	for _, head := range []string{
 		"Content-Length: 1048576\r\n\r\n{\"code\": \"",
@@ -299,7 +300,7 @@ func TestAttackSessionBodiesOutsideBudget(t *testing.T) {
 		// refused naming the budget.
 		var last string
 		eventually(t, fmt.Sprintf("a body refused while a stalled one (%q) is read", strings.SplitN(head, "\r\n", 2)[0]), func() bool {
-			code, body := s.call("POST", exec, ExecRequest{Code: code("1")}, nil)
+			code, body := s.call("POST", exec, api.ExecRequest{Code: code("1")}, nil)
 			last = fmt.Sprintf("%d %s", code, body)
 			return code == 503 && strings.Contains(string(body), "--body-budget")
 		})
@@ -308,7 +309,7 @@ func TestAttackSessionBodiesOutsideBudget(t *testing.T) {
 		}
 		c.Close()
 		eventually(t, "the budget given back when the stalled caller left", func() bool {
-			code, _ := s.call("POST", exec, ExecRequest{Code: code("1")}, nil)
+			code, _ := s.call("POST", exec, api.ExecRequest{Code: code("1")}, nil)
 			return code == 200
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
@@ -51,15 +52,15 @@ type driverAnswer struct {
 	// KeyboardInterrupt sent before it would be dropped as late.
 	Started string `json:"started,omitempty"`
 	// Hello and Python are a restarted driver's first frame.
-	Hello           string       `json:"hello,omitempty"`
-	Python          string       `json:"python,omitempty"`
-	Token           string       `json:"token"`
-	Status          string       `json:"status"` // "ok" or "exception"
-	Result          *string      `json:"result"`
-	ResultTruncated bool         `json:"result_truncated"`
-	Error           *ExecError   `json:"error"`
-	Images          answerImages `json:"images"`
-	ImagesTruncated bool         `json:"images_truncated"`
+	Hello           string         `json:"hello,omitempty"`
+	Python          string         `json:"python,omitempty"`
+	Token           string         `json:"token"`
+	Status          string         `json:"status"` // "ok" or "exception"
+	Result          *string        `json:"result"`
+	ResultTruncated bool           `json:"result_truncated"`
+	Error           *api.ExecError `json:"error"`
+	Images          answerImages   `json:"images"`
+	ImagesTruncated bool           `json:"images_truncated"`
 	// Results are the cell's rich results, each a MIME bundle: the
 	// jail's bytes, held to richCaps as they are decoded, before anything
 	// else sees them.
@@ -174,8 +175,8 @@ func cutChars(s string, max int64) (string, bool) {
 // base64 of the right kind of file for the binary types (binaryMagic),
 // and text/plain in every one. A result that breaks a rule is dropped
 // whole and the list marked truncated: an honest driver never sends one.
-func boundResults(rs []RichResult, caps richCaps) ([]RichResult, bool) {
-	b := resultsBound{caps: caps, out: []RichResult{}}
+func boundResults(rs []api.RichResult, caps richCaps) ([]api.RichResult, bool) {
+	b := resultsBound{caps: caps, out: []api.RichResult{}}
 	for _, r := range rs {
 		if b.full() {
 			b.cut = true // rs[i] and any after
@@ -194,7 +195,7 @@ const resultsSeen = 4
 // resultsBound holds results within caps as they come, one at a time.
 type resultsBound struct {
 	caps  richCaps
-	out   []RichResult
+	out   []api.RichResult
 	total int64
 	seen  int
 	cut   bool
@@ -206,7 +207,7 @@ func (b *resultsBound) full() bool {
 }
 
 // take keeps r if it keeps the rules and fits in what is left.
-func (b *resultsBound) take(r RichResult) {
+func (b *resultsBound) take(r api.RichResult) {
 	caps := b.caps
 	b.seen++
 	n, ok := bundleSize(r, caps.Bundle)
@@ -225,7 +226,7 @@ func (b *resultsBound) take(r RichResult) {
 // held). What is past a cap is never decoded (Cut says it was there).
 type answerResults struct {
 	caps richCaps
-	List []RichResult
+	List []api.RichResult
 	Cut  bool
 }
 
@@ -236,7 +237,7 @@ const bundleSlack = 1024
 // UnmarshalJSON reads the array element by element, within the caps.
 // encoding/json has checked the whole value's syntax before calling it.
 func (a *answerResults) UnmarshalJSON(b []byte) error {
-	bound := resultsBound{caps: a.caps, out: []RichResult{}}
+	bound := resultsBound{caps: a.caps, out: []api.RichResult{}}
 	a.List, a.Cut = bound.out, false
 	if string(b) == "null" {
 		return nil
@@ -270,8 +271,8 @@ func (a *answerResults) UnmarshalJSON(b []byte) error {
 // the rules: too big, too many types, a field RichResult has not. Its
 // data is read key by key, so that a bundle of a million keys stops at
 // the seventeenth.
-func decodeBundle(raw []byte, max int64) (RichResult, bool) {
-	var r RichResult
+func decodeBundle(raw []byte, max int64) (api.RichResult, bool) {
+	var r api.RichResult
 	if int64(len(raw)) > max+bundleSlack {
 		return r, false
 	}
@@ -322,7 +323,7 @@ func decodeBundle(raw []byte, max int64) (RichResult, bool) {
 
 // bundleSize is the bytes of r's MIME names and values, and whether r
 // keeps the rules of boundResults within max bytes.
-func bundleSize(r RichResult, max int64) (int64, bool) {
+func bundleSize(r api.RichResult, max int64) (int64, bool) {
 	if len(r.Data) > maxBundleTypes {
 		return 0, false
 	}

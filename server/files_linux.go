@@ -13,6 +13,8 @@ import (
 	"sort"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stockade/stockade/api"
 )
 
 // collectLimits bound what a run may hand back: the jail wrote these files
@@ -35,10 +37,10 @@ type collectLimits struct {
 // collected is what the run left in /work.
 type collected struct {
 	files     map[string]string
-	images    []Image
+	images    []api.Image
 	truncated bool
 	// results are the bootstrap's rich results, held to lim.Rich.
-	results          []RichResult
+	results          []api.RichResult
 	resultsTruncated bool
 	skipped          []string
 
@@ -90,7 +92,7 @@ func collectWork(work string, inputs map[string]inputFile, lim collectLimits) (*
 	if lim.MaxSkippedBytes <= 0 {
 		lim.MaxSkippedBytes = 64 << 10
 	}
-	c := &collected{files: map[string]string{}, images: []Image{}, skipped: []string{}, lim: lim}
+	c := &collected{files: map[string]string{}, images: []api.Image{}, skipped: []string{}, lim: lim}
 	if work == "" {
 		return c, nil
 	}
@@ -177,18 +179,18 @@ const resultsFile = "results.json"
 // at most the caps' bytes and room for the list's own keys, strict JSON,
 // held to the caps by answerResults as it is decoded. Anything else is no
 // results, and says so when the file was there.
-func collectResults(root int, caps richCaps) ([]RichResult, bool) {
+func collectResults(root int, caps richCaps) ([]api.RichResult, bool) {
 	fd, st, err := openBeneath(root, figureDir+"/"+resultsFile)
 	if err != nil {
-		return []RichResult{}, !errors.Is(err, unix.ENOENT)
+		return []api.RichResult{}, !errors.Is(err, unix.ENOENT)
 	}
 	defer unix.Close(fd)
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return []RichResult{}, true
+		return []api.RichResult{}, true
 	}
 	data, full, err := readCapped(fd, st.Size, caps.Bytes+int64(caps.Count)*128+1024)
 	if err != nil || !full {
-		return []RichResult{}, true
+		return []api.RichResult{}, true
 	}
 	var left struct {
 		Results   answerResults `json:"results"`
@@ -200,14 +202,14 @@ func collectResults(root int, caps richCaps) ([]RichResult, bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&left); err != nil || dec.More() {
-		return []RichResult{}, true
+		return []api.RichResult{}, true
 	}
 	return left.Results.List, left.Results.Cut || left.Truncated
 }
 
 // collectFigures reads the PNGs the bootstrap saved, in order.
-func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
-	imgs, truncated := []Image{}, c.truncated
+func collectFigures(root int, budget *int64, c *collected) ([]api.Image, bool) {
+	imgs, truncated := []api.Image{}, c.truncated
 	names, more, err := listDir(root, figureDir, c.lim.MaxEntries)
 	if err != nil {
 		return imgs, truncated
@@ -237,7 +239,7 @@ func collectFigures(root int, budget *int64, c *collected) ([]Image, bool) {
 			continue // not a figure the bootstrap saved
 		}
 		*budget -= int64(len(data))
-		imgs = append(imgs, Image{Type: "png", Data: base64.StdEncoding.EncodeToString(data)})
+		imgs = append(imgs, api.Image{Type: "png", Data: base64.StdEncoding.EncodeToString(data)})
 	}
 	return imgs, truncated
 }

@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/api"
 )
 
 // The jail names two files \xfe and \xff. JSON text is UTF-8, and the
@@ -14,7 +16,7 @@ import (
 // name back. A file really named U+FFFD keeps its own key.
 func TestServeNonUTF8FileNamesCollide(t *testing.T) {
 	s := startServer(t, "--pool", "0")
-	code, _, body := s.post(RunRequest{Code: code(`import os
+	code, _, body := s.post(api.RunRequest{Code: code(`import os
 for name, data in ((b'\xfe', b'1'), (b'\xff', b'2'), ('\ufffd'.encode(), b'3'), (b'caf\xc3\xa9-\xe9', b'4')):
     open(name, 'wb').write(data)
 os.mkdir(b'd\xff')

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // A local user who can write in the socket's directory could swap the
@@ -79,7 +81,7 @@ func TestAttackArgvFloodsAuditLog(t *testing.T) {
 	for range 1000 {
 		argv = append(argv, strings.Repeat("A", 1000))
 	}
-	code, _, body := s.post(RunRequest{Argv: argv})
+	code, _, body := s.post(api.RunRequest{Argv: argv})
 	if code != 200 {
 		t.Fatalf("POST: %d %.300s", code, body)
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
@@ -186,7 +187,7 @@ func postTo(t *testing.T, hc *http.Client, body any, hdr map[string]string) (int
 		}
 	}
 	limit := ""
-	if r, ok := body.(RunRequest); ok {
+	if r, ok := body.(api.RunRequest); ok {
 		limit, _ = r.Limits["timeout"].(string)
 	}
 	d := proctest.Budget(t, runDeadline(limit))
@@ -209,13 +210,13 @@ func postTo(t *testing.T, hc *http.Client, body any, hdr map[string]string) (int
 }
 
 // run posts req and decodes the result, failing on anything but 200.
-func (s *testServer) run(req RunRequest) *RunResponse {
+func (s *testServer) run(req api.RunRequest) *api.RunResponse {
 	s.t.Helper()
 	code, _, body := s.post(req)
 	if code != 200 {
 		s.t.Fatalf("POST /v1/run: %d %s", code, body)
 	}
-	var r RunResponse
+	var r api.RunResponse
 	if err := json.Unmarshal(body, &r); err != nil || r.Result == nil {
 		s.t.Fatalf("decode %s: %v", body, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/selftest/attacks"
 )
@@ -38,10 +39,10 @@ func TestAttackServeInheritedDescriptor(t *testing.T) {
 	s := startServerWith(t, bin, sock, []*os.File{nil, nil, nil, nil, root, file}, "--pool", "2", "--concurrency", "2")
 	hits, misses := 0, 0
 	for i := range 5 {
-		req := RunRequest{Code: code(heldDescriptors)}
+		req := api.RunRequest{Code: code(heldDescriptors)}
 		if i%2 == 1 {
 			// Limits of its own: a jail started for the request.
-			req.Limits = Limits{"memory": "64M"}
+			req.Limits = api.Limits{"memory": "64M"}
 		}
 		r := s.run(req)
 		if r.Pool.Hit {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // A session's lifecycle past its making (session_lifecycle_linux.go): its
@@ -20,13 +22,13 @@ import (
 // and --session-max-life from its start; the jail's own clock allows it.
 func TestSessionTTLExtend(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--session-ttl", "8s", "--session-max-life", "20s")
-	c := s.session(SessionRequest{TTL: "4s"})
+	c := s.session(api.SessionRequest{TTL: "4s"})
 	id := c.SessionID
 	ttl := func(v string) (int, []byte) {
-		return s.call("POST", "/v1/sessions/"+id+"/ttl", TTLRequest{TTL: v}, nil)
+		return s.call("POST", "/v1/sessions/"+id+"/ttl", api.TTLRequest{TTL: v}, nil)
 	}
 	code, body := ttl("8s")
-	var in SessionInfo
+	var in api.SessionInfo
 	if code != 200 || json.Unmarshal(body, &in) != nil || !in.ExpiresAt.After(c.ExpiresAt) || !in.Alive {
 		t.Fatalf("ttl 8s: %d %s (made to expire at %v)", code, body, c.ExpiresAt)
 	}
@@ -47,7 +49,7 @@ func TestSessionTTLExtend(t *testing.T) {
 	// would be set from that ttl (ttl + 1s), the session lives and keeps
 	// its state.
 	time.Sleep(time.Until(c.CreatedAt.Add(6 * time.Second)))
-	if r := s.cell(id, "x"); r.Verdict != ExecOK || !resultIs(r, "'kept'") || !r.Session.ExpiresAt.Equal(in.ExpiresAt) {
+	if r := s.cell(id, "x"); r.Verdict != api.ExecOK || !resultIs(r, "'kept'") || !r.Session.ExpiresAt.Equal(in.ExpiresAt) {
 		t.Fatalf("after the ttl it was made with: %+v", r)
 	}
 	// Moved again it may not pass --session-max-life from its start.
@@ -66,7 +68,7 @@ func TestSessionTTLExtend(t *testing.T) {
 		t.Errorf("ttl 1s: %d %s", code, body)
 	}
 	within(t, 10*time.Second, "the session ends at its shortened ttl", func() bool {
-		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil)
+		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil)
 		return code == 410 && bytes.Contains(body, []byte("(ttl)"))
 	})
 	if code, body := ttl("2s"); code != 410 {
@@ -95,14 +97,14 @@ func TestServeSessionFlagsRefused(t *testing.T) {
 // and put back after it; the names stockade relies on are refused.
 func TestSessionExecEnv(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{Env: map[string]string{"SHARED": "session"}}).SessionID
+	id := s.session(api.SessionRequest{Env: map[string]string{"SHARED": "session"}}).SessionID
 	probe := "import os, subprocess\nprint(os.environ.get('API_KEY'), os.environ.get('SHARED'), subprocess.run(['sh', '-c', 'echo $API_KEY'], capture_output=True, text=True).stdout.strip())"
 	// ENV_NAME and APP_ENV: ENV is refused as a whole name, not a part.
-	r := s.exec(id, ExecRequest{Code: &probe, Env: map[string]string{"API_KEY": "k-1", "SHARED": "exec", "ENV_NAME": "a", "APP_ENV": "b"}})
-	if r.Verdict != ExecOK || r.Stdout != "k-1 exec k-1\n" {
+	r := s.exec(id, api.ExecRequest{Code: &probe, Env: map[string]string{"API_KEY": "k-1", "SHARED": "exec", "ENV_NAME": "a", "APP_ENV": "b"}})
+	if r.Verdict != api.ExecOK || r.Stdout != "k-1 exec k-1\n" {
 		t.Errorf("with env: %+v", r)
 	}
-	if r := s.exec(id, ExecRequest{Code: &probe}); r.Verdict != ExecOK || r.Stdout != "None session \n" {
+	if r := s.exec(id, api.ExecRequest{Code: &probe}); r.Verdict != api.ExecOK || r.Stdout != "None session \n" {
 		t.Errorf("the next exec, without: %+v", r)
 	}
 	many := map[string]string{}
@@ -119,12 +121,12 @@ func TestSessionExecEnv(t *testing.T) {
 		"SSL_CERT_DIR": {"SSL_CERT_DIR": "/work"}, "NODE_OPTIONS": {"NODE_OPTIONS": "--require /work/x.js"}, "PERL5OPT": {"PERL5OPT": "-Mx"},
 		"REQUESTS_CA_BUNDLE": {"REQUESTS_CA_BUNDLE": "/work/ca.pem"}, "curl_ca_bundle": {"curl_ca_bundle": "/work/ca.pem"},
 	} {
-		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("1"), Env: env}, nil)
+		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("1"), Env: env}, nil)
 		if code != 400 || !bytes.Contains(body, []byte("env")) {
 			t.Errorf("%s: %d %s", name, code, body)
 		}
 	}
-	if r := s.exec(id, ExecRequest{Code: &probe}); r.ExecutionCount != 3 {
+	if r := s.exec(id, api.ExecRequest{Code: &probe}); r.ExecutionCount != 3 {
 		t.Errorf("a refused exec ran: %+v", r)
 	}
 }
@@ -145,16 +147,16 @@ func TestAttackSessionEnvHeldUnbounded(t *testing.T) {
 		"too many":    many,
 		"a long name": {strings.Repeat("N", maxEnvName+1): "1"},
 	} {
-		code, body := s.call("POST", "/v1/sessions", SessionRequest{Env: env}, nil)
+		code, body := s.call("POST", "/v1/sessions", api.SessionRequest{Env: env}, nil)
 		if code != 400 || !bytes.Contains(body, []byte("env")) {
 			t.Errorf("%s: %d %.200s", name, code, body)
 		}
 	}
-	var list struct{ Sessions []SessionInfo }
+	var list struct{ Sessions []api.SessionInfo }
 	if code := s.get("/v1/sessions", &list); code != 200 || len(list.Sessions) != 0 {
 		t.Errorf("sessions after refused creates: %d %+v", code, list)
 	}
-	id := s.session(SessionRequest{Env: map[string]string{"A": strings.Repeat("y", maxExecEnvBytes-1)}}).SessionID
+	id := s.session(api.SessionRequest{Env: map[string]string{"A": strings.Repeat("y", maxExecEnvBytes-1)}}).SessionID
 	if r := s.cell(id, "import os\nlen(os.environ['A'])"); r.Result == nil || *r.Result != strconv.Itoa(maxExecEnvBytes-1) {
 		t.Errorf("the largest env: %+v", r)
 	}
@@ -165,7 +167,7 @@ func TestAttackSessionEnvHeldUnbounded(t *testing.T) {
 // cells started gone.
 func TestSessionRestartKeepsWork(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{Env: map[string]string{"SHARED": "session"}}).SessionID
+	id := s.session(api.SessionRequest{Env: map[string]string{"SHARED": "session"}}).SessionID
 	fds := "sorted(os.listdir('/proc/self/fd'))"
 	before := s.cell(id, "import os\n"+fds)
 	r := s.cell(id, "fd = os.open('/work', os.O_RDONLY)\nos.set_inheritable(fd, True)\nfd")
@@ -174,17 +176,17 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 	}
 	r = s.cell(id, "import os, signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nx = 1\nopen('/work/a.txt', 'w').write('kept')\nopen('/tmp/t.txt', 'w').write('tmp')\n"+
 		"os.environ['CELL_SET'] = 'cell'\np = subprocess.Popen(['sleep', '1000'])\np.pid")
-	if r.Verdict != ExecOK || r.Result == nil {
+	if r.Verdict != api.ExecOK || r.Result == nil {
 		t.Fatalf("set-up: %+v", r)
 	}
 	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
-	var rr RestartResult
+	var rr api.RestartResult
 	if code != 200 || json.Unmarshal(body, &rr) != nil || !rr.Restarted || rr.State != "fresh" || rr.Restarts != 1 || rr.Python == "" || rr.SessionID != id || !rr.Session.Alive {
 		t.Fatalf("restart: %d %s", code, body)
 	}
 	r = s.cell(id, "import os\nimport signal\nprocs = sorted(open('/proc/%s/comm' % p).read().strip() for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())\n"+
 		"[globals().get('x'), open('/work/a.txt').read(), open('/tmp/t.txt').read(), os.environ.get('SHARED'), os.environ.get('CELL_SET'), 'sleep' in procs, len(procs), signal.getsignal(signal.SIGTERM) == signal.SIG_DFL]")
-	if r.Verdict != ExecOK || !resultIs(r, "[None, 'kept', 'tmp', 'session', None, False, 1, True]") || r.ExecutionCount != 4 {
+	if r.Verdict != api.ExecOK || !resultIs(r, "[None, 'kept', 'tmp', 'session', None, False, 1, True]") || r.ExecutionCount != 4 {
 		t.Errorf("after the restart: %s %+v", resultText(r), r)
 	}
 	if r := s.cell(id, "import os\n"+fds); r.Result == nil || *r.Result != *before.Result {
@@ -199,7 +201,7 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 	// The fresh interpreter answers KeyboardInterrupt: a timeout keeps
 	// its state (a SIGINT the restart left blocked would cost the session).
 	s.cell(id, "y = 'fresh'")
-	if r := s.exec(id, ExecRequest{Code: ptr("while True: pass"), Timeout: "1s"}); r.Verdict != ExecTimeout || r.State != "kept" {
+	if r := s.exec(id, api.ExecRequest{Code: ptr("while True: pass"), Timeout: "1s"}); r.Verdict != api.ExecTimeout || r.State != "kept" {
 		t.Errorf("a timeout after the restart: %+v", r)
 	}
 	if r := s.cell(id, "y"); !resultIs(r, "'fresh'") {
@@ -219,7 +221,7 @@ func TestSessionRestartKeepsWork(t *testing.T) {
 // and end the session, nor to run on beside the fresh interpreter.
 func TestAttackSessionRestartLeavesProcesses(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	r := s.cell(id, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(6)\n    os.write(3, b'5\\n{\"x\"}')\n    os._exit(0)\n'forked'")
 	if !resultIs(r, "'forked'") {
 		t.Fatalf("fork: %+v", r)
@@ -229,7 +231,7 @@ func TestAttackSessionRestartLeavesProcesses(t *testing.T) {
 	}
 	time.Sleep(7 * time.Second)
 	r = s.cell(id, "import os\nlen([p for p in os.listdir('/proc') if p.isdigit()])")
-	if r.Verdict != ExecOK || !resultIs(r, "2") || !r.Session.Alive {
+	if r.Verdict != api.ExecOK || !resultIs(r, "2") || !r.Session.Alive {
 		t.Errorf("after the restart, the child's time gone by: %s %+v", resultText(r), r)
 	}
 }
@@ -237,15 +239,15 @@ func TestAttackSessionRestartLeavesProcesses(t *testing.T) {
 // A restart waits for the exec running, as an exec does, then 409.
 func TestSessionRestartWhileBusy(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--queue-wait", "1s")
-	id := s.session(SessionRequest{}).SessionID
-	done := make(chan *ExecResult, 1)
-	go func() { done <- s.exec(id, ExecRequest{Code: ptr("import time\ntime.sleep(30)"), Timeout: "20s"}) }()
+	id := s.session(api.SessionRequest{}).SessionID
+	done := make(chan *api.ExecResult, 1)
+	go func() { done <- s.exec(id, api.ExecRequest{Code: ptr("import time\ntime.sleep(30)"), Timeout: "20s"}) }()
 	eventually(t, "the exec runs", func() bool { _, in := s.info(id); return in.Busy })
 	if code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil); code != 409 || !bytes.Contains(body, []byte("interrupt")) {
 		t.Errorf("restart while busy: %d %s", code, body)
 	}
 	s.call("POST", "/v1/sessions/"+id+"/interrupt", nil, nil)
-	if r := <-done; r.Verdict != ExecInterrupted {
+	if r := <-done; r.Verdict != api.ExecInterrupted {
 		t.Errorf("the exec: %+v", r)
 	}
 	if code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil); code != 200 {
@@ -258,30 +260,30 @@ func TestSessionRestartWhileBusy(t *testing.T) {
 // from the pool.
 func TestServeSessionFlags(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--session-timeout", "20s", "--session-cpu-time", "2s", "--session-output-limit", "64K")
-	c := s.session(SessionRequest{})
+	c := s.session(api.SessionRequest{})
 	if !c.Pool.Hit || c.Limits.TimeoutMs != 20000 || c.Limits.CPUTimeMs != 2000 || c.Limits.OutputBytes != 64<<10 || c.Limits.MemoryBytes != 512<<20 {
 		t.Errorf("a session: %+v", c)
 	}
-	if code, body := s.call("POST", "/v1/sessions", SessionRequest{Limits: Limits{"timeout": "21s"}}, nil); code != 422 {
+	if code, body := s.call("POST", "/v1/sessions", api.SessionRequest{Limits: api.Limits{"timeout": "21s"}}, nil); code != 422 {
 		t.Errorf("a session asking past --session-timeout: %d %s", code, body)
 	}
-	r := s.exec(c.SessionID, ExecRequest{Code: ptr("print('x' * 100000)")})
-	if r.Verdict != ExecOutput || r.StdoutBytes != 100001 || len(r.Stdout) != 64<<10 {
+	r := s.exec(c.SessionID, api.ExecRequest{Code: ptr("print('x' * 100000)")})
+	if r.Verdict != api.ExecOutput || r.StdoutBytes != 100001 || len(r.Stdout) != 64<<10 {
 		t.Errorf("output past --session-output-limit: verdict %s, %d bytes of %d kept", r.Verdict, len(r.Stdout), r.StdoutBytes)
 	}
 	s.waitReady()
-	run := s.run(RunRequest{Code: code("1")})
+	run := s.run(api.RunRequest{Code: code("1")})
 	if run.Limits.TimeoutMs != 10000 || run.Limits.OutputBytes != 1<<20 {
 		t.Errorf("/v1/run's limits: %+v", run.Limits)
 	}
 	// Without the flags, a session's exec may run SessionDefaults' 5m.
 	d := startServer(t, "--pool", "0")
-	if c := d.session(SessionRequest{}); c.Limits.TimeoutMs != 300000 {
+	if c := d.session(api.SessionRequest{}); c.Limits.TimeoutMs != 300000 {
 		t.Errorf("the default session timeout: %+v", c.Limits)
 	}
 }
 
-func resultText(r *ExecResult) string {
+func resultText(r *api.ExecResult) string {
 	if r.Result == nil {
 		return "<no result>"
 	}

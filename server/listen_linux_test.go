@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // A socket path longer than a unix socket address holds (sun_path is 108
@@ -35,7 +37,7 @@ func TestServeSocketPathLongerThanSunPath(t *testing.T) {
 		t.Errorf("a refused socket path left %v", ents)
 	}
 	s := startServerAt(t, bin, at(107), "--pool", "0")
-	if r := s.run(RunRequest{Code: code("print(107)")}); r.Stdout != "107\n" {
+	if r := s.run(api.RunRequest{Code: code("print(107)")}); r.Stdout != "107\n" {
 		t.Errorf("a 107-byte socket path: %+v", r)
 	}
 }

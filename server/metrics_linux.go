@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // metrics counts what the server did since it started, for GET
@@ -57,7 +59,7 @@ func (m *metrics) run(verdict string, d time.Duration) {
 	m.runSeconds.observe(d)
 }
 
-func (m *metrics) exec(verdict ExecVerdict, d time.Duration) {
+func (m *metrics) exec(verdict api.ExecVerdict, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.execs[string(verdict)]++
@@ -71,7 +73,7 @@ func (m *metrics) sessionCreated(hit bool, d time.Duration) {
 	m.createSeconds.observe(d)
 }
 
-func (m *metrics) sessionEnded(v SessionVerdict) {
+func (m *metrics) sessionEnded(v api.SessionVerdict) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sessionsEnded[string(v)]++

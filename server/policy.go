@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 )
@@ -17,14 +18,6 @@ import (
 // the server's profile, tightened only, validated as a flag's or a file's
 // value is, and turned into the jail's spec by Profile.Spec like any other.
 
-// Limits tighten a profile's: the keys of a profile's [limits] table
-// ("memory", "timeout", "pids", ...), each value as a profile file writes
-// it ("256M", "2s", 16). They are one more profile layer, laid over the
-// server's profile by profiles.Tighten (nothing may be looser than the
-// profile, which is the server's ceiling) and checked by the same
-// Profile.Validate as a flag or a file.
-type Limits map[string]any
-
 // requestOrigin is where a request's limits come from, in their errors:
 // "request: limits.memory: ...".
 var requestOrigin = profiles.Origin{File: "request"}
@@ -32,10 +25,10 @@ var requestOrigin = profiles.Origin{File: "request"}
 // limitAliases are older names of request limits.
 var limitAliases = map[string]profiles.Field{"output_limit": profiles.FieldOutput}
 
-// layer is the profile layer the limits make, each value decoded as a
+// limitsLayer is the profile layer the limits make, each value decoded as a
 // profile file's is. A key that names no limit is a 400; a value the
 // profile refuses, a 422.
-func (l Limits) layer() (*profiles.Profile, error) {
+func limitsLayer(l api.Limits) (*profiles.Profile, error) {
 	layer := &profiles.Profile{Name: "request"}
 	var errs []string
 	keyOf := map[profiles.Field]string{}
@@ -63,7 +56,7 @@ func (l Limits) layer() (*profiles.Profile, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, &apiError{Status: 422, Msg: strings.Join(errs, "; ")}
+		return nil, &api.Error{Status: 422, Msg: strings.Join(errs, "; ")}
 	}
 	return layer, nil
 }
@@ -97,8 +90,8 @@ func limitNames() string {
 
 // LimitsOf is the limits a profile layer sets (a client's flags, say), in
 // the form a request carries them.
-func LimitsOf(p *profiles.Profile) Limits {
-	l := Limits{}
+func LimitsOf(p *profiles.Profile) api.Limits {
+	l := api.Limits{}
 	for _, f := range profiles.TightenableFields() {
 		if p.IsSet(f) {
 			l[strings.TrimPrefix(string(f), "limits.")] = p.Value(f)

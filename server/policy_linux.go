@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 )
@@ -9,21 +10,21 @@ import (
 // name with limits: the profile's own when there are none, else the
 // limits laid over it (tighten only) and validated, as a flag's or a
 // file's value would be. The errors are 422s naming the field.
-func (s *Server) requestSpec(name string, limits Limits) (jail.Spec, error) {
+func (s *Server) requestSpec(name string, limits api.Limits) (jail.Spec, error) {
 	return s.layeredSpec(s.policies[name], s.specs[name], limits)
 }
 
 // sessionRequestSpec is requestSpec for a session: its limits laid over
 // the profile as sessions have it (the session layers over the profile).
-func (s *Server) sessionRequestSpec(name string, limits Limits) (jail.Spec, error) {
+func (s *Server) sessionRequestSpec(name string, limits api.Limits) (jail.Spec, error) {
 	return s.layeredSpec(s.sessionPolicies[name], s.sessionSpecs[name], limits)
 }
 
-func (s *Server) layeredSpec(policy *profiles.Profile, spec jail.Spec, limits Limits) (jail.Spec, error) {
+func (s *Server) layeredSpec(policy *profiles.Profile, spec jail.Spec, limits api.Limits) (jail.Spec, error) {
 	if len(limits) == 0 {
 		return spec, nil
 	}
-	layer, err := limits.layer()
+	layer, err := limitsLayer(limits)
 	if err != nil {
 		return jail.Spec{}, err
 	}
@@ -32,7 +33,7 @@ func (s *Server) layeredSpec(policy *profiles.Profile, spec jail.Spec, limits Li
 		err = merged.Validate()
 	}
 	if err != nil {
-		return jail.Spec{}, &apiError{Status: 422, Msg: joinErrors(err)}
+		return jail.Spec{}, &api.Error{Status: 422, Msg: joinErrors(err)}
 	}
 	return merged.Spec(bootstrapArgs(), s.cfg.Host), nil
 }

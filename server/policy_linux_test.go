@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/profiles"
 )
 
@@ -78,7 +79,7 @@ func TestServerRefusesLooserLimitsNamingTheCeiling(t *testing.T) {
 func TestPooledRunResultSaysEnforcedTimeout(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	status, _, body := s.post(`{"code": "import time; time.sleep(30)", "limits": {"timeout": "1s"}}`)
-	var r RunResponse
+	var r api.RunResponse
 	if status != 200 || json.Unmarshal(body, &r) != nil || r.Result == nil {
 		t.Fatalf("%d %s", status, body)
 	}
@@ -117,7 +118,7 @@ func TestAttackRequestLimitsLoosenTheJail(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d saying %q", c.body, status, body, c.status, c.want)
 		}
 	}
-	r := s.run(RunRequest{Code: code("print(1)"), Limits: Limits{"cpu_time": "2s", "file_size": "1M"}})
+	r := s.run(api.RunRequest{Code: code("print(1)"), Limits: api.Limits{"cpu_time": "2s", "file_size": "1M"}})
 	if r.Verdict != "ok" || r.Limits.CPUTimeMs == nil || *r.Limits.CPUTimeMs != 2000 || r.Limits.FileSizeBytes == nil || *r.Limits.FileSizeBytes != 1<<20 {
 		t.Errorf("tighter limits at the edges: %+v", r.Limits)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 )
@@ -157,7 +158,7 @@ func TestAttackRequestGivesOneLimitTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec, err := s.requestSpec(name, req.Limits)
-	if ae, ok := err.(*apiError); !ok || ae.Status != 400 || !strings.Contains(ae.Msg, "limits.output_limit") {
+	if ae, ok := err.(*api.Error); !ok || ae.Status != 400 || !strings.Contains(ae.Msg, "limits.output_limit") {
 		t.Errorf("output and output_limit both given: spec with output %d, error %v; want a 400 naming limits.output_limit", spec.OutputLimit, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -181,14 +182,14 @@ func (p *pool) prepareOne(ctx context.Context, notices *os.File) {
 
 // use takes a waiting jail for a request its jails serve, and says what
 // the pool did for it.
-func (p *pool) use() (*ready, PoolUse) {
+func (p *pool) use() (*ready, api.PoolUse) {
 	if p.target == 0 {
-		return nil, PoolUse{Reason: "no pool"}
+		return nil, api.PoolUse{Reason: "no pool"}
 	}
 	if r := p.take(); r != nil {
-		return r, PoolUse{Hit: true}
+		return r, api.PoolUse{Hit: true}
 	}
-	return nil, PoolUse{Reason: "pool empty"}
+	return nil, api.PoolUse{Reason: "pool empty"}
 }
 
 // take hands out the oldest waiting jail that is still alive, or nil.

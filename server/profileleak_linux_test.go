@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stockade/stockade/api"
 )
 
 // TestAttackRequestPolicyLeaksIntoNextRequest: one `stockade serve`
@@ -35,11 +37,11 @@ allow = ["example.invalid"]
 		t.Run("pool"+pool, func(t *testing.T) {
 			s := startServer(t, "--pool", pool, "--profile", "python", "--profile", "loose")
 			probe := code(`import os; print(os.environ.get('LEAK'), os.path.exists('/leak'), bool(os.environ.get('HTTPS_PROXY') or os.environ.get('https_proxy')))`)
-			r := s.run(RunRequest{Profile: "loose", Code: probe, Limits: Limits{"memory": "128M", "pids": 16, "timeout": "3s", "cpus": 0.5}})
+			r := s.run(api.RunRequest{Profile: "loose", Code: probe, Limits: api.Limits{"memory": "128M", "pids": 16, "timeout": "3s", "cpus": 0.5}})
 			if r.Verdict != "ok" || r.Stdout != "1 True True\n" || *r.Limits.MemoryBytes != 128<<20 || r.Limits.Pids == nil || *r.Limits.Pids != 16 {
 				t.Fatalf("control: the loose request did not get its own policy: %q %+v", r.Stdout, r.Limits)
 			}
-			for _, req := range []RunRequest{{Code: probe}, {Profile: "python", Code: probe}} {
+			for _, req := range []api.RunRequest{{Code: probe}, {Profile: "python", Code: probe}} {
 				s.waitReady()
 				d := s.run(req)
 				if d.Verdict != "ok" || d.Stdout != "None False False\n" || len(d.Network) != 0 {
@@ -50,7 +52,7 @@ allow = ["example.invalid"]
 				}
 			}
 			s.waitReady()
-			l := s.run(RunRequest{Profile: "loose", Code: probe})
+			l := s.run(api.RunRequest{Profile: "loose", Code: probe})
 			if l.Verdict != "ok" || l.Stdout != "1 True True\n" || *l.Limits.MemoryBytes != 512<<20 || *l.Limits.Pids != 128 {
 				t.Errorf("the first request's limits stuck to the loose profile: %q %+v", l.Stdout, l.Limits)
 			}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // A restart (POST .../restart) takes the fresh driver's hello as the word
@@ -57,7 +59,7 @@ func replaceDriverLater(t *testing.T, s *testServer, id string) {
 		"def swap():\n    while not os.path.exists('/work/swap'):\n        time.sleep(0.05)\n"+
 		"    os.set_inheritable(3, True)\n    os.execv(sys.executable, [sys.executable, '-c', FAKE, %q])\n"+
 		"threading.Thread(target=swap, daemon=True).start()\n'waiting'", restartFake, mark)
-	if r := s.cell(id, cell); r.Verdict != ExecOK || !resultIs(r, "'waiting'") {
+	if r := s.cell(id, cell); r.Verdict != api.ExecOK || !resultIs(r, "'waiting'") {
 		t.Fatalf("the cell that leaves the swapping thread: %s %+v", resultText(r), r)
 	}
 	if code, body := s.call("PUT", "/v1/sessions/"+id+"/files/swap", []byte("now"), nil); code/100 != 2 {
@@ -67,10 +69,10 @@ func replaceDriverLater(t *testing.T, s *testServer, id string) {
 }
 
 // restartCall is POST .../restart, decoded.
-func restartCall(t *testing.T, s *testServer, id string) (int, RestartResult, []byte) {
+func restartCall(t *testing.T, s *testServer, id string) (int, api.RestartResult, []byte) {
 	t.Helper()
 	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
-	var rr RestartResult
+	var rr api.RestartResult
 	if code == 200 {
 		if err := json.Unmarshal(body, &rr); err != nil {
 			t.Fatalf("decode %s: %v", body, err)
@@ -86,13 +88,13 @@ func restartCall(t *testing.T, s *testServer, id string) (int, RestartResult, []
 // started.
 func TestAttackRestartLaundersReplacedDriver(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	replaceDriverLater(t, s, id)
 	code, rr, body := restartCall(t, s, id)
-	if code != 200 || rr.Restarted || rr.State != "lost" || rr.Python == "fake" || rr.Session.Alive || rr.Session.Ended != SessionFailed || !strings.Contains(rr.Why, "replaced") {
+	if code != 200 || rr.Restarted || rr.State != "lost" || rr.Python == "fake" || rr.Session.Alive || rr.Session.Ended != api.SessionFailed || !strings.Contains(rr.Why, "replaced") {
 		t.Errorf("a restart of a replaced driver: %d %s, want restarted false, state lost, the session ended (error) for the replaced driver", code, body)
 	}
-	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil); code != 410 || bytes.Contains(body, []byte("forged")) {
+	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil); code != 410 || bytes.Contains(body, []byte("forged")) {
 		t.Errorf("an exec after the restart: %d %s, want 410", code, body)
 	}
 }
@@ -104,21 +106,21 @@ func TestAttackRestartLaundersReplacedDriver(t *testing.T) {
 // new execve draws a new one.
 func TestAttackRestartAnsweredWithoutExec(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	patch := "import sys\nf = sys._getframe()\n" +
 		"while f is not None and not ('_restart' in f.f_globals and 'main' in f.f_globals):\n    f = f.f_back\n" +
 		"g = f.f_globals\n" +
 		"def answer_restart(req, chan, main=g['main']):\n    main({'hello': req['hello']})\n" +
 		"g['_restart'] = answer_restart\n'patched'"
-	if r := s.cell(id, patch); r.Verdict != ExecOK || !resultIs(r, "'patched'") {
+	if r := s.cell(id, patch); r.Verdict != api.ExecOK || !resultIs(r, "'patched'") {
 		t.Fatalf("the patching cell: %s %+v", resultText(r), r)
 	}
 	s.cell(id, "import builtins\nbuiltins.kept = 'from before'")
 	code, rr, body := restartCall(t, s, id)
-	if code != 200 || rr.Restarted || rr.State != "lost" || rr.Session.Alive || rr.Session.Ended != SessionFailed || !strings.Contains(rr.Why, "without starting over") {
+	if code != 200 || rr.Restarted || rr.State != "lost" || rr.Session.Alive || rr.Session.Ended != api.SessionFailed || !strings.Contains(rr.Why, "without starting over") {
 		t.Errorf("a restart answered without an execve: %d %s, want restarted false, state lost, the session ended (error)", code, body)
 	}
-	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("kept")}, nil); code != 410 || bytes.Contains(body, []byte("from before")) {
+	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("kept")}, nil); code != 410 || bytes.Contains(body, []byte("from before")) {
 		t.Errorf("an exec after the restart: %d %s, want 410", code, body)
 	}
 }
@@ -127,17 +129,17 @@ func TestAttackRestartAnsweredWithoutExec(t *testing.T) {
 // answers are taken, and a replacement of it is still caught.
 func TestRestartedDriverIsCheckedAgain(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	s.cell(id, "x = 1")
 	if code, rr, body := restartCall(t, s, id); code != 200 || !rr.Restarted || rr.State != "fresh" || !rr.Session.Alive {
 		t.Fatalf("restart: %d %s", code, body)
 	}
-	if r := s.cell(id, "6 * 7"); r.Verdict != ExecOK || !resultIs(r, "42") || !r.Session.Alive {
+	if r := s.cell(id, "6 * 7"); r.Verdict != api.ExecOK || !resultIs(r, "42") || !r.Session.Alive {
 		t.Fatalf("an exec after the restart: %s %+v", resultText(r), r)
 	}
 	cell := cellFrames + fmt.Sprintf("FAKE = %q\nt = tok()\nos.set_inheritable(3, True)\nos.execv(sys.executable, [sys.executable, '-c', FAKE, t])\n", fakeDriver)
-	r := s.exec(id, ExecRequest{Code: &cell, Timeout: "5s"})
-	if r.Verdict != ExecFailed || r.State != "lost" || resultIs(r, "'forged'") || r.Session.Alive || !strings.Contains(r.Why, "replaced") {
+	r := s.exec(id, api.ExecRequest{Code: &cell, Timeout: "5s"})
+	if r.Verdict != api.ExecFailed || r.State != "lost" || resultIs(r, "'forged'") || r.Session.Alive || !strings.Contains(r.Why, "replaced") {
 		t.Errorf("the exec that replaced the restarted driver: %+v, want verdict error, state lost, why naming the replacement", r)
 	}
 }
@@ -181,20 +183,20 @@ threading.Thread(target=watch, daemon=True).start()
 // only processes left.
 func TestAttackRestartLeavesForkedSurvivor(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	if r := s.cell(id, restartForkWindow); !resultIs(r, "'armed'") {
 		t.Fatalf("set-up: %+v", r)
 	}
 	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
-	var rr RestartResult
+	var rr api.RestartResult
 	if code != 200 || json.Unmarshal(body, &rr) != nil || !rr.Restarted || rr.State != "fresh" {
 		t.Fatalf("restart: %d %s", code, body)
 	}
 	// Time for a survivor to be reading the channel (it sleeps 0.5s).
 	time.Sleep(2 * time.Second)
-	r := s.exec(id, ExecRequest{Code: ptr("import os\n[len([p for p in os.listdir('/proc') if p.isdigit()]), os.path.exists('/work/stolen'), os.environ['API_KEY']]"),
+	r := s.exec(id, api.ExecRequest{Code: ptr("import os\n[len([p for p in os.listdir('/proc') if p.isdigit()]), os.path.exists('/work/stolen'), os.environ['API_KEY']]"),
 		Env: map[string]string{"API_KEY": "k-secret-7"}, Timeout: "20s"})
-	if r.Verdict != ExecOK || !resultIs(r, "[2, False, 'k-secret-7']") {
+	if r.Verdict != api.ExecOK || !resultIs(r, "[2, False, 'k-secret-7']") {
 		t.Errorf("the exec after the restart (process count, stolen, env): %s %+v", resultText(r), r)
 	}
 }
@@ -205,7 +207,7 @@ func TestAttackRestartLeavesForkedSurvivor(t *testing.T) {
 // processes sees. The restart must not say fresh with it there.
 func TestAttackRestartSurvivorPastDriverKill(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	cell := `import json, os, time
 _kill, _dumps = os.kill, json.dumps
 def kill(pid, sig):
@@ -229,7 +231,7 @@ os.wait()
 		t.Fatalf("set-up: %+v", r)
 	}
 	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
-	var rr RestartResult
+	var rr api.RestartResult
 	if code != 200 || json.Unmarshal(body, &rr) != nil {
 		t.Fatalf("restart: %d %s", code, body)
 	}
@@ -244,7 +246,7 @@ os.wait()
 // forks while it runs), and the fresh one kills and reaps the child.
 func TestAttackRestartReapWaitsOnThreadsChild(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	cell := `import os, threading, time
 _waitpid = os.waitpid
 def waitpid(*a):
@@ -266,11 +268,11 @@ threading.Thread(target=watch, daemon=True).start()
 		t.Fatalf("set-up: %+v", r)
 	}
 	code, body := s.call("POST", "/v1/sessions/"+id+"/restart", nil, nil)
-	var rr RestartResult
+	var rr api.RestartResult
 	if code != 200 || json.Unmarshal(body, &rr) != nil || !rr.Restarted || rr.State != "fresh" {
 		t.Fatalf("restart: %d %s", code, body)
 	}
-	if r := s.cell(id, "import os\nlen([p for p in os.listdir('/proc') if p.isdigit()])"); r.Verdict != ExecOK || !resultIs(r, "2") {
+	if r := s.cell(id, "import os\nlen([p for p in os.listdir('/proc') if p.isdigit()])"); r.Verdict != api.ExecOK || !resultIs(r, "2") {
 		t.Errorf("after the restart: %s %+v", resultText(r), r)
 	}
 }

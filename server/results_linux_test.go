@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -25,14 +26,14 @@ import (
 // (which the driver's parse of the cell used to leave on top).
 func TestSyntaxErrorShowsTheCellOnly(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	for _, c := range []struct{ code, want string }{
 		{"x = 1\ny = (", `File "<cell 1>", line 2`},
 		{"return 5", `File "<cell 2>", line 1`},
 		{"print(1)\n1 +", `File "<cell 3>", line 2`},
 	} {
 		r := s.cell(id, c.code)
-		if r.Verdict != ExecException || r.Error == nil || r.Error.Name != "SyntaxError" || r.Stdout != "" {
+		if r.Verdict != api.ExecException || r.Error == nil || r.Error.Name != "SyntaxError" || r.Stdout != "" {
 			t.Fatalf("%q: want a SyntaxError before any line ran: %+v", c.code, r)
 		}
 		tb := r.Error.Traceback
@@ -41,7 +42,7 @@ func TestSyntaxErrorShowsTheCellOnly(t *testing.T) {
 			t.Errorf("%q: the traceback is the cell's line and the error only:\n%s", c.code, tb)
 		}
 	}
-	r := s.run(RunRequest{Code: code("x = 1\ny = (")})
+	r := s.run(api.RunRequest{Code: code("x = 1\ny = (")})
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, `File "<code>", line 2`) || !strings.Contains(r.Stderr, "SyntaxError") ||
 		strings.Contains(r.Stderr, "Traceback (most recent call last)") || strings.Contains(r.Stderr, "stockade") {
 		t.Errorf("a single-use run's syntax error is the code's line and the error only: %+v", r.Result)
@@ -56,9 +57,9 @@ func TestNetworkRefusalIsInTheText(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	const probe = "import socket\ntry:\n    socket.getaddrinfo('example.com', 443)\nexcept OSError as e:\n    print('lookup failed:', e)\n"
 	const want = "stockade: network: this jail has no network (name lookup via 127.0.0.1:53 refused); see --allow-net\n"
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	r := s.cell(id, probe)
-	if r.Verdict != ExecOK || !strings.HasPrefix(r.Stdout, "lookup failed:") || r.Stderr != want || r.StderrBytes != 0 {
+	if r.Verdict != api.ExecOK || !strings.HasPrefix(r.Stdout, "lookup failed:") || r.Stderr != want || r.StderrBytes != 0 {
 		t.Errorf("a session's exec: stderr %q, want %q: %+v", r.Stderr, want, r)
 	}
 	if r := s.cell(id, "import sys\nprint('own', end='', file=sys.stderr)\n"+probe); r.Stderr != "own\n"+want {
@@ -67,13 +68,13 @@ func TestNetworkRefusalIsInTheText(t *testing.T) {
 	if r := s.cell(id, "1"); r.Stderr != "" {
 		t.Errorf("an exec without network attempts gets no line: %q", r.Stderr)
 	}
-	run := s.run(RunRequest{Code: code(probe)})
+	run := s.run(api.RunRequest{Code: code(probe)})
 	if run.Stderr != want {
 		t.Errorf("a single-use run's stderr %q, want %q", run.Stderr, want)
 	}
 	// Streamed, the line is the stream's last stderr line, before the result.
 	for _, path := range []string{"/v1/sessions/" + id + "/exec", "/v1/run"} {
-		_, body := s.call("POST", path, map[string]any{"code": probe}, map[string]string{"Accept": NDJSON})
+		_, body := s.call("POST", path, map[string]any{"code": probe}, map[string]string{"Accept": api.NDJSON})
 		lines := strings.Split(strings.TrimSpace(string(body)), "\n")
 		var stderr string
 		for _, l := range lines[:len(lines)-1] {
@@ -121,16 +122,16 @@ func dataProfile(t *testing.T, extra string) string {
 }
 
 // plain is a result's text/plain ("" if it has none or it is not a string).
-func plain(r RichResult) string { return mimeText(r, "text/plain") }
+func plain(r api.RichResult) string { return mimeText(r, "text/plain") }
 
-func mimeText(r RichResult, mime string) string {
+func mimeText(r api.RichResult, mime string) string {
 	var s string
 	_ = json.Unmarshal(r.Data[mime], &s)
 	return s
 }
 
 // isPNG says whether a result carries a PNG the image package decodes.
-func isPNG(r RichResult) bool {
+func isPNG(r api.RichResult) bool {
 	b, err := base64.StdEncoding.DecodeString(mimeText(r, "image/png"))
 	if err != nil {
 		return false
@@ -147,11 +148,11 @@ func isPNG(r RichResult) bool {
 func TestSessionRichResults(t *testing.T) {
 	needDataStack(t)
 	s := startServer(t, "--pool", "1", "--profile", dataProfile(t, ""))
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	r := s.cell(id, "import pandas as pd\nimport matplotlib.pyplot as plt\n"+
 		"display('first')\ndf = pd.DataFrame({'a': [1, 2], 'b': [3, 4]})\ndisplay(df)\n"+
 		"plt.plot([1, 2, 3])\nprint('printed')\ndf")
-	if r.Verdict != ExecOK || r.Stdout != "printed\n" || len(r.Results) != 4 || r.ResultsTruncated {
+	if r.Verdict != api.ExecOK || r.Stdout != "printed\n" || len(r.Results) != 4 || r.ResultsTruncated {
 		t.Fatalf("four results: %+v", r)
 	}
 	table := "   a  b\n0  1  3\n1  2  4"
@@ -159,7 +160,7 @@ func TestSessionRichResults(t *testing.T) {
 	if plain(first) != "'first'" || len(first.Data) != 1 || first.IsMainResult {
 		t.Errorf("display('first'): %+v", first)
 	}
-	for _, df := range []RichResult{shown, main} {
+	for _, df := range []api.RichResult{shown, main} {
 		if plain(df) != table || !strings.Contains(mimeText(df, "text/html"), "<table") {
 			t.Errorf("a DataFrame as text and HTML: %q %q", plain(df), mimeText(df, "text/html"))
 		}
@@ -177,10 +178,10 @@ func TestSessionRichResults(t *testing.T) {
 		t.Errorf("the DataFrame was formatted by IPython's DisplayFormatter, which the root has: %+v", r)
 	}
 
-	r = s.exec(id, ExecRequest{Code: ptr("from IPython.display import display, HTML, Markdown\n" +
+	r = s.exec(id, api.ExecRequest{Code: ptr("from IPython.display import display, HTML, Markdown\n" +
 		"display(HTML('<b>bold</b>'), Markdown('*it*'))\nfig = plt.figure()\nplt.bar([1], [2])\ndisplay(fig)\n1 + 1"),
 		FigureFormats: []string{"png", "svg"}})
-	if r.Verdict != ExecOK || len(r.Results) != 4 {
+	if r.Verdict != api.ExecOK || len(r.Results) != 4 {
 		t.Fatalf("IPython's display, a figure displayed, then 1 + 1: %+v %+v", r, r.Error)
 	}
 	if mimeText(r.Results[0], "text/html") != "<b>bold</b>" || mimeText(r.Results[1], "text/markdown") != "*it*" {
@@ -213,11 +214,11 @@ func TestSessionRichResultsWithoutIPython(t *testing.T) {
 	empty := socketDir(t) // 0755 on a path others can search: the jail user opens it
 	prof := dataProfile(t, "[filesystem]\nro = [\""+empty+":"+ipython+"\"]\n")
 	s := startServer(t, "--pool", "1", "--profile", prof)
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	r := s.cell(id, "import importlib.util\nassert importlib.util.find_spec('IPython.core') is None\n"+
 		"import pandas as pd\nclass Both:\n    def _repr_markdown_(self): return '**md**'\n    def __repr__(self): return 'Both()'\n"+
 		"display(Both())\npd.DataFrame({'a': [1]})")
-	if r.Verdict != ExecOK || len(r.Results) != 2 {
+	if r.Verdict != api.ExecOK || len(r.Results) != 2 {
 		t.Fatalf("two results without IPython: %+v %+v", r, r.Error)
 	}
 	if b := r.Results[0]; plain(b) != "Both()" || mimeText(b, "text/markdown") != "**md**" {
@@ -236,7 +237,7 @@ func TestSessionRichResultsWithoutIPython(t *testing.T) {
 // results, each a plain MIME bundle within its caps, and drops the rest.
 func TestAttackSessionForgesRichResults(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	r := s.cell(id, `res = display.__globals__['_state']['results'].list
 ok = {'data': {'text/plain': 'ok'}, 'is_main_result': False, 'truncated': False}
 res.append({'data': {'text/plain': 'x', 'Text/HTML': '<script>'}, 'is_main_result': False, 'truncated': False})
@@ -248,7 +249,7 @@ res.append({'data': {'text/plain': 'x' * (3 << 20)}, 'is_main_result': False, 't
 res.append({'data': dict({'text/plain': 'x'}, **{'a/t%d' % i: 'v' for i in range(20)}), 'is_main_result': False, 'truncated': False})
 res.extend([ok] * 1000)
 `)
-	if r.Verdict != ExecOK || r.State != "kept" {
+	if r.Verdict != api.ExecOK || r.State != "kept" {
 		t.Fatalf("the forged results are the cell's own business, not an error: %+v", r)
 	}
 	if len(r.Results) != 64 || !r.ResultsTruncated {
@@ -267,7 +268,7 @@ res.extend([ok] * 1000)
 func TestMCPRichResults(t *testing.T) {
 	needDataStack(t)
 	s := startServer(t, "--pool", "1", "--profile", dataProfile(t, ""))
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	cs := mcpSession(t, s)
 	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: map[string]any{"session_id": id,
 		"code": "import pandas as pd\nimport matplotlib.pyplot as plt\ndisplay('shown')\nplt.plot([1, 4, 9])\npd.DataFrame({'a': [1, 2]})"}})
@@ -315,7 +316,7 @@ func TestMCPRichResults(t *testing.T) {
 func TestRunRichResults(t *testing.T) {
 	needDataStack(t)
 	s := startServer(t, "--pool", "1", "--profile", dataProfile(t, ""))
-	r := s.run(RunRequest{Code: code("import pandas as pd\nimport matplotlib.pyplot as plt\n" +
+	r := s.run(api.RunRequest{Code: code("import pandas as pd\nimport matplotlib.pyplot as plt\n" +
 		"display(pd.DataFrame({'a': [1]}))\nplt.plot([1, 2])\nprint('hi')\n")})
 	if r.Verdict != jail.VerdictOK || r.Stdout != "hi\n" || len(r.Results) != 2 || r.ResultsTruncated || len(r.Images) != 1 {
 		t.Fatalf("a DataFrame displayed and a figure: %+v %+v", r.Result, r.Results)
@@ -329,10 +330,10 @@ func TestRunRichResults(t *testing.T) {
 	if _, ok := r.Files[".stockade-figures"]; ok || len(r.Files) != 0 {
 		t.Errorf("the results' file is not one of the run's files: %v", r.Files)
 	}
-	if r := s.run(RunRequest{Code: code("print(1)")}); len(r.Results) != 0 || r.Results == nil || r.ResultsTruncated {
+	if r := s.run(api.RunRequest{Code: code("print(1)")}); len(r.Results) != 0 || r.Results == nil || r.ResultsTruncated {
 		t.Errorf("no results: an empty list: %+v", r.Results)
 	}
-	r = s.run(RunRequest{Code: code(`import json, os
+	r = s.run(api.RunRequest{Code: code(`import json, os
 os.makedirs('/work/.stockade-figures', exist_ok=True)
 ok = {'data': {'text/plain': 'ok'}, 'is_main_result': False, 'truncated': False}
 bad = {'data': {'text/plain': 'x', 'image/png': 'bm90IGEgcG5n'}, 'is_main_result': False, 'truncated': False}
@@ -342,7 +343,7 @@ os._exit(0)
 	if len(r.Results) != 64 || !r.ResultsTruncated || plain(r.Results[0]) != "ok" {
 		t.Errorf("a results file the program wrote: %d results, truncated %v", len(r.Results), r.ResultsTruncated)
 	}
-	r = s.run(RunRequest{Code: code("import os\nos.makedirs('/work/.stockade-figures', exist_ok=True)\n" +
+	r = s.run(api.RunRequest{Code: code("import os\nos.makedirs('/work/.stockade-figures', exist_ok=True)\n" +
 		"os.symlink('/etc/passwd', '/work/.stockade-figures/results.json')\nos._exit(0)\n")})
 	if len(r.Results) != 0 || !r.ResultsTruncated {
 		t.Errorf("a symlink for a results file is not followed: %+v %v", r.Results, r.ResultsTruncated)

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/stockade/stockade/api"
 )
 
 // boundResults is the server's word on the driver's rich results, which
@@ -14,8 +16,8 @@ import (
 func TestBoundResultsHoldsTheDriversList(t *testing.T) {
 	q := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 	png := q(base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\nrest")))
-	bundle := func(kv ...any) RichResult {
-		r := RichResult{Data: map[string]json.RawMessage{}}
+	bundle := func(kv ...any) api.RichResult {
+		r := api.RichResult{Data: map[string]json.RawMessage{}}
 		for i := 0; i < len(kv); i += 2 {
 			r.Data[kv[i].(string)] = kv[i+1].(json.RawMessage)
 		}
@@ -29,7 +31,7 @@ func TestBoundResultsHoldsTheDriversList(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		r    RichResult
+		r    api.RichResult
 		keep bool
 	}{
 		{"text/plain alone", ok, true},
@@ -51,20 +53,20 @@ func TestBoundResultsHoldsTheDriversList(t *testing.T) {
 		{"over its bundle's bytes", bundle("text/plain", q(strings.Repeat("x", 200))), false},
 		{"too many types", manyTypes, false},
 	} {
-		got, truncated := boundResults([]RichResult{c.r}, richCaps{Count: 3, Bundle: 1 << 20, Bytes: 1 << 20})
+		got, truncated := boundResults([]api.RichResult{c.r}, richCaps{Count: 3, Bundle: 1 << 20, Bytes: 1 << 20})
 		if c.name == "over its bundle's bytes" {
-			got, truncated = boundResults([]RichResult{c.r}, caps)
+			got, truncated = boundResults([]api.RichResult{c.r}, caps)
 		}
 		if kept := len(got) == 1; kept != c.keep || truncated == c.keep {
 			t.Errorf("%s: kept %v, truncated %v; want kept %v", c.name, kept, truncated, c.keep)
 		}
 	}
-	got, truncated := boundResults([]RichResult{ok, ok, ok, ok}, caps)
+	got, truncated := boundResults([]api.RichResult{ok, ok, ok, ok}, caps)
 	if len(got) != 3 || !truncated {
 		t.Errorf("past the count: %d kept, truncated %v", len(got), truncated)
 	}
 	big := bundle("text/plain", q(strings.Repeat("x", 150)))
-	got, truncated = boundResults([]RichResult{big, big, big, big, big, big, big, ok}, richCaps{Count: 100, Bundle: 200, Bytes: 1000})
+	got, truncated = boundResults([]api.RichResult{big, big, big, big, big, big, big, ok}, richCaps{Count: 100, Bundle: 200, Bytes: 1000})
 	if len(got) != 7 || !truncated || plain(got[6]) != "ok" {
 		t.Errorf("past the total: %d kept (want the six that fit and the small one after), truncated %v", len(got), truncated)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stockade/stockade/api"
 	"io"
 	"net/http"
 	"strings"
@@ -43,7 +44,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	}
 	defer s.gate.leave()
 	var out *ndjson
-	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
+	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
 	if stream {
 		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout}
 	}
@@ -75,17 +76,17 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 // gateRefusal is the answer to a request the gate did not let run: the
 // queue was full or waited too long, or the server is stopping (or the
 // caller went away, and reads nothing).
-func (s *Server) gateRefusal(ctx context.Context, err error) *apiError {
+func (s *Server) gateRefusal(ctx context.Context, err error) *api.Error {
 	if errors.Is(err, errBusy) {
-		return &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
+		return &api.Error{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
 	}
-	return &apiError{Status: 503, Msg: "shutting down: " + context.Cause(ctx).Error()}
+	return &api.Error{Status: 503, Msg: "shutting down: " + context.Cause(ctx).Error()}
 }
 
 // checkJSONType refuses a body that says it is not JSON (415).
 func checkJSONType(r *http.Request) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && ct != "application/x-www-form-urlencoded" {
-		return &apiError{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
+		return &api.Error{Status: 415, Msg: "Content-Type " + ct + ": send application/json"}
 	}
 	return nil
 }
@@ -110,7 +111,7 @@ func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([
 // whole body before reading the answer would see a broken pipe instead of
 // the refusal; so the body is read into nothing first (never held),
 // bounded by --max-body and the body's deadline.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *api.Error) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBody))
@@ -118,7 +119,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 }
 
 // parse reads and checks the request and makes its jail's spec.
-func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunRequest, jail.Spec, bool, error) {
+func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*runRequest, jail.Spec, bool, error) {
 	if err := checkJSONType(r); err != nil {
 		return nil, jail.Spec{}, false, err
 	}
@@ -126,17 +127,18 @@ func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*RunReques
 	if err != nil {
 		return nil, jail.Spec{}, false, err
 	}
-	req, err := decodeRequest(body)
+	wire, err := decodeRequest(body)
 	if err != nil {
 		return nil, jail.Spec{}, false, err
 	}
+	req := &runRequest{RunRequest: wire}
 	spec, cold, err := s.checkRun(req)
 	return req, spec, cold, err
 }
 
 // checkRun checks a decoded request and makes its jail's spec; cold says
 // the pool's jails do not fit it.
-func (s *Server) checkRun(req *RunRequest) (jail.Spec, bool, error) {
+func (s *Server) checkRun(req *runRequest) (jail.Spec, bool, error) {
 	var spec jail.Spec
 	if err := req.validate(1024); err != nil {
 		return spec, false, err
@@ -165,9 +167,9 @@ func (s *Server) checkRun(req *RunRequest) (jail.Spec, bool, error) {
 // its stream begins once the jail is the run's. An error is a request
 // refused before that (503: no jail in time, the server stopping, the
 // audit line unwritten).
-func (s *Server) run(ctx context.Context, caller peer, req *RunRequest, spec jail.Spec, cold bool, out *ndjson) (*RunResponse, *apiError) {
+func (s *Server) run(ctx context.Context, caller peer, req *runRequest, spec jail.Spec, cold bool, out *ndjson) (*api.RunResponse, *api.Error) {
 	admitted := time.Now()
-	use := PoolUse{Reason: "limits differ from the profile's"}
+	use := api.PoolUse{Reason: "limits differ from the profile's"}
 	var jl *ready
 	if !cold {
 		jl, use = s.pools[req.Profile].use()
@@ -177,10 +179,10 @@ func (s *Server) run(ctx context.Context, caller peer, req *RunRequest, spec jai
 		var err error
 		jl, err = s.coldJail(ctx, spec)
 		if cause := context.Cause(ctx); err != nil && cause != nil {
-			return nil, &apiError{Status: 503, Msg: "shutting down: " + cause.Error()}
+			return nil, &api.Error{Status: 503, Msg: "shutting down: " + cause.Error()}
 		}
 		if err != nil {
-			var ae *apiError
+			var ae *api.Error
 			if errors.As(err, &ae) {
 				return nil, ae
 			}
@@ -195,7 +197,7 @@ func (s *Server) run(ctx context.Context, caller peer, req *RunRequest, spec jai
 	use.WaitedMs = float64(time.Since(admitted).Microseconds()) / 1e3
 	id := s.runID()
 	if res == nil {
-		if e := s.auditStart(id, caller, req, spec, use); e != nil {
+		if e := s.auditStart(id, caller, req.RunRequest, spec, use); e != nil {
 			return nil, e
 		}
 	}
@@ -213,7 +215,7 @@ func (s *Server) run(ctx context.Context, caller peer, req *RunRequest, spec jai
 	}
 	res.StockadeVersion = s.cfg.Version
 	res.Stderr = withNetworkNotices(res.Stderr, res.Network, !spec.Network.Enabled(), out)
-	resp := &RunResponse{Result: res, Files: map[string]string{}, Images: []Image{}, Results: []RichResult{}, FilesSkipped: []string{}, Pool: use}
+	resp := &api.RunResponse{Result: res, Files: map[string]string{}, Images: []api.Image{}, Results: []api.RichResult{}, FilesSkipped: []string{}, Pool: use}
 	if jl != nil && res.Verdict != jail.VerdictError {
 		c, err := collectWork(jl.p.Workdir(), req.inputs, collectLimits{MaxBytes: s.cfg.FilesMax, MaxFiles: 1000, MaxDepth: 32,
 			MaxEntries: 10000, MaxSkipped: 100, MaxSkippedBytes: 64 << 10, Rich: richCapsOf(s.cfg.FilesMax, nil)})
@@ -224,7 +226,7 @@ func (s *Server) run(ctx context.Context, caller peer, req *RunRequest, spec jai
 			resp.Results, resp.ResultsTruncated = c.results, c.resultsTruncated
 		}
 	}
-	s.auditEnd(id, caller, req, spec, use, res)
+	s.auditEnd(id, caller, req.RunRequest, spec, use, res)
 	s.metrics.run(string(res.Verdict), time.Since(admitted))
 	return resp, nil
 }
@@ -271,7 +273,7 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 		select {
 		case <-freed:
 		case <-deadline.C:
-			return nil, &apiError{Status: 503, Msg: "busy: the server's memory or pids budget is spent"}
+			return nil, &api.Error{Status: 503, Msg: "busy: the server's memory or pids budget is spent"}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -286,7 +288,7 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 
 // start feeds the job to the jail and runs it; a client that goes away
 // cancels r's context, which kills and reaps the jail.
-func (s *Server) start(ctx context.Context, jl *ready, req *RunRequest, spec jail.Spec, out *ndjson) *jail.Result {
+func (s *Server) start(ctx context.Context, jl *ready, req *runRequest, spec jail.Spec, out *ndjson) *jail.Result {
 	go func() {
 		// A program that never reads its stdin leaves this write blocked
 		// until the jail ends and the pipe breaks.
@@ -334,7 +336,7 @@ func (n *ndjson) begin() {
 		return
 	}
 	if hw, ok := n.w.(http.ResponseWriter); ok {
-		hw.Header().Set("Content-Type", NDJSON)
+		hw.Header().Set("Content-Type", api.NDJSON)
 		hw.WriteHeader(200)
 	}
 	n.write(nil)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/proctest"
 )
 
@@ -63,10 +64,10 @@ func TestAttackRefusedSyscallLoopCPUServe(t *testing.T) {
 			// The baseline: what the server spends on as many requests
 			// that sleep as long (set-up, HTTP, close), not answering.
 			b0, _ := procCPUs(t, pid)
-			bs := make(chan *RunResponse, c.n)
+			bs := make(chan *api.RunResponse, c.n)
 			for i := 0; i < c.n; i++ {
 				go func() {
-					bs <- s.run(RunRequest{Code: code("import time\ntime.sleep(10)"), Limits: Limits{"cpus": cpus, "timeout": "4s"}})
+					bs <- s.run(api.RunRequest{Code: code("import time\ntime.sleep(10)"), Limits: api.Limits{"cpus": cpus, "timeout": "4s"}})
 				}()
 			}
 			for i := 0; i < c.n; i++ {
@@ -76,10 +77,10 @@ func TestAttackRefusedSyscallLoopCPUServe(t *testing.T) {
 			base := b1 - b0
 			s.waitReady()
 			s0, _ := procCPUs(t, pid)
-			rs := make(chan *RunResponse, c.n)
+			rs := make(chan *api.RunResponse, c.n)
 			for i := 0; i < c.n; i++ {
 				go func() {
-					rs <- s.run(RunRequest{Code: code(proctest.RefusedLoop(threads())), Limits: Limits{"cpus": cpus, "timeout": "4s"}})
+					rs <- s.run(api.RunRequest{Code: code(proctest.RefusedLoop(threads())), Limits: api.Limits{"cpus": cpus, "timeout": "4s"}})
 				}()
 			}
 			var jailCPU time.Duration

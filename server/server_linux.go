@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"golang.org/x/sys/unix"
@@ -340,7 +341,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.routeSessions(mux)
 	mux.Handle("/v1/mcp", s.mcpHandler(mux))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, /v1/sessions, /v1/mcp, GET /v1/health, /v1/metrics)"})
+		s.writeError(w, &api.Error{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, /v1/sessions, /v1/mcp, GET /v1/health, /v1/metrics)"})
 	})
 	janitorCtx, stopJanitor := context.WithCancel(context.Background())
 	defer stopJanitor()
@@ -395,7 +396,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stopJanitor()
 	s.sessions.close()
 	for _, ss := range s.sessions.all() {
-		s.closeSession(ss, SessionShutdown, "the server stopped", true)
+		s.closeSession(ss, api.SessionShutdown, "the server stopped", true)
 	}
 	s.releasing.Wait()
 	stopPools()
@@ -416,7 +417,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // writeError answers e. Every write the server makes has a deadline (this
 // one, or ndjson's per line): without it a caller that never reads holds
 // its handler, and with it its run slot, for as long as it likes.
-func (s *Server) writeError(w http.ResponseWriter, e *apiError) {
+func (s *Server) writeError(w http.ResponseWriter, e *api.Error) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
@@ -424,10 +425,10 @@ func (s *Server) writeError(w http.ResponseWriter, e *apiError) {
 }
 
 // admitPeer says whether the caller may use the server.
-func (s *Server) admitPeer(r *http.Request) (peer, *apiError) {
+func (s *Server) admitPeer(r *http.Request) (peer, *api.Error) {
 	p, ok := r.Context().Value(ctxKey{}).(peer)
 	if !ok {
-		return p, &apiError{Status: 403, Msg: "caller unknown: no SO_PEERCRED on this connection"}
+		return p, &api.Error{Status: 403, Msg: "caller unknown: no SO_PEERCRED on this connection"}
 	}
 	if len(s.cfg.AllowUIDs) == 0 || p.uid == uint32(os.Getuid()) {
 		return p, nil
@@ -437,7 +438,7 @@ func (s *Server) admitPeer(r *http.Request) (peer, *apiError) {
 			return p, nil
 		}
 	}
-	return p, &apiError{Status: 403, Msg: fmt.Sprintf("uid %d may not use this server", p.uid)}
+	return p, &api.Error{Status: 403, Msg: fmt.Sprintf("uid %d may not use this server", p.uid)}
 }
 
 // Health is GET /v1/health.
@@ -456,7 +457,7 @@ type Health struct {
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET")
-		s.writeError(w, &apiError{Status: 405, Msg: "GET /v1/health"})
+		s.writeError(w, &api.Error{Status: 405, Msg: "GET /v1/health"})
 		return
 	}
 	if _, e := s.admitPeer(r); e != nil {
@@ -492,7 +493,7 @@ func (s *Server) profileNames() string {
 // stopping (or its caller going away, who reads nothing).
 func (s *Server) refuseStopped(w http.ResponseWriter, cause error) {
 	retryAfter(w, time.Second)
-	s.writeError(w, &apiError{Status: 503, Msg: "shutting down: " + cause.Error()})
+	s.writeError(w, &api.Error{Status: 503, Msg: "shutting down: " + cause.Error()})
 }
 
 func retryAfter(w http.ResponseWriter, d time.Duration) {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
@@ -49,32 +50,32 @@ func TestServeHealthAndEndpoints(t *testing.T) {
 
 func TestServeRunCodeAndArgv(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	r := s.run(RunRequest{Code: code("import sys\nprint(6*7)\nprint('e', file=sys.stderr)\nsys.exit(3)")})
+	r := s.run(api.RunRequest{Code: code("import sys\nprint(6*7)\nprint('e', file=sys.stderr)\nsys.exit(3)")})
 	if r.Verdict != "exit" || r.ExitCode != 3 || r.Stdout != "42\n" || r.Stderr != "e\n" || !r.Pool.Hit {
 		t.Errorf("code run: %+v", r)
 	}
-	r = s.run(RunRequest{Code: code("raise ValueError('boom')")})
+	r = s.run(api.RunRequest{Code: code("raise ValueError('boom')")})
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "ValueError: boom") || strings.Contains(r.Stderr, "_stockade") {
 		t.Errorf("traceback: %q", r.Stderr)
 	}
-	r = s.run(RunRequest{Code: code("import atexit, threading, time, sys\natexit.register(lambda: print('atexit'))\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\nsys.exit('bye')")})
+	r = s.run(api.RunRequest{Code: code("import atexit, threading, time, sys\natexit.register(lambda: print('atexit'))\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\nsys.exit('bye')")})
 	if r.ExitCode != 1 || r.Stdout != "thread\natexit\n" || r.Stderr != "bye\n" {
 		t.Errorf("exit as python's own: threads joined, atexit run, sys.exit(str): %+v", r)
 	}
-	r = s.run(RunRequest{Argv: []string{"sh", "-c", "read x; echo got $x; pwd"}, Stdin: "hello\n"})
+	r = s.run(api.RunRequest{Argv: []string{"sh", "-c", "read x; echo got $x; pwd"}, Stdin: "hello\n"})
 	if r.Verdict != "ok" || r.Stdout != "got hello\n/work\n" {
 		t.Errorf("argv run: %+v", r)
 	}
-	r = s.run(RunRequest{Argv: []string{"no-such-command"}})
+	r = s.run(api.RunRequest{Argv: []string{"no-such-command"}})
 	if r.ExitCode != 127 {
 		t.Errorf("missing command: %+v", r)
 	}
 	s.waitReady()
-	r = s.run(RunRequest{Code: code("while True: pass"), Limits: Limits{"timeout": "500ms"}})
+	r = s.run(api.RunRequest{Code: code("while True: pass"), Limits: api.Limits{"timeout": "500ms"}})
 	if r.Verdict != "timeout" || r.Pool.Hit != true {
 		t.Errorf("a tighter timeout is taken by a pooled jail: %+v", r)
 	}
-	r = s.run(RunRequest{Code: code("print(open('/proc/self/cgroup').read() != '')"), Limits: Limits{"memory": "128M", "pids": 16}})
+	r = s.run(api.RunRequest{Code: code("print(open('/proc/self/cgroup').read() != '')"), Limits: api.Limits{"memory": "128M", "pids": 16}})
 	if r.Verdict != "ok" || r.Pool.Hit || r.Limits.MemoryBytes == nil || *r.Limits.MemoryBytes != 128<<20 {
 		t.Errorf("tighter cgroup limits need a jail of their own: %+v", r)
 	}
@@ -87,7 +88,7 @@ func TestServePooledJailsAreSingleUse(t *testing.T) {
 	s := startServer(t, "--pool", "2")
 	for i := 0; i < 4; i++ {
 		s.waitReady()
-		r := s.run(RunRequest{Code: code(`import os
+		r := s.run(api.RunRequest{Code: code(`import os
 print(os.path.exists('/tmp/left'), os.path.exists('/work/left'))
 open('/tmp/left', 'w').write('x'); open('/work/left', 'w').write('x')`)})
 		if r.Verdict != "ok" || !r.Pool.Hit || r.Stdout != "False False\n" {
@@ -100,7 +101,7 @@ open('/tmp/left', 'w').write('x'); open('/work/left', 'w').write('x')`)})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := s.run(RunRequest{Code: code(`import os, time
+			r := s.run(api.RunRequest{Code: code(`import os, time
 procs = [p for p in os.listdir('/proc') if p.isdigit() and os.path.exists('/proc/%s/cmdline' % p) and open('/proc/%s/cmdline' % p).read()]
 print(os.readlink('/proc/self/ns/pid'), len(procs))
 time.sleep(0.5)`)})
@@ -123,7 +124,7 @@ time.sleep(0.5)`)})
 func TestServeFilesInAndOut(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	in := map[string]string{"data.csv": b64("a,b\n1,2\n"), "keep.txt": b64("same")}
-	r := s.run(RunRequest{Files: in, Code: code(`import os
+	r := s.run(api.RunRequest{Files: in, Code: code(`import os
 print(open('data.csv').read().count(','))
 open('data.csv', 'a').write('3,4\n')
 os.makedirs('out/sub'); open('out/sub/r.txt', 'w').write('result')`)})
@@ -148,7 +149,7 @@ func TestAttackSymlinksPlantedInWork(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--files-max", "1M")
 	secret := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secret, []byte("HOST-SECRET"), 0o644)
-	r := s.run(RunRequest{Code: code(fmt.Sprintf(`import os
+	r := s.run(api.RunRequest{Code: code(fmt.Sprintf(`import os
 os.symlink('/etc/shadow', 'shadow')
 os.symlink(%q, 'secret')
 os.symlink('/', 'root')
@@ -187,8 +188,8 @@ func TestServePlotReturnsPNG(t *testing.T) {
 		t.Skip("matplotlib is not installed (python3-matplotlib)")
 	}
 	s := startServer(t, "--pool", "1")
-	r := s.run(RunRequest{Code: code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.figure()\nplt.bar([1, 2], [3, 4])\nplt.close(plt.figure())"),
-		Limits: Limits{"timeout": "10s"}})
+	r := s.run(api.RunRequest{Code: code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.figure()\nplt.bar([1, 2], [3, 4])\nplt.close(plt.figure())"),
+		Limits: api.Limits{"timeout": "10s"}})
 	if r.Verdict != "ok" || len(r.Images) != 2 {
 		t.Fatalf("want 2 figures: verdict %s, %d images, stderr %q", r.Verdict, len(r.Images), r.Stderr)
 	}
@@ -207,7 +208,7 @@ func TestServePlotReturnsPNG(t *testing.T) {
 	// font list a link to the read-only cache, so a plot does not scan the
 	// host's fonts in every run. A server that set its own MPLCONFIGDIR
 	// would turn that cache off.
-	r = s.run(RunRequest{Code: code(`import glob, os
+	r = s.run(api.RunRequest{Code: code(`import glob, os
 import matplotlib.font_manager
 print(os.environ.get("MPLCONFIGDIR"))
 for f in glob.glob(os.path.join(os.environ.get("MPLCONFIGDIR", "/nonexistent"), "fontlist-*.json")):
@@ -221,15 +222,15 @@ for f in glob.glob(os.path.join(os.environ.get("MPLCONFIGDIR", "/nonexistent"), 
 
 func TestServeStreamsNDJSON(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	body, _ := json.Marshal(RunRequest{Code: code("import sys, time\nprint('one')\ntime.sleep(0.3)\nprint('two', file=sys.stderr)")})
+	body, _ := json.Marshal(api.RunRequest{Code: code("import sys, time\nprint('one')\ntime.sleep(0.3)\nprint('two', file=sys.stderr)")})
 	req, _ := http.NewRequest("POST", "http://stockade/v1/run", bytes.NewReader(body))
-	req.Header.Set("Accept", NDJSON)
+	req.Header.Set("Accept", api.NDJSON)
 	resp, err := s.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != NDJSON {
+	if ct := resp.Header.Get("Content-Type"); ct != api.NDJSON {
 		t.Fatalf("content type %q", ct)
 	}
 	var types []string
@@ -302,7 +303,7 @@ func TestServeBadInput(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d with a JSON error", c.name, status, body, c.status)
 		}
 	}
-	if r := s.run(RunRequest{Code: code("print('still fine')")}); r.Stdout != "still fine\n" {
+	if r := s.run(api.RunRequest{Code: code("print('still fine')")}); r.Stdout != "still fine\n" {
 		t.Errorf("after bad input: %+v", r)
 	}
 }
@@ -315,7 +316,7 @@ func TestServeClientDisconnectKillsJail(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		body, _ := json.Marshal(RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}})
+		body, _ := json.Marshal(api.RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}})
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://stockade/v1/run", bytes.NewReader(body))
 		if resp, err := s.hc.Do(req); err == nil {
 			resp.Body.Close()
@@ -337,7 +338,7 @@ func TestServeClientDisconnectKillsJail(t *testing.T) {
 // Retry-After; past the per-caller cap, 429.
 func TestServeCapacity(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--concurrency", "1", "--queue", "1", "--queue-wait", "1s")
-	slow := RunRequest{Code: code("import time; time.sleep(3)")}
+	slow := api.RunRequest{Code: code("import time; time.sleep(3)")}
 	var wg sync.WaitGroup
 	statuses := make(chan int, 3)
 	retry := make(chan string, 3)
@@ -372,7 +373,7 @@ func TestServeCapacity(t *testing.T) {
 	p := startServer(t, "--pool", "0", "--per-caller", "1")
 	go p.post(slow)
 	time.Sleep(300 * time.Millisecond)
-	if st, _, body := p.post(RunRequest{Code: code("1")}); st != 429 {
+	if st, _, body := p.post(api.RunRequest{Code: code("1")}); st != 429 {
 		t.Errorf("second run of one caller: %d %s, want 429", st, body)
 	}
 }
@@ -401,7 +402,7 @@ func TestServePeerCredAndAudit(t *testing.T) {
 	if out := curlAs("4242"); !strings.HasSuffix(out, " 200") {
 		t.Errorf("uid 4242, allowed: %s", out)
 	}
-	r := s.run(RunRequest{Code: code("print(2)")})
+	r := s.run(api.RunRequest{Code: code("print(2)")})
 	if r.Verdict != "ok" {
 		t.Fatalf("%+v", r)
 	}
@@ -455,7 +456,7 @@ func TestServeSocketActivation(t *testing.T) {
 	f.Close()
 	hc := unixClient(sock)
 	eventually(t, "activated server answers", func() bool {
-		st, _, _ := postTo(t, hc, RunRequest{Code: code("print(1)")}, nil)
+		st, _, _ := postTo(t, hc, api.RunRequest{Code: code("print(1)")}, nil)
 		return st == 200
 	})
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -474,7 +475,7 @@ func TestServeKill9LeavesNothingAfterNextStart(t *testing.T) {
 	a := startServerAt(t, bin, sock, "--pool", "2")
 	go func() {
 		// Ends with an error when the server is killed.
-		b, _ := json.Marshal(RunRequest{Code: code("import time; time.sleep(30)")})
+		b, _ := json.Marshal(api.RunRequest{Code: code("import time; time.sleep(30)")})
 		if resp, err := a.hc.Post("http://stockade/v1/run", "application/json", bytes.NewReader(b)); err == nil {
 			resp.Body.Close()
 		}
@@ -491,7 +492,7 @@ func TestServeKill9LeavesNothingAfterNextStart(t *testing.T) {
 	if left := leftovers(pid, a.before); len(left) > 0 {
 		t.Errorf("after the next start: %v", left)
 	}
-	if r := b.run(RunRequest{Code: code("print(1)")}); r.Verdict != "ok" {
+	if r := b.run(api.RunRequest{Code: code("print(1)")}); r.Verdict != "ok" {
 		t.Errorf("%+v", r)
 	}
 }
@@ -516,8 +517,8 @@ func TestServeSoak(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				st, _, body := s.post(RunRequest{Code: code(fmt.Sprintf("print(%d)", i)), Files: map[string]string{"in": b64("x")}})
-				var r RunResponse
+				st, _, body := s.post(api.RunRequest{Code: code(fmt.Sprintf("print(%d)", i)), Files: map[string]string{"in": b64("x")}})
+				var r api.RunResponse
 				json.Unmarshal(body, &r)
 				mu.Lock()
 				if st != 200 || r.Result == nil || r.Verdict != "ok" || r.Stdout != fmt.Sprintf("%d\n", i) {
@@ -586,7 +587,7 @@ func TestServePooledJailDiedWhileWaiting(t *testing.T) {
 	s := startServer(t, "--pool", "1")
 	s.killWaitingInterpreter()
 	time.Sleep(300 * time.Millisecond)
-	r := s.run(RunRequest{Code: code("print('served')")})
+	r := s.run(api.RunRequest{Code: code("print('served')")})
 	if r.Verdict != "ok" || r.Stdout != "served\n" {
 		t.Fatalf("%+v", r)
 	}
@@ -627,7 +628,7 @@ func TestServeBudgetEvictsWaitingJails(t *testing.T) {
 	if h.Budget["memory_used"] != 1<<30 {
 		t.Errorf("two waiting jails of 512M: budget used %d", h.Budget["memory_used"])
 	}
-	r := s.run(RunRequest{Code: code("print(1)"), Limits: Limits{"memory": "256M"}})
+	r := s.run(api.RunRequest{Code: code("print(1)"), Limits: api.Limits{"memory": "256M"}})
 	if r.Verdict != "ok" || r.Pool.Hit {
 		t.Fatalf("%+v", r)
 	}
@@ -644,7 +645,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--grace", "5s")
 	done := make(chan string, 1)
 	go func() {
-		_, _, body := postTo(t, s.hc, RunRequest{Code: code("import time; time.sleep(1); print('finished')")}, nil)
+		_, _, body := postTo(t, s.hc, api.RunRequest{Code: code("import time; time.sleep(1); print('finished')")}, nil)
 		done <- string(body)
 	}()
 	time.Sleep(400 * time.Millisecond)
@@ -657,7 +658,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	k := startServer(t, "--pool", "1", "--grace", "500ms")
 	mark := fmt.Sprintf("stockade-grace-%d", time.Now().UnixNano())
 	go func() {
-		b, _ := json.Marshal(RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}})
+		b, _ := json.Marshal(api.RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}})
 		if resp, err := k.hc.Post("http://stockade/v1/run", "application/json", bytes.NewReader(b)); err == nil {
 			resp.Body.Close()
 		}
@@ -697,7 +698,7 @@ func TestServeShutdownWaitsForDiscardedJail(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	status, _, body := s.post(RunRequest{Code: code("print(1)")})
+	status, _, body := s.post(api.RunRequest{Code: code("print(1)")})
 	s.stop()
 	if status != 503 {
 		t.Errorf("the request got %d %s, want 503: the discarded jail's close was over before SIGTERM, and this test proved nothing", status, body)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/stockade/stockade/api"
 )
 
 // These attacks come from inside a session's jail, at the driver's
@@ -74,14 +76,14 @@ while True:
 // that the process is still the program it started.
 func TestAttackCellReplacesDriver(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	s.cell(id, "x = 1")
 	cell := cellFrames + fmt.Sprintf("FAKE = %q\nt = tok()\nos.set_inheritable(3, True)\nos.execv(sys.executable, [sys.executable, '-c', FAKE, t])\n", fakeDriver)
-	r := s.exec(id, ExecRequest{Code: &cell, Timeout: "5s"})
-	if r.Verdict != ExecFailed || r.State != "lost" || resultIs(r, "'forged'") || r.Session.Alive || !strings.Contains(r.Why, "replaced") {
+	r := s.exec(id, api.ExecRequest{Code: &cell, Timeout: "5s"})
+	if r.Verdict != api.ExecFailed || r.State != "lost" || resultIs(r, "'forged'") || r.Session.Alive || !strings.Contains(r.Why, "replaced") {
 		t.Errorf("the exec that replaced the driver: %+v, want verdict error, state lost, why naming the replacement", r)
 	}
-	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil)
+	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil)
 	if code != 410 || bytes.Contains(body, []byte("forged")) {
 		t.Errorf("an exec after the replacement: %d %s, want 410", code, body)
 	}
@@ -92,12 +94,12 @@ func TestAttackCellReplacesDriver(t *testing.T) {
 // does: the kernel's credentials on its bytes name another process.
 func TestAttackForkedChildAnswersForDriver(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	// The child's frame is in the channel before the driver's answer: the
 	// parent waits for it.
 	cell := cellFrames + "t = tok()\npid = os.fork()\nif pid == 0:\n    forge(answer(t))\n    os._exit(0)\nos.waitpid(pid, 0)\n'real'"
-	r := s.exec(id, ExecRequest{Code: &cell, Timeout: "5s"})
-	if resultIs(r, "'forged'") || r.Verdict != ExecFailed || r.State != "lost" || r.Session.Alive {
+	r := s.exec(id, api.ExecRequest{Code: &cell, Timeout: "5s"})
+	if resultIs(r, "'forged'") || r.Verdict != api.ExecFailed || r.State != "lost" || r.Session.Alive {
 		t.Errorf("a child's answer in the driver's name: %+v, want verdict error, state lost", r)
 	}
 }
@@ -107,7 +109,7 @@ func TestAttackForkedChildAnswersForDriver(t *testing.T) {
 // than hold it for the session's life.
 func TestAttackUnrequestedFramesHeld(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	// The thread writes once the driver is done with the cell (its own
 	// _state says so) and has had a second to answer.
 	cell := cellFrames + `import threading
@@ -122,16 +124,16 @@ def later():
     forge(answer("x" * 32, "r" * (8 << 20)))
 threading.Thread(target=later).start()
 `
-	if r := s.exec(id, ExecRequest{Code: &cell}); r.Verdict != ExecOK || r.State != "kept" {
+	if r := s.exec(id, api.ExecRequest{Code: &cell}); r.Verdict != api.ExecOK || r.State != "kept" {
 		t.Fatalf("the exec that starts the thread: %+v", r)
 	}
-	var in SessionInfo
+	var in api.SessionInfo
 	eventually(t, "the session ended by the unrequested frame", func() bool {
 		code, i := s.info(id)
 		in = i
 		return code != 200 || !i.Alive
 	})
-	if in.Alive || in.Verdict != SessionFailed || !strings.Contains(in.Why, "no exec asked for") {
+	if in.Alive || in.Verdict != api.SessionFailed || !strings.Contains(in.Why, "no exec asked for") {
 		t.Errorf("the session after an unrequested frame: %+v", in)
 	}
 }
@@ -142,7 +144,7 @@ threading.Thread(target=later).start()
 // maxImages and --files-max, and says it cut them.
 func TestAttackForgedAnswerPastCaps(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	c := s.session(SessionRequest{})
+	c := s.session(api.SessionRequest{})
 	cell := cellFrames + `import base64
 png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
 a = answer(tok(), "r" * (6 << 20))
@@ -152,7 +154,7 @@ a["images"] = [png] * 300 + ["not base64!"] * 100000
 forge(a)
 time.sleep(3)
 `
-	r := s.exec(c.SessionID, ExecRequest{Code: &cell, Timeout: "8s"})
+	r := s.exec(c.SessionID, api.ExecRequest{Code: &cell, Timeout: "8s"})
 	want := min(c.Limits.OutputBytes, 256<<10)
 	if r.Result == nil || int64(utf8.RuneCountInString(*r.Result)) != want || !r.ResultTruncated {
 		n := -1
@@ -174,11 +176,11 @@ time.sleep(3)
 // the server (every other session with it) lives on.
 func TestAttackDriverFrameHeaderHuge(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	other := s.session(SessionRequest{}).SessionID
+	other := s.session(api.SessionRequest{}).SessionID
 	s.cell(other, "x = 6")
-	id := s.session(SessionRequest{}).SessionID
-	r := s.exec(id, ExecRequest{Code: ptr("import os, time\nos.write(3, b'100000000000\\n')\ntime.sleep(2)"), Timeout: "5s"})
-	if r.Verdict != ExecFailed || r.State != "lost" || !strings.Contains(r.Why, "more than the") {
+	id := s.session(api.SessionRequest{}).SessionID
+	r := s.exec(id, api.ExecRequest{Code: ptr("import os, time\nos.write(3, b'100000000000\\n')\ntime.sleep(2)"), Timeout: "5s"})
+	if r.Verdict != api.ExecFailed || r.State != "lost" || !strings.Contains(r.Why, "more than the") {
 		t.Errorf("a 100 GB frame header: %+v", r)
 	}
 	if h := s.get("/v1/health", nil); h != 200 {
@@ -193,12 +195,12 @@ func TestAttackDriverFrameHeaderHuge(t *testing.T) {
 // jail: a 128M session runs in a 128M jail, not the pool's 512M.
 func TestAttackTightSessionTakesPooledJail(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	c := s.session(SessionRequest{Limits: Limits{"memory": "128M"}})
+	c := s.session(api.SessionRequest{Limits: api.Limits{"memory": "128M"}})
 	if c.Pool.Hit || c.Limits.MemoryBytes != 128<<20 {
 		t.Errorf("a 128M session: %+v, want no pool hit", c)
 	}
-	r := s.exec(c.SessionID, ExecRequest{Code: ptr("b = b'x' * (320 << 20)\nlen(b)")})
-	if r.Verdict != ExecMemory {
+	r := s.exec(c.SessionID, api.ExecRequest{Code: ptr("b = b'x' * (320 << 20)\nlen(b)")})
+	if r.Verdict != api.ExecMemory {
 		t.Errorf("320 MiB in a 128M session: %+v, want verdict memory", r)
 	}
 }
@@ -216,7 +218,7 @@ func TestAttackExecWithoutAuditLine(t *testing.T) {
 	script := `mount -t tmpfs -o size=64k,mode=0700 tmpfs "$1" && exec "$2" serve --socket "$3" --pool 0 --audit-log "$1/audit.log" --audit-required`
 	s := startServerCmd(t, sock, exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", dir, bin, sock))
 	inServer := func(p string) string { return fmt.Sprintf("/proc/%d/root%s", s.cmd.Process.Pid, p) }
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	// The log's last page is padded full (with a line of its own), so that
 	// the next line needs a page the filled tmpfs no longer has.
 	log := inServer(filepath.Join(dir, "audit.log"))
@@ -243,7 +245,7 @@ func TestAttackExecWithoutAuditLine(t *testing.T) {
 		}
 	}
 	f.Close()
-	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("open('/work/ran', 'w').write('ran')")}, nil)
+	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("open('/work/ran', 'w').write('ran')")}, nil)
 	if code != 503 || !bytes.Contains(body, []byte("--audit-required")) {
 		t.Errorf("an exec whose start line cannot be written: %d %s, want 503", code, body)
 	}
@@ -262,8 +264,8 @@ func TestAttackExecWithoutAuditLine(t *testing.T) {
 // listing and in files_changed, written as /v1/run writes them.
 func TestAttackSessionNonUTF8NamesCollide(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
-	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("for b in (b'\\xfe', b'\\xff'):\n    open(b'/work/' + b, 'w').write('x')")}, nil)
+	id := s.session(api.SessionRequest{}).SessionID
+	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("for b in (b'\\xfe', b'\\xff'):\n    open(b'/work/' + b, 'w').write('x')")}, nil)
 	if code != 200 || !bytes.Contains(body, []byte(`"files_changed":["\udcfe","\udcff"]`)) {
 		t.Errorf("files_changed of \\xfe and \\xff: %d %s", code, body)
 	}
@@ -277,9 +279,9 @@ func TestAttackSessionNonUTF8NamesCollide(t *testing.T) {
 // files routes cannot name it, and files_changed says it is not whole.
 func TestAttackFilesChangedPastPathMax(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	r := s.cell(id, "import os\nos.chdir('/work')\nfor i in range(20):\n    os.mkdir('d' * 250)\n    os.chdir('d' * 250)\nopen('deep', 'w').write('x')")
-	if r.Verdict != ExecOK || !r.FilesChangedTruncated {
+	if r.Verdict != api.ExecOK || !r.FilesChangedTruncated {
 		t.Errorf("a file written 5000 bytes deep: %+v, want files_changed_truncated", r)
 	}
 }
@@ -290,7 +292,7 @@ func TestAttackFilesChangedPastPathMax(t *testing.T) {
 // stops at its entry bound says so.
 func TestAttackWorkWalkHoldsEveryPath(t *testing.T) {
 	s := startServer(t, "--pool", "0")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	hwm := func() int64 {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
 		if err != nil {
@@ -306,11 +308,11 @@ func TestAttackWorkWalkHoldsEveryPath(t *testing.T) {
 		return 0
 	}
 	before := hwm()
-	r := s.exec(id, ExecRequest{Code: ptr("import os\nd = '/work/' + '/'.join(['d' * 250] * 15)\nos.makedirs(d)\nfor i in range(10050):\n    open('%s/f%05d' % (d, i), 'w').close()")})
-	if r.Verdict != ExecOK || len(r.FilesChanged) != 1000 || !r.FilesChangedTruncated {
+	r := s.exec(id, api.ExecRequest{Code: ptr("import os\nd = '/work/' + '/'.join(['d' * 250] * 15)\nos.makedirs(d)\nfor i in range(10050):\n    open('%s/f%05d' % (d, i), 'w').close()")})
+	if r.Verdict != api.ExecOK || len(r.FilesChanged) != 1000 || !r.FilesChangedTruncated {
 		t.Errorf("10,050 files made: %s, %d listed, truncated %v", r.Verdict, len(r.FilesChanged), r.FilesChangedTruncated)
 	}
-	if r := s.cell(id, "pass"); r.Verdict != ExecOK || len(r.FilesChanged) != 0 || !r.FilesChangedTruncated {
+	if r := s.cell(id, "pass"); r.Verdict != api.ExecOK || len(r.FilesChanged) != 0 || !r.FilesChangedTruncated {
 		t.Errorf("pass over 10,050 files: %+v, want nothing listed and truncated (the walk's entry bound)", r)
 	}
 	grew := hwm() - before
@@ -324,10 +326,10 @@ func TestAttackWorkWalkHoldsEveryPath(t *testing.T) {
 // that its state is lost with the session, not that its caller went away.
 func TestAttackShutdownSaysCallerWentAway(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--grace", "1s")
-	id := s.session(SessionRequest{}).SessionID
-	b, _ := json.Marshal(ExecRequest{Code: ptr("print('up', flush=True)\nimport time\ntime.sleep(60)")})
+	id := s.session(api.SessionRequest{}).SessionID
+	b, _ := json.Marshal(api.ExecRequest{Code: ptr("print('up', flush=True)\nimport time\ntime.sleep(60)")})
 	req, _ := http.NewRequest("POST", "http://stockade/v1/sessions/"+id+"/exec", bytes.NewReader(b))
-	req.Header.Set("Accept", NDJSON)
+	req.Header.Set("Accept", api.NDJSON)
 	resp, err := s.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +344,7 @@ func TestAttackShutdownSaysCallerWentAway(t *testing.T) {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	var res ExecResult
+	var res api.ExecResult
 	for lines.Scan() {
 		if json.Unmarshal(lines.Bytes(), &res) == nil && res.Type == "result" {
 			break
@@ -387,7 +389,7 @@ func TestSessionASLROffIsSaid(t *testing.T) {
 	}
 	sock := filepath.Join(socketDir(t), "s.sock")
 	s := startServerCmd(t, sock, exec.Command("setarch", "-R", bin, "serve", "--socket", sock, "--pool", "1"))
-	if r := s.cell(s.session(SessionRequest{}).SessionID, "6 * 7"); !resultIs(r, "42") {
+	if r := s.cell(s.session(api.SessionRequest{}).SessionID, "6 * 7"); !resultIs(r, "42") {
 		t.Errorf("a session with ASLR off: %+v", r)
 	}
 	if !strings.Contains(s.logString(), "ASLR is off") {

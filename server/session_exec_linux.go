@@ -11,6 +11,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
@@ -34,24 +35,24 @@ type execFacts struct {
 // first. An OOM kill is "memory" whatever else happened; an exec whose
 // KeyboardInterrupt was answered is "timeout" or "interrupted", not the
 // KeyboardInterrupt "exception" the answer reports.
-func (f execFacts) verdict() ExecVerdict {
+func (f execFacts) verdict() api.ExecVerdict {
 	switch {
 	case f.OOMKilled:
-		return ExecMemory
+		return api.ExecMemory
 	case f.Broken:
-		return ExecFailed
+		return api.ExecFailed
 	case f.TimedOut:
-		return ExecTimeout
+		return api.ExecTimeout
 	case f.Interrupted:
-		return ExecInterrupted
+		return api.ExecInterrupted
 	case f.JailEnded || !f.Answered:
-		return ExecKilled
+		return api.ExecKilled
 	case f.OutputCut:
-		return ExecOutput
+		return api.ExecOutput
 	case f.Exception:
-		return ExecException
+		return api.ExecException
 	}
-	return ExecOK
+	return api.ExecOK
 }
 
 // state says whether the session's Python state survived: only when the
@@ -78,7 +79,7 @@ type execPlan struct {
 // exec runs one cell. The caller holds the session's slot. out, when not
 // nil, streams the cell's output. It returns an apiError when the exec
 // could not begin (its files could not be written, the session ended).
-func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndjson) (*ExecResult, *apiError) {
+func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndjson) (*api.ExecResult, *api.Error) {
 	s.useMu.RLock()
 	defer s.useMu.RUnlock()
 	if s.released || !s.alive() {
@@ -111,7 +112,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 			s.busy, s.interrupt = false, nil
 			s.count--
 			s.mu.Unlock()
-			return nil, &apiError{Status: 503, Msg: fmt.Sprintf("the exec was not started: its audit line could not be written (--audit-required): %v", err)}
+			return nil, &api.Error{Status: 503, Msg: fmt.Sprintf("the exec was not started: its audit line could not be written (--audit-required): %v", err)}
 		}
 	}
 	defer func() {
@@ -120,7 +121,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		s.mu.Unlock()
 	}()
 
-	res := &ExecResult{ExecutionCount: n, Images: []Image{}, Results: []RichResult{}, FilesChanged: FSNames{},
+	res := &api.ExecResult{ExecutionCount: n, Images: []api.Image{}, Results: []api.RichResult{}, FilesChanged: api.FSNames{},
 		BlockedSyscalls: []jail.BlockedSyscall{}, Network: []jail.NetworkDecision{}}
 	var f execFacts
 	before, berr := s.jl.p.Usage()
@@ -180,14 +181,14 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		// The decoder held them to the caps (answerCaps.results).
 		res.Results, res.ResultsTruncated = answer.Results.List, answer.Results.Cut || answer.ResultsTruncated
 		for _, img := range answer.Images.PNGs {
-			res.Images = append(res.Images, Image{Type: "png", Data: img})
+			res.Images = append(res.Images, api.Image{Type: "png", Data: img})
 		}
 	}
 	res.Verdict, res.State = f.verdict(), f.state()
 	res.Why = explainExec(res, f, why, s)
 	if res.State == "lost" && s.alive() {
 		// Never a session that looks alive after its state was lost.
-		s.finish(SessionFailed, res.Why)
+		s.finish(api.SessionFailed, res.Why)
 	}
 	res.Session = s.state()
 	return res, nil
@@ -197,7 +198,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 // jail's end, or the timeout, CPU time, interrupt or caller's departure
 // (each a KeyboardInterrupt, then after interruptGrace the session's
 // kill). It fills in the output and the facts; why says what ended it.
-func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int, interrupt <-chan struct{}, out *ndjson, res *ExecResult, f *execFacts) (*driverAnswer, string) {
+func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int, interrupt <-chan struct{}, out *ndjson, res *api.ExecResult, f *execFacts) (*driverAnswer, string) {
 	inR, inW, err1 := os.Pipe()
 	outR, outW, err2 := os.Pipe()
 	errR, errW, err3 := os.Pipe()
@@ -255,7 +256,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	}
 	if sendErr != nil {
 		f.Broken = true
-		s.finish(SessionFailed, fmt.Sprintf("the driver did not take exec %d: %v", n, sendErr))
+		s.finish(api.SessionFailed, fmt.Sprintf("the driver did not take exec %d: %v", n, sendErr))
 		<-s.jailDone
 		finishOutput(0)
 		return nil, s.ended().Why
@@ -300,7 +301,7 @@ wait:
 				if fr.answer.Started != token {
 					f.Broken = true
 					why = fmt.Sprintf("exec %d: a frame on the driver's channel that is not the driver's: the cell wrote to the channel", n)
-					s.finish(SessionFailed, why)
+					s.finish(api.SessionFailed, why)
 					<-s.jailDone
 					break wait
 				}
@@ -321,14 +322,14 @@ wait:
 				}
 				f.Broken = true
 				why = fmt.Sprintf("the driver's channel broke during exec %d (%v): the cell closed or wrote to it", n, fr.err)
-				s.finish(SessionFailed, why)
+				s.finish(api.SessionFailed, why)
 				<-s.jailDone
 				break wait
 			}
 			if fr.answer.Token != token || (fr.answer.Status != "ok" && fr.answer.Status != "exception") {
 				f.Broken = true
 				why = fmt.Sprintf("exec %d: a frame on the driver's channel that is not the driver's answer to it: the cell wrote to the channel", n)
-				s.finish(SessionFailed, why)
+				s.finish(api.SessionFailed, why)
 				<-s.jailDone
 				break wait
 			}
@@ -338,7 +339,7 @@ wait:
 			if err := s.driverIntact(); err != nil {
 				f.Broken = true
 				why = fmt.Sprintf("exec %d: %v; the session is ended", n, err)
-				s.finish(SessionFailed, why)
+				s.finish(api.SessionFailed, why)
 				<-s.jailDone
 				break wait
 			}
@@ -382,15 +383,15 @@ wait:
 				// state is lost whatever the cell does, and the caller is
 				// told so, not that it went away.
 				why = fmt.Sprintf("the server is shutting down (%v)", context.Cause(srv.runs))
-				s.finish(SessionShutdown, why)
+				s.finish(api.SessionShutdown, why)
 				continue
 			}
 			f.Interrupted = true
 			sigint("the caller went away")
 		case <-grace:
-			v := SessionTimeout
+			v := api.SessionTimeout
 			if !f.TimedOut {
-				v = SessionInterrupted
+				v = api.SessionInterrupted
 			}
 			why += fmt.Sprintf("; the interpreter did not answer KeyboardInterrupt within %v (a thread blocked in C code, or the signal blocked or ignored), so the session was killed", interruptGrace)
 			s.finish(v, why)
@@ -413,20 +414,20 @@ const maxResult = 256 << 10
 func resultMax(outputLimit int64) int64 { return min(outputLimit, maxResult) }
 
 // explainExec says, for a verdict other than ok, what happened.
-func explainExec(res *ExecResult, f execFacts, why string, s *session) string {
+func explainExec(res *api.ExecResult, f execFacts, why string, s *session) string {
 	lost := ""
 	if res.State == "lost" {
 		lost = ": state lost"
 	}
 	switch res.Verdict {
-	case ExecOK, ExecException:
+	case api.ExecOK, api.ExecException:
 		return ""
-	case ExecMemory:
+	case api.ExecMemory:
 		if f.JailEnded {
 			return fmt.Sprintf("the kernel OOM-killed the interpreter (memory limit %d bytes): the session has ended%s; its /work stays readable until DELETE or expiry", s.limits.MemoryBytes, lost)
 		}
 		return fmt.Sprintf("the kernel OOM-killed a process of the session (memory limit %d bytes); the interpreter lives on", s.limits.MemoryBytes)
-	case ExecTimeout, ExecInterrupted:
+	case api.ExecTimeout, api.ExecInterrupted:
 		if res.State == "kept" {
 			return why + "; KeyboardInterrupt ended it and the interpreter answered: state kept"
 		}
@@ -434,9 +435,9 @@ func explainExec(res *ExecResult, f execFacts, why string, s *session) string {
 			why = "interrupted"
 		}
 		return why + lost
-	case ExecOutput:
+	case api.ExecOutput:
 		return fmt.Sprintf("output past %d bytes per stream was cut", s.outputLimit)
-	case ExecKilled:
+	case api.ExecKilled:
 		if e := s.ended(); e != nil {
 			return fmt.Sprintf("the session ended during the exec (%s: %s)%s", e.Verdict, e.Why, lost)
 		}

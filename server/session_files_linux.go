@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stockade/stockade/api"
 )
 
 // A session's /work is read and written by the server, as root, while
@@ -74,24 +76,24 @@ func openWorkRoot(host string) (int, error) {
 
 // workError turns an openat2 or write failure on a /work path into the
 // caller's answer.
-func workError(p string, err error) *apiError {
+func workError(p string, err error) *api.Error {
 	switch {
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
-		return &apiError{Status: 403, Msg: fmt.Sprintf("%s: a symlink on the way (not followed)", p)}
+		return &api.Error{Status: 403, Msg: fmt.Sprintf("%s: a symlink on the way (not followed)", p)}
 	case errors.Is(err, unix.ENOENT):
-		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: no such file in /work", p)}
+		return &api.Error{Status: 404, Msg: fmt.Sprintf("%s: no such file in /work", p)}
 	case errors.Is(err, unix.ENOTDIR):
-		return &apiError{Status: 404, Msg: fmt.Sprintf("%s: a part of the path is not a directory", p)}
+		return &api.Error{Status: 404, Msg: fmt.Sprintf("%s: a part of the path is not a directory", p)}
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
-		return &apiError{Status: 507, Msg: fmt.Sprintf("%s: /work is full (its size is the profile's work_size)", p)}
+		return &api.Error{Status: 507, Msg: fmt.Sprintf("%s: /work is full (its size is the profile's work_size)", p)}
 	case errors.Is(err, errPutRaced):
-		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
 	case errors.Is(err, unix.ENXIO):
-		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: a FIFO or socket, not a regular file", p)}
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("%s: a FIFO or socket, not a regular file", p)}
 	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
-		return &apiError{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("%s: %v", p, err)}
 	}
-	return &apiError{Status: 500, Msg: fmt.Sprintf("%s: %v", p, err)}
+	return &api.Error{Status: 500, Msg: fmt.Sprintf("%s: %v", p, err)}
 }
 
 // openWorkDir opens the directory dir below root (".": root itself).
@@ -289,14 +291,14 @@ func removeWorkAs(root int, p string) error {
 }
 
 // listWork lists the directory dir below root, at most max entries.
-func listWork(root int, dir string, max int) (*FileList, error) {
+func listWork(root int, dir string, max int) (*api.FileList, error) {
 	fd, err := openWorkDir(root, dir)
 	if err != nil {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), dir)
 	defer f.Close()
-	out := &FileList{Path: dir, Entries: []FileEntry{}}
+	out := &api.FileList{Path: dir, Entries: []api.FileEntry{}}
 	for len(out.Entries) < max {
 		names, err := f.Readdirnames(min(256, max-len(out.Entries)))
 		for _, n := range names {
@@ -317,8 +319,8 @@ func listWork(root int, dir string, max int) (*FileList, error) {
 	return out, nil
 }
 
-func statEntry(dirfd int, name string) FileEntry {
-	e := FileEntry{Name: FSName(name), Type: "other"}
+func statEntry(dirfd int, name string) api.FileEntry {
+	e := api.FileEntry{Name: api.FSName(name), Type: "other"}
 	var st unix.Stat_t
 	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return e

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/stockade/stockade/api"
 	"io"
 	"net"
 	"net/http"
@@ -38,7 +39,7 @@ func (s *Server) routeSessions(mux *http.ServeMux) {
 
 func methodNotAllowed(s *Server, w http.ResponseWriter, allow, what string) {
 	w.Header().Set("Allow", allow)
-	s.writeError(w, &apiError{Status: 405, Msg: what})
+	s.writeError(w, &api.Error{Status: 405, Msg: what})
 }
 
 // allowed reports whether method is one of allow ("GET, POST"), HEAD
@@ -62,7 +63,7 @@ func (s *Server) admitted(allow, what string, h func(http.ResponseWriter, *http.
 		}
 		if !s.admit() {
 			retryAfter(w, time.Second)
-			s.writeError(w, &apiError{Status: 503, Msg: "shutting down: no new requests"})
+			s.writeError(w, &api.Error{Status: 503, Msg: "shutting down: no new requests"})
 			return
 		}
 		defer s.inflight.Done()
@@ -83,11 +84,11 @@ func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, caller peer) 
 	switch err := s.gate.arrive(caller.uid); {
 	case errors.Is(err, errCallerCap):
 		retryAfter(w, time.Second)
-		s.refuse(w, r, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
+		s.refuse(w, r, &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
 		return nil, false
 	case errors.Is(err, errBusy):
 		retryAfter(w, s.cfg.QueueWait/4)
-		s.refuse(w, r, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
+		s.refuse(w, r, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: %d requests are being read, waiting or running (--concurrency %d + --queue %d)", s.cfg.Concurrency+s.cfg.Queue, s.cfg.Concurrency, s.cfg.Queue)})
 		return nil, false
 	}
 	share, ok := s.takeBodyShare(w, r)
@@ -113,15 +114,15 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request, caller peer) *se
 
 // sessionOf finds the caller's session id, or says why not: 404 (unknown,
 // or another uid's), 410 (closed, with why).
-func (s *Server) sessionOf(caller peer, id string) (*session, *apiError) {
+func (s *Server) sessionOf(caller peer, id string) (*session, *api.Error) {
 	ss, tomb := s.sessions.get(id, caller.uid)
 	switch {
 	case ss != nil:
 		return ss, nil
 	case tomb != nil:
-		return nil, &apiError{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)}
+		return nil, &api.Error{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)}
 	}
-	return nil, &apiError{Status: 404, Msg: fmt.Sprintf("no session %q (GET /v1/sessions lists yours)", id)}
+	return nil, &api.Error{Status: 404, Msg: fmt.Sprintf("no session %q (GET /v1/sessions lists yours)", id)}
 }
 
 // readSessionBody counts the caller against --per-caller and the queue,
@@ -147,12 +148,12 @@ func (s *Server) readSessionBody(w http.ResponseWriter, r *http.Request, caller 
 }
 
 // bodyRefusal is the answer to a body that could not be read.
-func (s *Server) bodyRefusal(err error) *apiError {
+func (s *Server) bodyRefusal(err error) *api.Error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
+		return &api.Error{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
 	}
-	var ae *apiError
+	var ae *api.Error
 	if errors.As(err, &ae) {
 		return ae
 	}
@@ -169,14 +170,14 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 // handleSessions is POST /v1/sessions (make one) and GET /v1/sessions.
 func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller peer) {
 	if r.Method != http.MethodPost {
-		list := []SessionInfo{}
+		list := []api.SessionInfo{}
 		for _, ss := range s.sessions.list(caller.uid) {
 			list = append(list, ss.info())
 		}
 		s.writeJSON(w, 200, map[string]any{"sessions": list})
 		return
 	}
-	var req SessionRequest
+	var req api.SessionRequest
 	done, ok := s.readSessionBody(w, r, caller, &req)
 	if !ok {
 		return
@@ -194,8 +195,8 @@ func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller p
 }
 
 // sessionLimitsOf is what a session runs under.
-func sessionLimitsOf(spec jail.Spec, idle, ttl time.Duration) SessionLimits {
-	return SessionLimits{TimeoutMs: jail.LimitMs(spec.Timeout), CPUTimeMs: jail.LimitMs(spec.Cgroup.CPUTime),
+func sessionLimitsOf(spec jail.Spec, idle, ttl time.Duration) api.SessionLimits {
+	return api.SessionLimits{TimeoutMs: jail.LimitMs(spec.Timeout), CPUTimeMs: jail.LimitMs(spec.Cgroup.CPUTime),
 		OutputBytes: spec.OutputLimit, MemoryBytes: spec.Cgroup.MemoryMax, SwapBytes: spec.Cgroup.SwapMax,
 		CPUs: spec.Cgroup.CPUs, Pids: spec.Cgroup.PidsMax, WorkBytes: spec.WorkSize,
 		IdleTimeoutMs: jail.LimitMs(idle), TTLMs: jail.LimitMs(ttl), Seccomp: spec.Seccomp}
@@ -204,13 +205,13 @@ func sessionLimitsOf(spec jail.Spec, idle, ttl time.Duration) SessionLimits {
 // createSession makes a session: its limits through the one door /v1/run
 // uses (applyLimits), a jail from the pool when it has one of those
 // limits, the driver started and its first frame read.
-func (s *Server) createSession(ctx context.Context, caller peer, req *SessionRequest) (*SessionCreated, *apiError) {
+func (s *Server) createSession(ctx context.Context, caller peer, req *api.SessionRequest) (*api.SessionCreated, *api.Error) {
 	admitted := time.Now()
 	if err := checkFiles(req.Files, 1024); err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	if err := checkEnv(req.Env); err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	name := req.Profile
 	if name == "" {
@@ -226,7 +227,7 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	// the profile as sessions have it (--session-timeout and the like).
 	spec, err := s.sessionRequestSpec(name, req.Limits)
 	if err != nil {
-		var ae *apiError
+		var ae *api.Error
 		if errors.As(err, &ae) {
 			return nil, ae
 		}
@@ -234,19 +235,19 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	}
 	idle, err := sessionDuration("idle_timeout", req.IdleTimeout, s.cfg.SessionIdle)
 	if err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	ttl, err := sessionDuration("ttl", req.TTL, s.cfg.SessionTTL)
 	if err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	switch err := s.sessions.reserve(caller.uid, s.cfg.Sessions, s.cfg.SessionsPerCaller); {
 	case errors.Is(err, errCallerSessions):
-		return nil, &apiError{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
+		return nil, &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
 	case errors.Is(err, errSessionsFull):
-		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: the server holds %d sessions (--sessions)", s.cfg.Sessions)}
+		return nil, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: the server holds %d sessions (--sessions)", s.cfg.Sessions)}
 	case err != nil:
-		return nil, &apiError{Status: 503, Msg: "shutting down: no new sessions"}
+		return nil, &api.Error{Status: 503, Msg: "shutting down: no new sessions"}
 	}
 	reserved := true
 	defer func() {
@@ -261,13 +262,13 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 	jailSpec.Cgroup.CPUTime = 0
 	jailSpec.OutputLimit = s.specs[name].OutputLimit
 	var ss *session
-	var use PoolUse
+	var use api.PoolUse
 	for attempt := 1; ; attempt++ {
 		switch err := s.gate.enter(ctx); {
 		case errors.Is(err, errBusy):
-			return nil, &apiError{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
+			return nil, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
 		case err != nil:
-			return nil, &apiError{Status: 499, Msg: "the caller went away"}
+			return nil, &api.Error{Status: 499, Msg: "the caller went away"}
 		}
 		jl, u, ae := s.sessionJail(ctx, name, jailSpec, admitted)
 		s.gate.leave()
@@ -285,24 +286,24 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *SessionReq
 		break
 	}
 	if !s.sessions.add(ss) {
-		ss.release(s, SessionShutdown, "the server is stopping")
-		return nil, &apiError{Status: 503, Msg: "shutting down: no new sessions"}
+		ss.release(s, api.SessionShutdown, "the server is stopping")
+		return nil, &api.Error{Status: 503, Msg: "shutting down: no new sessions"}
 	}
 	reserved = false
 	s.metrics.sessionCreated(use.Hit, time.Since(admitted))
 	if err := s.auditSession("session_start", ss); err != nil && s.cfg.AuditRequired {
-		s.closeSession(ss, SessionFailed, "its audit line could not be written (--audit-required)", false)
-		return nil, &apiError{Status: 503, Msg: fmt.Sprintf("the session was not started: its audit line could not be written (--audit-required): %v", err)}
+		s.closeSession(ss, api.SessionFailed, "its audit line could not be written (--audit-required)", false)
+		return nil, &api.Error{Status: 503, Msg: fmt.Sprintf("the session was not started: its audit line could not be written (--audit-required): %v", err)}
 	}
 	st := ss.state()
-	return &SessionCreated{SessionID: ss.id, Profile: name, Limits: ss.limits, CreatedAt: ss.created,
+	return &api.SessionCreated{SessionID: ss.id, Profile: name, Limits: ss.limits, CreatedAt: ss.created,
 		ExpiresAt: st.ExpiresAt, IdleExpiresAt: st.IdleExpiresAt, Pool: use}, nil
 }
 
 // sessionJail takes a jail for a session: from the pool when its jails
 // have the session's limits, else made for it.
-func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec, admitted time.Time) (*ready, PoolUse, *apiError) {
-	use := PoolUse{}
+func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec, admitted time.Time) (*ready, api.PoolUse, *api.Error) {
+	use := api.PoolUse{}
 	pl := s.pools[profile]
 	var jl *ready
 	switch {
@@ -317,11 +318,11 @@ func (s *Server) sessionJail(ctx context.Context, profile string, spec jail.Spec
 		var err error
 		jl, err = s.coldJail(ctx, spec)
 		if err != nil {
-			var ae *apiError
+			var ae *api.Error
 			if errors.As(err, &ae) {
 				return nil, use, ae
 			}
-			return nil, use, &apiError{Status: 500, Msg: "set up the session's jail: " + err.Error()}
+			return nil, use, &api.Error{Status: 500, Msg: "set up the session's jail: " + err.Error()}
 		}
 	}
 	use.WaitedMs = ms(time.Since(admitted))
@@ -337,9 +338,9 @@ func withCPUTime(spec jail.Spec, d time.Duration) jail.Spec {
 // the bootstrap's job, the jail started for the session's lifetime, the
 // driver's first frame read (which names its process, by the kernel's
 // credentials), the files written. On failure the jail is destroyed.
-func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jailSpec jail.Spec, idle, ttl time.Duration, req *SessionRequest, use PoolUse) (*session, *apiError) {
-	fail := func(msg string, err error) *apiError {
-		return &apiError{Status: 500, Msg: fmt.Sprintf("start the session: %s: %v", msg, err)}
+func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jailSpec jail.Spec, idle, ttl time.Duration, req *api.SessionRequest, use api.PoolUse) (*session, *api.Error) {
+	fail := func(msg string, err error) *api.Error {
+		return &api.Error{Status: 500, Msg: fmt.Sprintf("start the session: %s: %v", msg, err)}
 	}
 	// The largest frame the driver may send: the figures (base64) and
 	// the result, error value and traceback (characters, JSON-escaped: 12
@@ -386,8 +387,8 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		res, _ := jl.p.Start(ctx, jail.StartOptions{Lifetime: s.cfg.SessionMaxLife + time.Second, Stdout: io.Discard, Stderr: io.Discard})
 		done <- res
 	}()
-	abort := func(e *apiError) (*session, *apiError) {
-		ss.finish(SessionFailed, e.Msg)
+	abort := func(e *api.Error) (*session, *api.Error) {
+		ss.finish(api.SessionFailed, e.Msg)
 		res := <-done
 		ss.final = res
 		close(ss.jailDone)
@@ -459,7 +460,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 // errForgeableDriver is a driver whose memory layout a program exec'd in
 // its place could match (driverimage_linux.go): its jail is destroyed and
 // the session made in another.
-var errForgeableDriver = &apiError{Status: 503, Msg: "start the session: three drivers in a row drew a memory layout a cell could forge; try again"}
+var errForgeableDriver = &api.Error{Status: 503, Msg: "start the session: three drivers in a row drew a memory layout a cell could forge; try again"}
 
 // handleSession is GET and DELETE /v1/sessions/{id}.
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request, caller peer) {
@@ -481,8 +482,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request, caller pe
 }
 
 // endSession closes the caller's session and returns its accounting.
-func (s *Server) endSession(caller peer, ss *session) (*SessionEnd, *apiError) {
-	if !s.closeSession(ss, SessionClosed, "closed by DELETE", false) {
+func (s *Server) endSession(caller peer, ss *session) (*api.SessionEnd, *api.Error) {
+	if !s.closeSession(ss, api.SessionClosed, "closed by DELETE", false) {
 		// Another request closed it first: its tombstone answers.
 		_, e := s.sessionOf(caller, ss.id)
 		return nil, e
@@ -493,7 +494,7 @@ func (s *Server) endSession(caller peer, ss *session) (*SessionEnd, *apiError) {
 
 // handleExec is POST /v1/sessions/{id}/exec.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer) {
-	var req ExecRequest
+	var req api.ExecRequest
 	done, ok := s.readSessionBody(w, r, caller, &req)
 	if !ok {
 		return
@@ -508,7 +509,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 	ctx, stopRun := s.runContext(r)
 	defer stopRun()
 	var out *ndjson
-	stream := strings.Contains(r.Header.Get("Accept"), NDJSON)
+	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
 	if stream {
 		out = &ndjson{w: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 	}
@@ -531,22 +532,22 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 // the session's previous exec is done. out, when not nil, is given the
 // output as it comes; its stream begins with the exec. An error is an
 // exec that did not begin.
-func (s *Server) execCell(ctx context.Context, caller peer, ss *session, req *ExecRequest, out *ndjson) (*ExecResult, *apiError) {
+func (s *Server) execCell(ctx context.Context, caller peer, ss *session, req *api.ExecRequest, out *ndjson) (*api.ExecResult, *api.Error) {
 	if req.Code == nil {
 		return nil, badRequest("code: missing")
 	}
 	if err := checkFiles(req.Files, 1024); err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	if err := checkFigureFormats(req.FigureFormats); err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	if err := checkExecEnv(req.Env); err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	timeout, err := execTimeout(req.Timeout, ss.execTimeout)
 	if err != nil {
-		return nil, err.(*apiError)
+		return nil, err.(*api.Error)
 	}
 	ss.touch()
 	// One exec at a time: the next waits no longer than a queued run.
@@ -555,10 +556,10 @@ func (s *Server) execCell(ctx context.Context, caller peer, ss *session, req *Ex
 	case ss.slot <- struct{}{}:
 		wait.Stop()
 	case <-wait.C:
-		return nil, &apiError{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", ss.id, s.cfg.QueueWait)}
+		return nil, &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", ss.id, s.cfg.QueueWait)}
 	case <-ctx.Done():
 		wait.Stop()
-		return nil, &apiError{Status: 499, Msg: "the caller went away"}
+		return nil, &api.Error{Status: 499, Msg: "the caller went away"}
 	}
 	defer func() { <-ss.slot }()
 	ctx, cancel := context.WithCancel(ctx)
@@ -594,7 +595,7 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller 
 
 // interruptExec raises KeyboardInterrupt in the running exec, or says why
 // not: the session ended, or runs none (409).
-func (ss *session) interruptExec() *apiError {
+func (ss *session) interruptExec() *api.Error {
 	if !ss.alive() {
 		return ss.goneError()
 	}
@@ -607,7 +608,7 @@ func (ss *session) interruptExec() *apiError {
 	ss.lastUsed = time.Now()
 	ss.mu.Unlock()
 	if !busy {
-		return &apiError{Status: 409, Msg: fmt.Sprintf("session %s is idle: no exec to interrupt", ss.id)}
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is idle: no exec to interrupt", ss.id)}
 	}
 	return nil
 }
@@ -626,12 +627,12 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 		p = workPathOf(r.URL.Query().Get("path"))
 		if p != "." {
 			if err := checkWorkPath(p); err != nil {
-				s.writeError(w, err.(*apiError))
+				s.writeError(w, err.(*api.Error))
 				return
 			}
 		}
 	} else if err := checkWorkPath(p); err != nil {
-		s.writeError(w, err.(*apiError))
+		s.writeError(w, err.(*api.Error))
 		return
 	}
 	unlock, e := ss.work(r.Method == http.MethodPut || r.Method == http.MethodDelete)
@@ -683,7 +684,7 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 // work holds the session's /work (workFD) for one use of the files
 // routes, or says why it cannot: the session released it, its profile has
 // none, or (writes) its jail is gone. unlock must follow nil.
-func (ss *session) work(writes bool) (unlock func(), e *apiError) {
+func (ss *session) work(writes bool) (unlock func(), e *api.Error) {
 	ss.useMu.RLock()
 	switch {
 	case ss.released:
@@ -724,9 +725,9 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 		var ne net.Error
 		switch {
 		case errors.As(err, &tooBig):
-			s.writeError(w, &apiError{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)})
+			s.writeError(w, &api.Error{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)})
 		case errors.As(err, &ne) && ne.Timeout():
-			s.writeError(w, &apiError{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)})
+			s.writeError(w, &api.Error{Status: 408, Msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)})
 		default:
 			s.writeError(w, workError(p, err))
 		}
@@ -747,7 +748,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	var b bytes.Buffer
 	if err := s.writeMetrics(&b); err != nil {
-		s.writeError(w, &apiError{Status: 500, Msg: err.Error()})
+		s.writeError(w, &api.Error{Status: 500, Msg: err.Error()})
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
@@ -767,10 +768,10 @@ func execAudit(event string, caller peer, ss *session, code string, files, n int
 }
 
 // auditExecEnd writes an exec's end line, with its outcome.
-func (s *Server) auditExecEnd(caller peer, ss *session, req *ExecRequest, timeout time.Duration, res *ExecResult) {
+func (s *Server) auditExecEnd(caller peer, ss *session, req *api.ExecRequest, timeout time.Duration, res *api.ExecResult) {
 	e := execAudit("exec_end", caller, ss, *req.Code, len(req.Files), res.ExecutionCount, timeout)
 	o := &AuditOutcome{Verdict: jail.Verdict(res.Verdict), State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
-	if res.Why != "" && res.Verdict != ExecOutput {
+	if res.Why != "" && res.Verdict != api.ExecOutput {
 		why := res.Why
 		o.Error = &why
 	}

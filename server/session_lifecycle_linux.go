@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // A session's lifecycle past its making: its lifetime moved (POST
@@ -17,7 +19,7 @@ import (
 // ttl at most --session-ttl and the whole life from the session's start
 // at most --session-max-life (422 past either). Shorter is allowed too.
 func (s *Server) handleTTL(w http.ResponseWriter, r *http.Request, caller peer) {
-	var req TTLRequest
+	var req api.TTLRequest
 	done, ok := s.readSessionBody(w, r, caller, &req)
 	if !ok {
 		return
@@ -33,7 +35,7 @@ func (s *Server) handleTTL(w http.ResponseWriter, r *http.Request, caller peer) 
 	}
 	ttl, err := sessionDuration("ttl", req.TTL, s.cfg.SessionTTL)
 	if err != nil {
-		s.writeError(w, err.(*apiError))
+		s.writeError(w, err.(*api.Error))
 		return
 	}
 	now := time.Now()
@@ -49,7 +51,7 @@ func (s *Server) handleTTL(w http.ResponseWriter, r *http.Request, caller peer) 
 	case ended:
 		s.writeError(w, ss.goneError())
 	case now.Add(ttl).After(last):
-		s.writeError(w, &apiError{Status: 422, Msg: fmt.Sprintf("ttl: %v from now is past the session's longest life of %v from its start, %s (--session-max-life); at most %v from now",
+		s.writeError(w, &api.Error{Status: 422, Msg: fmt.Sprintf("ttl: %v from now is past the session's longest life of %v from its start, %s (--session-max-life); at most %v from now",
 			ttl, s.cfg.SessionMaxLife, last.UTC().Format(time.RFC3339), last.Sub(now).Round(time.Second))})
 	default:
 		s.writeJSON(w, 200, ss.info())
@@ -75,7 +77,7 @@ func (s *Server) handleRestart(w http.ResponseWriter, r *http.Request, caller pe
 	case ss.slot <- struct{}{}:
 		wait.Stop()
 	case <-wait.C:
-		s.writeError(w, &apiError{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it, then restart", ss.id, s.cfg.QueueWait)})
+		s.writeError(w, &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it, then restart", ss.id, s.cfg.QueueWait)})
 		return
 	case <-r.Context().Done():
 		wait.Stop()
@@ -86,7 +88,7 @@ func (s *Server) handleRestart(w http.ResponseWriter, r *http.Request, caller pe
 	// has its line before it happens (and none happens without it, under
 	// --audit-required).
 	if err := s.auditSession("session_restart", ss); err != nil && s.cfg.AuditRequired {
-		s.writeError(w, &apiError{Status: 503, Msg: fmt.Sprintf("the session was not restarted: its audit line could not be written (--audit-required): %v", err)})
+		s.writeError(w, &api.Error{Status: 503, Msg: fmt.Sprintf("the session was not restarted: its audit line could not be written (--audit-required): %v", err)})
 		return
 	}
 	res, ae := ss.restart(s)
@@ -103,7 +105,7 @@ func (s *Server) handleRestart(w http.ResponseWriter, r *http.Request, caller pe
 // job, and the fresh driver's first frame must carry the new hello. The
 // caller holds the slot. Whatever else comes on the channel meanwhile is
 // the jail's code writing to it: the session ends, as an exec's would.
-func (ss *session) restart(srv *Server) (*RestartResult, *apiError) {
+func (ss *session) restart(srv *Server) (*api.RestartResult, *api.Error) {
 	ss.useMu.RLock()
 	defer ss.useMu.RUnlock()
 	if ss.released || !ss.alive() {
@@ -118,10 +120,10 @@ func (ss *session) restart(srv *Server) (*RestartResult, *apiError) {
 		ss.mu.Unlock()
 	}()
 	t0 := time.Now()
-	res := &RestartResult{SessionID: ss.id, State: "lost"}
+	res := &api.RestartResult{SessionID: ss.id, State: "lost"}
 	hello := newID()
-	fail := func(why string) (*RestartResult, *apiError) {
-		ss.finish(SessionFailed, why)
+	fail := func(why string) (*api.RestartResult, *api.Error) {
+		ss.finish(api.SessionFailed, why)
 		<-ss.jailDone
 		res.Why = why
 		res.WallMs = ms(time.Since(t0))

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
@@ -39,7 +40,7 @@ const (
 
 // sessionEnd is how and when a session ended.
 type sessionEnd struct {
-	Verdict SessionVerdict
+	Verdict api.SessionVerdict
 	Why     string
 	At      time.Time
 }
@@ -49,14 +50,14 @@ type session struct {
 	id, profile string
 	owner       uint32
 	ownerPID    int32 // the creating process, for the audit log
-	limits      SessionLimits
+	limits      api.SessionLimits
 	execTimeout time.Duration // each exec's default and ceiling
 	execCPU     time.Duration // each exec's CPU time (0: none)
 	outputLimit int64         // per stream per exec
 	noNetwork   bool          // the jail has no allowlist: what its refusals are told
 	idle        time.Duration
 	created     time.Time
-	pool        PoolUse
+	pool        api.PoolUse
 	// env is the session's own environment (SessionRequest.Env), which a
 	// restarted driver is given again.
 	env map[string]string
@@ -123,7 +124,7 @@ func newID() string {
 
 // finish records the session's end, if it has not ended yet, and kills its
 // jail. It reports whether this call ended it.
-func (s *session) finish(v SessionVerdict, why string) bool {
+func (s *session) finish(v api.SessionVerdict, why string) bool {
 	s.mu.Lock()
 	first := s.end == nil
 	if first {
@@ -166,25 +167,25 @@ func (s *session) idleExpires() time.Time {
 }
 
 // endOf says how a jail that ended by itself ended the session.
-func endOf(res *jail.Result) (SessionVerdict, string) {
+func endOf(res *jail.Result) (api.SessionVerdict, string) {
 	if channelLost(res) {
-		return SessionFailed, "the driver's channel broke: the cell closed it, replaced it or wrote to it"
+		return api.SessionFailed, "the driver's channel broke: the cell closed it, replaced it or wrote to it"
 	}
 	switch res.Verdict {
 	case jail.VerdictMemory:
-		return SessionMemory, fmt.Sprintf("the kernel OOM-killed the interpreter (the session's memory limit is %d bytes)", limitOr(res.Limits.MemoryBytes))
+		return api.SessionMemory, fmt.Sprintf("the kernel OOM-killed the interpreter (the session's memory limit is %d bytes)", limitOr(res.Limits.MemoryBytes))
 	case jail.VerdictTimeout:
-		return SessionTTL, "the session's lifetime ran out"
+		return api.SessionTTL, "the session's lifetime ran out"
 	case jail.VerdictError:
 		msg := "the jail failed"
 		if res.Error != nil {
 			msg += ": " + *res.Error
 		}
-		return SessionFailed, msg
+		return api.SessionFailed, msg
 	case jail.VerdictSignal:
-		return SessionKilled, fmt.Sprintf("the interpreter died of signal %d", limitOr(res.Signal))
+		return api.SessionKilled, fmt.Sprintf("the interpreter died of signal %d", limitOr(res.Signal))
 	default:
-		return SessionKilled, fmt.Sprintf("the interpreter ended (%s, exit status %d)", res.Verdict, res.ExitCode)
+		return api.SessionKilled, fmt.Sprintf("the interpreter ended (%s, exit status %d)", res.Verdict, res.ExitCode)
 	}
 }
 
@@ -213,7 +214,7 @@ func (s *session) watch(srv *Server, done <-chan *jail.Result) {
 			return
 		case <-time.After(time.Second):
 		}
-		s.finish(SessionFailed, "the driver's channel broke: the jail's code closed it or wrote to it")
+		s.finish(api.SessionFailed, "the driver's channel broke: the jail's code closed it or wrote to it")
 	}
 	s.jailEnded(<-done, srv)
 }
@@ -260,7 +261,7 @@ func (s *session) readFrames() {
 			return // the channel's end: watch ends the session
 		}
 		if !taken {
-			s.finish(SessionFailed, "a frame on the driver's channel that no exec asked for: the cell wrote to the channel")
+			s.finish(api.SessionFailed, "a frame on the driver's channel that no exec asked for: the cell wrote to the channel")
 			return
 		}
 	}
@@ -305,7 +306,7 @@ func (s *session) driverIntact() error {
 // for the exec running (if any), then destroys the jail and gives back
 // its /work, cgroup and share of the budget. It is called once, by
 // whoever takes the session out of the table.
-func (s *session) release(srv *Server, v SessionVerdict, why string) {
+func (s *session) release(srv *Server, v api.SessionVerdict, why string) {
 	s.finish(v, why)
 	<-s.jailDone
 	s.slot <- struct{}{} // the exec running, if any, has returned
@@ -325,10 +326,10 @@ func (s *session) release(srv *Server, v SessionVerdict, why string) {
 }
 
 // accounting is the session's whole use, once its jail has ended.
-func (s *session) accounting() SessionEnd {
+func (s *session) accounting() api.SessionEnd {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := SessionEnd{SessionID: s.id, ExecutionCount: s.count, CreatedAt: s.created,
+	e := api.SessionEnd{SessionID: s.id, ExecutionCount: s.count, CreatedAt: s.created,
 		BlockedSyscalls: []jail.BlockedSyscall{}, Network: []jail.NetworkDecision{}, PeakMemoryBytes: s.peakMem}
 	if s.end != nil {
 		e.Verdict, e.Why, e.EndedAt = s.end.Verdict, s.end.Why, s.end.At
@@ -361,14 +362,14 @@ func (s *session) usage() (jail.Usage, error) {
 }
 
 // info is GET /v1/sessions/{id}.
-func (s *session) info() SessionInfo {
+func (s *session) info() api.SessionInfo {
 	u, uerr := s.usage()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if uerr != nil {
 		u = jail.Usage{}
 	}
-	in := SessionInfo{SessionID: s.id, Profile: s.profile, Alive: s.end == nil, Busy: s.busy,
+	in := api.SessionInfo{SessionID: s.id, Profile: s.profile, Alive: s.end == nil, Busy: s.busy,
 		ExecutionCount: s.count, Restarts: s.restarts, MemoryBytes: u.MemoryBytes, PeakMemoryBytes: s.peakMem, CPUMs: ms(u.CPU),
 		CreatedAt: s.created, LastUsedAt: s.lastUsed, ExpiresAt: s.expires, IdleExpiresAt: s.lastUsed.Add(s.idle),
 		Limits: s.limits, Pool: s.pool}
@@ -382,10 +383,10 @@ func (s *session) info() SessionInfo {
 	return in
 }
 
-func (s *session) state() SessionState {
+func (s *session) state() api.SessionState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := SessionState{ID: s.id, Alive: s.end == nil, ExpiresAt: s.expires, IdleExpiresAt: s.lastUsed.Add(s.idle), Limits: s.limits}
+	st := api.SessionState{ID: s.id, Alive: s.end == nil, ExpiresAt: s.expires, IdleExpiresAt: s.lastUsed.Add(s.idle), Limits: s.limits}
 	if s.end != nil {
 		st.Ended = s.end.Verdict
 	}
@@ -394,13 +395,13 @@ func (s *session) state() SessionState {
 
 // goneError is the 410 of a session that ended, with why, and where its
 // /work can still be read.
-func (s *session) goneError() *apiError {
+func (s *session) goneError() *api.Error {
 	e := s.ended()
 	msg := fmt.Sprintf("session %s ended (%s): %s", s.id, e.Verdict, e.Why)
 	if s.workFD >= 0 {
 		msg += fmt.Sprintf("; its /work stays readable through the files routes until DELETE or %s", s.idleExpires().Format(time.RFC3339))
 	}
-	return &apiError{Status: 410, Msg: msg}
+	return &api.Error{Status: 410, Msg: msg}
 }
 
 // tombstone is a closed session, remembered for its owner.
@@ -486,7 +487,7 @@ func (t *sessionTable) get(id string, uid uint32) (*session, *tombstone) {
 
 // take removes s from the table, leaving a tombstone; false if another
 // caller took it first. The caller releases it.
-func (t *sessionTable) take(s *session, v SessionVerdict, why string) bool {
+func (t *sessionTable) take(s *session, v api.SessionVerdict, why string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byID[s.id] != s {
@@ -573,12 +574,12 @@ func (srv *Server) janitor(ctx context.Context) {
 			s.mu.Unlock()
 			switch {
 			case ttlOver:
-				srv.closeSession(s, SessionTTL, fmt.Sprintf("its lifetime of %v ran out", life), true)
+				srv.closeSession(s, api.SessionTTL, fmt.Sprintf("its lifetime of %v ran out", life), true)
 			case idleOver && alive:
-				srv.closeSession(s, SessionIdle, fmt.Sprintf("no request for its idle timeout of %v", s.idle), true)
+				srv.closeSession(s, api.SessionIdle, fmt.Sprintf("no request for its idle timeout of %v", s.idle), true)
 			case idleOver:
 				// Ended earlier and kept for its /work: idle too long now.
-				srv.closeSession(s, SessionIdle, "", true)
+				srv.closeSession(s, api.SessionIdle, "", true)
 			}
 		}
 	}
@@ -586,7 +587,7 @@ func (srv *Server) janitor(ctx context.Context) {
 
 // closeSession takes s out of the table and releases it (in the
 // background when async): the jail killed if alive, everything removed.
-func (srv *Server) closeSession(s *session, v SessionVerdict, why string, async bool) bool {
+func (srv *Server) closeSession(s *session, v api.SessionVerdict, why string, async bool) bool {
 	s.finish(v, why) // recorded before the tombstone copies the end
 	if !srv.sessions.take(s, v, why) {
 		return false

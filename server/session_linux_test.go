@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // These tests drive sessions of a real `stockade serve` (real jails, a
@@ -54,13 +56,13 @@ func (s *testServer) call(method, path string, body any, hdr map[string]string) 
 }
 
 // session makes a session and fails the test unless it gets 201.
-func (s *testServer) session(req SessionRequest) *SessionCreated {
+func (s *testServer) session(req api.SessionRequest) *api.SessionCreated {
 	s.t.Helper()
 	code, body := s.call("POST", "/v1/sessions", req, nil)
 	if code != 201 {
 		s.t.Fatalf("POST /v1/sessions: %d %s\n%s", code, body, s.logString())
 	}
-	var c SessionCreated
+	var c api.SessionCreated
 	if err := json.Unmarshal(body, &c); err != nil || len(c.SessionID) != 32 {
 		s.t.Fatalf("decode %s: %v", body, err)
 	}
@@ -68,28 +70,28 @@ func (s *testServer) session(req SessionRequest) *SessionCreated {
 }
 
 // exec runs one cell and fails the test unless it gets 200.
-func (s *testServer) exec(id string, req ExecRequest) *ExecResult {
+func (s *testServer) exec(id string, req api.ExecRequest) *api.ExecResult {
 	s.t.Helper()
 	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", req, nil)
 	if code != 200 {
 		s.t.Fatalf("exec: %d %s", code, body)
 	}
-	var r ExecResult
+	var r api.ExecResult
 	if err := json.Unmarshal(body, &r); err != nil {
 		s.t.Fatalf("decode %s: %v", body, err)
 	}
 	return &r
 }
 
-func (s *testServer) cell(id, code string) *ExecResult {
+func (s *testServer) cell(id, code string) *api.ExecResult {
 	s.t.Helper()
-	return s.exec(id, ExecRequest{Code: &code})
+	return s.exec(id, api.ExecRequest{Code: &code})
 }
 
-func (s *testServer) info(id string) (int, SessionInfo) {
+func (s *testServer) info(id string) (int, api.SessionInfo) {
 	s.t.Helper()
 	code, body := s.call("GET", "/v1/sessions/"+id, nil, nil)
-	var in SessionInfo
+	var in api.SessionInfo
 	if code == 200 {
 		if err := json.Unmarshal(body, &in); err != nil {
 			s.t.Fatalf("decode %s: %v", body, err)
@@ -98,25 +100,25 @@ func (s *testServer) info(id string) (int, SessionInfo) {
 	return code, in
 }
 
-func resultIs(r *ExecResult, want string) bool { return r.Result != nil && *r.Result == want }
+func resultIs(r *api.ExecResult, want string) bool { return r.Result != nil && *r.Result == want }
 
 func ptr[T any](v T) *T { return &v }
 
 func TestSessionKeepsStateAcrossExecs(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	c := s.session(SessionRequest{})
+	c := s.session(api.SessionRequest{})
 	if !c.Pool.Hit || c.Limits.MemoryBytes != 512<<20 || c.Limits.TimeoutMs != 300000 || !c.ExpiresAt.After(c.IdleExpiresAt) {
 		t.Errorf("a session of the python profile from the pool: %+v", c)
 	}
 	id := c.SessionID
-	if r := s.cell(id, "x = 1"); r.Verdict != ExecOK || r.State != "kept" || r.Result != nil || r.ExecutionCount != 1 {
+	if r := s.cell(id, "x = 1"); r.Verdict != api.ExecOK || r.State != "kept" || r.Result != nil || r.ExecutionCount != 1 {
 		t.Errorf("x = 1: %+v", r)
 	}
-	if r := s.cell(id, "x += 1"); r.Verdict != ExecOK || r.Result != nil {
+	if r := s.cell(id, "x += 1"); r.Verdict != api.ExecOK || r.Result != nil {
 		t.Errorf("x += 1: %+v", r)
 	}
 	r := s.cell(id, "print('x is', x)\nx")
-	if r.Verdict != ExecOK || !resultIs(r, "2") || r.Stdout != "x is 2\n" || r.ExecutionCount != 3 {
+	if r.Verdict != api.ExecOK || !resultIs(r, "2") || r.Stdout != "x is 2\n" || r.ExecutionCount != 3 {
 		t.Errorf("x, as a notebook shows it: %+v", r)
 	}
 	r = s.cell(id, "import sys\nclass P:\n    def __repr__(self): return 'P!'\nprint('err', file=sys.stderr)\nP()")
@@ -127,7 +129,7 @@ func TestSessionKeepsStateAcrossExecs(t *testing.T) {
 		t.Errorf("None is not shown: %+v", r)
 	}
 	r = s.cell(id, "def f():\n    return 1 / 0\nf()")
-	if r.Verdict != ExecException || r.State != "kept" || r.Error == nil || r.Error.Name != "ZeroDivisionError" ||
+	if r.Verdict != api.ExecException || r.State != "kept" || r.Error == nil || r.Error.Name != "ZeroDivisionError" ||
 		r.Error.Value != "division by zero" || !strings.Contains(r.Error.Traceback, `File "<cell 6>", line 2, in f`) ||
 		strings.Contains(r.Error.Traceback, "stockade") {
 		t.Errorf("an exception with the cell's traceback, none of the driver's: %+v %+v", r, r.Error)
@@ -135,14 +137,14 @@ func TestSessionKeepsStateAcrossExecs(t *testing.T) {
 	if r := s.cell(id, "x"); !resultIs(r, "2") {
 		t.Errorf("state after an exception: %+v", r)
 	}
-	if r := s.cell(id, "raise SystemExit(3)"); r.Verdict != ExecException || r.Error.Name != "SystemExit" || r.State != "kept" {
+	if r := s.cell(id, "raise SystemExit(3)"); r.Verdict != api.ExecException || r.Error.Name != "SystemExit" || r.State != "kept" {
 		t.Errorf("sys.exit in a cell is an exception, as in a notebook: %+v", r)
 	}
-	if r := s.cell(id, "def (:"); r.Verdict != ExecException || r.Error.Name != "SyntaxError" || strings.Contains(r.Error.Traceback, "stockade") {
+	if r := s.cell(id, "def (:"); r.Verdict != api.ExecException || r.Error.Name != "SyntaxError" || strings.Contains(r.Error.Traceback, "stockade") {
 		t.Errorf("a syntax error: %+v %+v", r, r.Error)
 	}
 	stdin := "line one\nline two\n"
-	r = s.exec(id, ExecRequest{Code: ptr("import sys\nsys.stdin.read().upper()"), Stdin: stdin})
+	r = s.exec(id, api.ExecRequest{Code: ptr("import sys\nsys.stdin.read().upper()"), Stdin: stdin})
 	if !resultIs(r, "'LINE ONE\\nLINE TWO\\n'") {
 		t.Errorf("stdin: %+v", r)
 	}
@@ -161,11 +163,11 @@ func TestSessionKeepsStateAcrossExecs(t *testing.T) {
 		t.Errorf("GET /v1/sessions: %d %s", code, body)
 	}
 	code, body = s.call("DELETE", "/v1/sessions/"+id, nil, nil)
-	var end SessionEnd
-	if code != 200 || json.Unmarshal(body, &end) != nil || end.Verdict != SessionClosed || end.ExecutionCount != 12 || end.CPUMs <= 0 || end.PeakMemoryBytes == 0 {
+	var end api.SessionEnd
+	if code != 200 || json.Unmarshal(body, &end) != nil || end.Verdict != api.SessionClosed || end.ExecutionCount != 12 || end.CPUMs <= 0 || end.PeakMemoryBytes == 0 {
 		t.Errorf("DELETE: %d %s", code, body)
 	}
-	code, body = s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil)
+	code, body = s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil)
 	if code != 410 || !bytes.Contains(body, []byte("closed by DELETE")) {
 		t.Errorf("exec after DELETE: %d %s", code, body)
 	}
@@ -181,26 +183,26 @@ func TestSessionKeepsStateAcrossExecs(t *testing.T) {
 // keeps its state, and says so.
 func TestSessionTimeoutKeepsState(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	s.cell(id, "x = 1")
-	r := s.exec(id, ExecRequest{Code: ptr("print('started', flush=True)\nwhile True: pass"), Timeout: "1s"})
-	if r.Verdict != ExecTimeout || r.State != "kept" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.Stdout != "started\n" || r.WallMs < 1000 {
+	r := s.exec(id, api.ExecRequest{Code: ptr("print('started', flush=True)\nwhile True: pass"), Timeout: "1s"})
+	if r.Verdict != api.ExecTimeout || r.State != "kept" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.Stdout != "started\n" || r.WallMs < 1000 {
 		t.Errorf("timeout: %+v", r)
 	}
-	if r := s.cell(id, "x"); r.Verdict != ExecOK || !resultIs(r, "1") {
+	if r := s.cell(id, "x"); r.Verdict != api.ExecOK || !resultIs(r, "1") {
 		t.Errorf("state after the timeout: %+v", r)
 	}
 	// A CPU-time limit is each exec's, as the timeout is.
-	id = s.session(SessionRequest{Limits: Limits{"cpu_time": "500ms"}}).SessionID
+	id = s.session(api.SessionRequest{Limits: api.Limits{"cpu_time": "500ms"}}).SessionID
 	s.cell(id, "y = 5")
-	r = s.exec(id, ExecRequest{Code: ptr("while True: pass")})
-	if r.Verdict != ExecTimeout || r.State != "kept" || !strings.Contains(r.Why, "CPU time") || r.CPUMs < 400 {
+	r = s.exec(id, api.ExecRequest{Code: ptr("while True: pass")})
+	if r.Verdict != api.ExecTimeout || r.State != "kept" || !strings.Contains(r.Why, "CPU time") || r.CPUMs < 400 {
 		t.Errorf("CPU time: %+v", r)
 	}
 	for i := 0; i < 3; i++ {
 		// Each exec has the whole CPU time: the jail's own limit would
 		// have ended the session by now.
-		if r := s.exec(id, ExecRequest{Code: ptr("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ny")}); !resultIs(r, "5") {
+		if r := s.exec(id, api.ExecRequest{Code: ptr("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ny")}); !resultIs(r, "5") {
 			t.Errorf("exec %d under the CPU time: %+v", i, r)
 		}
 	}
@@ -214,16 +216,16 @@ func TestSessionBlockedInCLosesState(t *testing.T) {
 		"SIGINT blocked, sigwait":            "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\nsignal.sigwait({signal.SIGUSR1})",
 		"select, interrupt caught in a loop": "import select\nwhile True:\n    try:\n        select.select([], [], [], 100)\n    except KeyboardInterrupt:\n        pass",
 	} {
-		id := s.session(SessionRequest{}).SessionID
+		id := s.session(api.SessionRequest{}).SessionID
 		s.cell(id, "x = 1")
-		r := s.exec(id, ExecRequest{Code: &cell, Timeout: "1s"})
-		if r.Verdict != ExecTimeout || r.State != "lost" || r.Session.Alive || r.Session.Ended != SessionTimeout || !strings.Contains(r.Why, "did not answer") {
+		r := s.exec(id, api.ExecRequest{Code: &cell, Timeout: "1s"})
+		if r.Verdict != api.ExecTimeout || r.State != "lost" || r.Session.Alive || r.Session.Ended != api.SessionTimeout || !strings.Contains(r.Why, "did not answer") {
 			t.Errorf("%s: %+v", name, r)
 		}
 		if r.WallMs > 1000+float64(interruptGrace/time.Millisecond)+3000 {
 			t.Errorf("%s: killed after %.0f ms", name, r.WallMs)
 		}
-		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil)
+		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil)
 		if code != 410 || !bytes.Contains(body, []byte("did not answer KeyboardInterrupt")) {
 			t.Errorf("%s: the next exec: %d %s", name, code, body)
 		}
@@ -232,12 +234,12 @@ func TestSessionBlockedInCLosesState(t *testing.T) {
 
 func TestSessionInterrupt(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	if code, body := s.call("POST", "/v1/sessions/"+id+"/interrupt", nil, nil); code != 409 {
 		t.Errorf("interrupt while idle: %d %s", code, body)
 	}
 	s.cell(id, "x = 'kept'")
-	done := make(chan *ExecResult, 1)
+	done := make(chan *api.ExecResult, 1)
 	go func() { done <- s.cell(id, "import time\ntime.sleep(30)") }()
 	eventually(t, "the exec runs", func() bool { _, in := s.info(id); return in.Busy })
 	if code, body := s.call("POST", "/v1/sessions/"+id+"/interrupt", nil, nil); code != 202 {
@@ -245,7 +247,7 @@ func TestSessionInterrupt(t *testing.T) {
 	}
 	select {
 	case r := <-done:
-		if r.Verdict != ExecInterrupted || r.State != "kept" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.WallMs > 10000 {
+		if r.Verdict != api.ExecInterrupted || r.State != "kept" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.WallMs > 10000 {
 			t.Errorf("interrupted: %+v", r)
 		}
 	case <-time.After(20 * time.Second):
@@ -263,12 +265,12 @@ func TestSessionInterrupt(t *testing.T) {
 func TestSessionBusy(t *testing.T) {
 	audit := filepath.Join(t.TempDir(), "audit.log")
 	s := startServer(t, "--pool", "1", "--queue-wait", "1s", "--audit-log", audit)
-	id := s.session(SessionRequest{Limits: Limits{"output": "1K"}}).SessionID
+	id := s.session(api.SessionRequest{Limits: api.Limits{"output": "1K"}}).SessionID
 	r := s.cell(id, "print('x' * 5000)\n'after'")
-	if r.Verdict != ExecOutput || r.State != "kept" || len(r.Stdout) != 1024 || !r.StdoutTruncated || r.StdoutBytes != 5001 || !resultIs(r, "'after'") {
+	if r.Verdict != api.ExecOutput || r.State != "kept" || len(r.Stdout) != 1024 || !r.StdoutTruncated || r.StdoutBytes != 5001 || !resultIs(r, "'after'") {
 		t.Errorf("output past the limit: %s %v %d %d", r.Verdict, r.StdoutTruncated, len(r.Stdout), r.StdoutBytes)
 	}
-	if r := s.cell(id, "print('y')"); r.Verdict != ExecOK || r.Stdout != "y\n" {
+	if r := s.cell(id, "print('y')"); r.Verdict != api.ExecOK || r.Stdout != "y\n" {
 		t.Errorf("the next exec's output is its own: %+v", r)
 	}
 	r = s.cell(id, "import ctypes, socket\nctypes.CDLL(None).syscall(165, 0, 0, 0, 0, 0)\nc = socket.socket()\nc.settimeout(1)\ntry:\n    c.connect(('192.0.2.1', 80))\nexcept OSError as e:\n    print(type(e).__name__)")
@@ -278,10 +280,10 @@ func TestSessionBusy(t *testing.T) {
 	if r := s.cell(id, "1"); len(r.BlockedSyscalls) != 0 || len(r.Network) != 0 {
 		t.Errorf("the next exec's are its own: %+v %+v", r.BlockedSyscalls, r.Network)
 	}
-	done := make(chan *ExecResult, 1)
+	done := make(chan *api.ExecResult, 1)
 	go func() { done <- s.cell(id, "import time\ntime.sleep(4)\n'first'") }()
 	eventually(t, "the exec runs", func() bool { _, in := s.info(id); return in.Busy })
-	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("1")}, nil)
+	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("1")}, nil)
 	if code != 409 || !bytes.Contains(body, []byte("busy")) {
 		t.Errorf("a second exec: %d %s", code, body)
 	}
@@ -315,18 +317,18 @@ func TestSessionBusy(t *testing.T) {
 // readable until DELETE.
 func TestSessionOOMEndsWithMemoryWorkReadable(t *testing.T) {
 	s := startServer(t, "--pool", "0")
-	c := s.session(SessionRequest{Limits: Limits{"memory": "128M"}, Files: map[string]string{"in/data.txt": base64.StdEncoding.EncodeToString([]byte("input"))}})
+	c := s.session(api.SessionRequest{Limits: api.Limits{"memory": "128M"}, Files: map[string]string{"in/data.txt": base64.StdEncoding.EncodeToString([]byte("input"))}})
 	id := c.SessionID
 	if c.Pool.Hit || c.Limits.MemoryBytes != 128<<20 {
 		t.Errorf("limits: %+v", c)
 	}
 	s.cell(id, "open('out.txt', 'w').write('written before')")
 	r := s.cell(id, "blocks = []\nwhile True:\n    blocks.append(b'x' * (8 << 20))")
-	if r.Verdict != ExecMemory || r.State != "lost" || r.Session.Alive || r.Session.Ended != SessionMemory {
+	if r.Verdict != api.ExecMemory || r.State != "lost" || r.Session.Alive || r.Session.Ended != api.SessionMemory {
 		t.Errorf("OOM: %+v", r)
 	}
 	code, in := s.info(id)
-	if code != 200 || in.Alive || in.Verdict != SessionMemory || in.EndedAt == nil {
+	if code != 200 || in.Alive || in.Verdict != api.SessionMemory || in.EndedAt == nil {
 		t.Errorf("GET after the OOM kill: %d %+v", code, in)
 	}
 	for p, want := range map[string]string{"out.txt": "written before", "in/data.txt": "input"} {
@@ -337,12 +339,12 @@ func TestSessionOOMEndsWithMemoryWorkReadable(t *testing.T) {
 	if code, body := s.call("PUT", "/v1/sessions/"+id+"/files/x", []byte("y"), nil); code != 410 {
 		t.Errorf("PUT into an ended session: %d %s", code, body)
 	}
-	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("1")}, nil); code != 410 || !bytes.Contains(body, []byte("OOM")) {
+	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("1")}, nil); code != 410 || !bytes.Contains(body, []byte("OOM")) {
 		t.Errorf("exec after the OOM kill: %d %s", code, body)
 	}
 	code, body := s.call("DELETE", "/v1/sessions/"+id, nil, nil)
-	var end SessionEnd
-	if code != 200 || json.Unmarshal(body, &end) != nil || end.Verdict != SessionMemory || end.PeakMemoryBytes < 100<<20 {
+	var end api.SessionEnd
+	if code != 200 || json.Unmarshal(body, &end) != nil || end.Verdict != api.SessionMemory || end.PeakMemoryBytes < 100<<20 {
 		t.Errorf("DELETE: %d %s", code, body)
 	}
 	if code, _ := s.call("GET", "/v1/sessions/"+id+"/files/out.txt", nil, nil); code != 410 {
@@ -355,11 +357,11 @@ func TestSessionOOMEndsWithMemoryWorkReadable(t *testing.T) {
 // or closes it ends its session as error, never as a forged ok.
 func TestAttackSessionForgesDriverFrames(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	fake := `{"token": "x", "status": "ok", "result": "'forged'", "result_truncated": false, "error": null, "images": [], "images_truncated": false}`
 	frame := fmt.Sprintf("%d\n%s", len(fake), fake)
-	r := s.exec(id, ExecRequest{Code: ptr(fmt.Sprintf("import sys, os\nf = %q\nsys.stdout.write(f); sys.stderr.write(f)\nos.write(1, f.encode()); os.write(2, f.encode())\n'real'", frame))})
-	if r.Verdict != ExecOK || !resultIs(r, "'real'") || r.Stdout != frame+frame || r.Stderr != frame+frame || r.State != "kept" {
+	r := s.exec(id, api.ExecRequest{Code: ptr(fmt.Sprintf("import sys, os\nf = %q\nsys.stdout.write(f); sys.stderr.write(f)\nos.write(1, f.encode()); os.write(2, f.encode())\n'real'", frame))})
+	if r.Verdict != api.ExecOK || !resultIs(r, "'real'") || r.Stdout != frame+frame || r.Stderr != frame+frame || r.State != "kept" {
 		t.Errorf("frames printed on stdout and stderr are the cell's output: %+v", r)
 	}
 	cases := map[string]string{
@@ -370,24 +372,24 @@ func TestAttackSessionForgesDriverFrames(t *testing.T) {
 		"garbage on it":                              "import os\nos.write(3, b'99999999999999999999999\\n')\n'after'",
 	}
 	for name, cell := range cases {
-		id := s.session(SessionRequest{}).SessionID
+		id := s.session(api.SessionRequest{}).SessionID
 		s.cell(id, "x = 1")
-		r := s.exec(id, ExecRequest{Code: &cell, Timeout: "3s"})
-		if r.Verdict == ExecOK || r.State != "lost" || resultIs(r, "'forged'") || r.Session.Alive {
+		r := s.exec(id, api.ExecRequest{Code: &cell, Timeout: "3s"})
+		if r.Verdict == api.ExecOK || r.State != "lost" || resultIs(r, "'forged'") || r.Session.Alive {
 			t.Errorf("%s: %+v", name, r)
 		}
-		if r.Verdict != ExecFailed && r.Verdict != ExecTimeout {
+		if r.Verdict != api.ExecFailed && r.Verdict != api.ExecTimeout {
 			t.Errorf("%s: verdict %s, want error", name, r.Verdict)
 		}
-		if code, _ := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil); code != 410 {
+		if code, _ := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil); code != 410 {
 			t.Errorf("%s: the session lives on: %d", name, code)
 		}
 	}
 	// Between execs: a thread the cell left writes to the descriptor.
-	id = s.session(SessionRequest{}).SessionID
+	id = s.session(api.SessionRequest{}).SessionID
 	s.cell(id, fmt.Sprintf("import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.5), os.write(3, %q.encode()))).start()", frame))
 	time.Sleep(time.Second)
-	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("1")}, nil); code != 410 || bytes.Contains(body, []byte("forged")) {
+	if code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("1")}, nil); code != 410 || bytes.Contains(body, []byte("forged")) {
 		t.Errorf("a frame written between execs: the next exec gets %d %s, want 410 (the session ended)", code, body)
 	}
 }
@@ -396,7 +398,7 @@ func TestAttackSessionForgesDriverFrames(t *testing.T) {
 // for a session that does not exist.
 func TestAttackSessionOtherUID(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--group", "nogroup")
-	id := s.session(SessionRequest{Files: map[string]string{"secret.txt": base64.StdEncoding.EncodeToString([]byte("root's"))}}).SessionID
+	id := s.session(api.SessionRequest{Files: map[string]string{"secret.txt": base64.StdEncoding.EncodeToString([]byte("root's"))}}).SessionID
 	s.cell(id, "secret = 'root only'")
 	as := func(uid uint32, method, path string, body string) (int, string) {
 		args := []string{"-s", "-o", "-", "-w", "\n%{http_code}", "--unix-socket", s.sock, "-X", method}
@@ -436,7 +438,7 @@ func TestAttackSessionOtherUID(t *testing.T) {
 	}
 	// Its own session works, and root sees that one no more than it saw root's.
 	code, body := as(65534, "POST", "/v1/sessions", `{}`)
-	var c SessionCreated
+	var c api.SessionCreated
 	if code != 201 || json.Unmarshal([]byte(body), &c) != nil {
 		t.Fatalf("uid 65534 makes a session: %d %s", code, body)
 	}
@@ -473,8 +475,8 @@ func TestAttackSessionOtherUID(t *testing.T) {
 func TestSessionCeilings(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--group", "nogroup", "--session-idle", "5s", "--session-ttl", "20s",
 		"--sessions", "2", "--sessions-per-caller", "1")
-	for _, req := range []SessionRequest{
-		{IdleTimeout: "10s"}, {TTL: "1m"}, {Limits: Limits{"memory": "64G"}}, {Limits: Limits{"timeout": "1h"}}, {Limits: Limits{"pids": 100000}},
+	for _, req := range []api.SessionRequest{
+		{IdleTimeout: "10s"}, {TTL: "1m"}, {Limits: api.Limits{"memory": "64G"}}, {Limits: api.Limits{"timeout": "1h"}}, {Limits: api.Limits{"pids": 100000}},
 	} {
 		if code, body := s.call("POST", "/v1/sessions", req, nil); code != 422 || !bytes.Contains(body, []byte("ceiling")) {
 			t.Errorf("%+v: %d %s", req, code, body)
@@ -485,14 +487,14 @@ func TestSessionCeilings(t *testing.T) {
 			t.Errorf("%s: %d %s", bad, code, body)
 		}
 	}
-	c := s.session(SessionRequest{IdleTimeout: "5s", TTL: "20s"})
+	c := s.session(api.SessionRequest{IdleTimeout: "5s", TTL: "20s"})
 	if c.Limits.IdleTimeoutMs != 5000 || c.Limits.TTLMs != 20000 {
 		t.Errorf("limits %+v", c.Limits)
 	}
-	if code, body := s.call("POST", "/v1/sessions/"+c.SessionID+"/exec", ExecRequest{Code: ptr("1"), Timeout: "6m"}, nil); code != 422 {
+	if code, body := s.call("POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("1"), Timeout: "6m"}, nil); code != 422 {
 		t.Errorf("an exec's timeout above the session's: %d %s", code, body)
 	}
-	if code, body := s.call("POST", "/v1/sessions", SessionRequest{}, nil); code != 429 || !bytes.Contains(body, []byte("--sessions-per-caller")) {
+	if code, body := s.call("POST", "/v1/sessions", api.SessionRequest{}, nil); code != 429 || !bytes.Contains(body, []byte("--sessions-per-caller")) {
 		t.Errorf("a second session of one caller: %d %s", code, body)
 	}
 	curlAs := func(uid string) (int, string) {
@@ -510,7 +512,7 @@ func TestSessionCeilings(t *testing.T) {
 		t.Errorf("past --sessions: %d %s", code, body)
 	}
 	s.call("DELETE", "/v1/sessions/"+c.SessionID, nil, nil)
-	if code, body := s.call("POST", "/v1/sessions", SessionRequest{}, nil); code != 201 {
+	if code, body := s.call("POST", "/v1/sessions", api.SessionRequest{}, nil); code != 201 {
 		t.Errorf("after a DELETE: %d %s", code, body)
 	}
 }
@@ -518,22 +520,22 @@ func TestSessionCeilings(t *testing.T) {
 // Sessions count against --budget-memory as pooled jails do.
 func TestSessionBudget(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--budget-memory", "1G", "--queue-wait", "1s")
-	a := s.session(SessionRequest{})
-	s.session(SessionRequest{})
-	if code, body := s.call("POST", "/v1/sessions", SessionRequest{}, nil); code != 503 || !bytes.Contains(body, []byte("budget")) {
+	a := s.session(api.SessionRequest{})
+	s.session(api.SessionRequest{})
+	if code, body := s.call("POST", "/v1/sessions", api.SessionRequest{}, nil); code != 503 || !bytes.Contains(body, []byte("budget")) {
 		t.Errorf("a third 512M session in a 1G budget: %d %s", code, body)
 	}
 	s.call("DELETE", "/v1/sessions/"+a.SessionID, nil, nil)
-	if code, body := s.call("POST", "/v1/sessions", SessionRequest{}, nil); code != 201 {
+	if code, body := s.call("POST", "/v1/sessions", api.SessionRequest{}, nil); code != 201 {
 		t.Errorf("after a DELETE: %d %s", code, body)
 	}
 }
 
 func TestSessionIdleAndTTLExpiry(t *testing.T) {
 	s := startServer(t, "--pool", "0")
-	idle := s.session(SessionRequest{IdleTimeout: "1s"}).SessionID
+	idle := s.session(api.SessionRequest{IdleTimeout: "1s"}).SessionID
 	made := time.Now()
-	ttl := s.session(SessionRequest{TTL: "3s"}).SessionID
+	ttl := s.session(api.SessionRequest{TTL: "3s"}).SessionID
 	s.cell(idle, "x = 1")
 	// Requests keep a session from going idle, not from its lifetime.
 	for time.Since(made) < 1500*time.Millisecond {
@@ -542,7 +544,7 @@ func TestSessionIdleAndTTLExpiry(t *testing.T) {
 	}
 	time.Sleep(time.Until(made.Add(3500 * time.Millisecond)))
 	for id, why := range map[string]string{idle: "(idle)", ttl: "(ttl)"} {
-		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("x")}, nil)
+		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil)
 		if code != 410 || !bytes.Contains(body, []byte(why)) {
 			t.Errorf("%s: %d %s", why, code, body)
 		}
@@ -554,9 +556,9 @@ func TestSessionPlotImages(t *testing.T) {
 		t.Skip("matplotlib is not installed (python3-matplotlib)")
 	}
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	r := s.cell(id, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.figure()\nplt.bar([1, 2], [3, 4])\nplt.close(plt.figure())")
-	if r.Verdict != ExecOK || len(r.Images) != 2 {
+	if r.Verdict != api.ExecOK || len(r.Images) != 2 {
 		t.Fatalf("two figures: %+v", r)
 	}
 	for i, img := range r.Images {
@@ -577,7 +579,7 @@ func TestSessionPlotImages(t *testing.T) {
 // files, and whatever the jail planted, never followed.
 func TestAttackSessionFilesSymlinks(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	base := "/v1/sessions/" + id + "/files/"
 	if code, body := s.call("PUT", base+"data/in/numbers.csv", []byte("a,b\n1,2\n"), nil); code != 201 {
 		t.Fatalf("PUT: %d %s", code, body)
@@ -621,7 +623,7 @@ func TestAttackSessionFilesSymlinks(t *testing.T) {
 		t.Errorf("list through a symlink: %d %s", code, body)
 	}
 	code, body := s.call("GET", "/v1/sessions/"+id+"/files?path=.", nil, nil)
-	var list FileList
+	var list api.FileList
 	if code != 200 || json.Unmarshal(body, &list) != nil || len(list.Entries) != 5 {
 		t.Errorf("list: %d %s", code, body)
 	}
@@ -649,8 +651,8 @@ func TestAttackSessionFilesSymlinks(t *testing.T) {
 // NDJSON: the cell's output as it comes, then the result.
 func TestSessionStreamsNDJSON(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
-	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", ExecRequest{Code: ptr("import sys, time\nprint('one')\ntime.sleep(0.2)\nprint('two', file=sys.stderr)\n42")}, map[string]string{"Accept": NDJSON})
+	id := s.session(api.SessionRequest{}).SessionID
+	code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("import sys, time\nprint('one')\ntime.sleep(0.2)\nprint('two', file=sys.stderr)\n42")}, map[string]string{"Accept": api.NDJSON})
 	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
 	if code != 200 || len(lines) < 3 {
 		t.Fatalf("%d %s\n%s", code, body, s.logString())
@@ -738,13 +740,13 @@ func parseMetrics(t *testing.T, text string) (map[string]float64, map[string]str
 
 func TestSessionMetrics(t *testing.T) {
 	s := startServer(t, "--pool", "1")
-	id := s.session(SessionRequest{}).SessionID
+	id := s.session(api.SessionRequest{}).SessionID
 	s.cell(id, "1")
 	s.cell(id, "1/0")
 	// The session took the pool's jail; the run is a hit only once the pool
 	// has refilled (CI's run raced it and counted a miss).
 	s.waitReady()
-	s.run(RunRequest{Code: code("print(1)")})
+	s.run(api.RunRequest{Code: code("print(1)")})
 	s.call("DELETE", "/v1/sessions/"+id, nil, nil)
 	resp, err := s.hc.Get("http://stockade/v1/metrics")
 	if err != nil {
@@ -800,7 +802,7 @@ func TestSessionKill9LeavesNothingAfterNextStart(t *testing.T) {
 	a := startServerAt(t, bin, sock, "--pool", "1")
 	var ids []string
 	for i := 0; i < 2; i++ {
-		id := a.session(SessionRequest{}).SessionID
+		id := a.session(api.SessionRequest{}).SessionID
 		a.cell(id, "open('f', 'w').write('x' * 1000)")
 		ids = append(ids, id)
 	}
@@ -809,7 +811,7 @@ func TestSessionKill9LeavesNothingAfterNextStart(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		code := "import time\ntime.sleep(60)"
-		b, _ := json.Marshal(ExecRequest{Code: &code})
+		b, _ := json.Marshal(api.ExecRequest{Code: &code})
 		if resp, err := a.hc.Post("http://stockade/v1/sessions/"+ids[0]+"/exec", "application/json", bytes.NewReader(b)); err == nil {
 			resp.Body.Close()
 		}
@@ -827,7 +829,7 @@ func TestSessionKill9LeavesNothingAfterNextStart(t *testing.T) {
 	if left := leftovers(pid, a.before); len(left) > 0 {
 		t.Errorf("after the next start: %v", left)
 	}
-	if r := b.cell(b.session(SessionRequest{}).SessionID, "6*7"); !resultIs(r, "42") {
+	if r := b.cell(b.session(api.SessionRequest{}).SessionID, "6*7"); !resultIs(r, "42") {
 		t.Errorf("%+v", r)
 	}
 }
@@ -836,11 +838,11 @@ func TestSessionKill9LeavesNothingAfterNextStart(t *testing.T) {
 // run directory is removed before the server exits.
 func TestSessionSIGTERMLeavesNothing(t *testing.T) {
 	s := startServer(t, "--pool", "1", "--grace", "1s")
-	id := s.session(SessionRequest{}).SessionID
-	s.session(SessionRequest{})
+	id := s.session(api.SessionRequest{}).SessionID
+	s.session(api.SessionRequest{})
 	go func() {
 		code := "import time\ntime.sleep(60)"
-		b, _ := json.Marshal(ExecRequest{Code: &code})
+		b, _ := json.Marshal(api.ExecRequest{Code: &code})
 		if resp, err := s.hc.Post("http://stockade/v1/sessions/"+id+"/exec", "application/json", bytes.NewReader(b)); err == nil {
 			resp.Body.Close()
 		}

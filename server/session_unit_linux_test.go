@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 )
@@ -15,22 +16,22 @@ func TestExecVerdictPrecedence(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		f     execFacts
-		want  ExecVerdict
+		want  api.ExecVerdict
 		state string
 	}{
-		{"answered", execFacts{Answered: true}, ExecOK, "kept"},
-		{"raised", execFacts{Answered: true, Exception: true}, ExecException, "kept"},
-		{"output cut beats the exception", execFacts{Answered: true, Exception: true, OutputCut: true}, ExecOutput, "kept"},
-		{"timeout answered: not the KeyboardInterrupt exception", execFacts{Answered: true, Exception: true, TimedOut: true}, ExecTimeout, "kept"},
-		{"timeout unanswered", execFacts{TimedOut: true, JailEnded: true}, ExecTimeout, "lost"},
-		{"interrupt answered", execFacts{Answered: true, Exception: true, Interrupted: true}, ExecInterrupted, "kept"},
-		{"timeout beats interrupt", execFacts{Answered: true, TimedOut: true, Interrupted: true}, ExecTimeout, "kept"},
-		{"the interpreter died", execFacts{JailEnded: true}, ExecKilled, "lost"},
-		{"answered, then the jail ended", execFacts{Answered: true, JailEnded: true}, ExecKilled, "lost"},
-		{"an OOM kill beats everything", execFacts{OOMKilled: true, TimedOut: true, Broken: true, JailEnded: true}, ExecMemory, "lost"},
-		{"an OOM kill of a child, the driver answered", execFacts{OOMKilled: true, Answered: true}, ExecMemory, "kept"},
-		{"a broken channel is never ok", execFacts{Broken: true, Answered: true}, ExecFailed, "lost"},
-		{"a broken channel beats the timeout", execFacts{Broken: true, TimedOut: true}, ExecFailed, "lost"},
+		{"answered", execFacts{Answered: true}, api.ExecOK, "kept"},
+		{"raised", execFacts{Answered: true, Exception: true}, api.ExecException, "kept"},
+		{"output cut beats the exception", execFacts{Answered: true, Exception: true, OutputCut: true}, api.ExecOutput, "kept"},
+		{"timeout answered: not the KeyboardInterrupt exception", execFacts{Answered: true, Exception: true, TimedOut: true}, api.ExecTimeout, "kept"},
+		{"timeout unanswered", execFacts{TimedOut: true, JailEnded: true}, api.ExecTimeout, "lost"},
+		{"interrupt answered", execFacts{Answered: true, Exception: true, Interrupted: true}, api.ExecInterrupted, "kept"},
+		{"timeout beats interrupt", execFacts{Answered: true, TimedOut: true, Interrupted: true}, api.ExecTimeout, "kept"},
+		{"the interpreter died", execFacts{JailEnded: true}, api.ExecKilled, "lost"},
+		{"answered, then the jail ended", execFacts{Answered: true, JailEnded: true}, api.ExecKilled, "lost"},
+		{"an OOM kill beats everything", execFacts{OOMKilled: true, TimedOut: true, Broken: true, JailEnded: true}, api.ExecMemory, "lost"},
+		{"an OOM kill of a child, the driver answered", execFacts{OOMKilled: true, Answered: true}, api.ExecMemory, "kept"},
+		{"a broken channel is never ok", execFacts{Broken: true, Answered: true}, api.ExecFailed, "lost"},
+		{"a broken channel beats the timeout", execFacts{Broken: true, TimedOut: true}, api.ExecFailed, "lost"},
 	} {
 		if got := c.f.verdict(); got != c.want {
 			t.Errorf("%s: verdict %s, want %s", c.name, got, c.want)
@@ -52,8 +53,8 @@ func TestCheckWorkPath(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("%q: %v, want ok %v", p, err, ok)
 		}
-		if err != nil && err.(*apiError).Status != 400 {
-			t.Errorf("%q: status %d", p, err.(*apiError).Status)
+		if err != nil && err.(*api.Error).Status != 400 {
+			t.Errorf("%q: status %d", p, err.(*api.Error).Status)
 		}
 	}
 }
@@ -66,11 +67,11 @@ func TestSessionDurations(t *testing.T) {
 		t.Errorf("10m: %v %v", d, err)
 	}
 	for v, status := range map[string]int{"2h": 422, "0s": 400, "-1s": 400, "soon": 400} {
-		if _, err := sessionDuration("idle_timeout", v, time.Hour); err == nil || err.(*apiError).Status != status {
+		if _, err := sessionDuration("idle_timeout", v, time.Hour); err == nil || err.(*api.Error).Status != status {
 			t.Errorf("%s: %v, want %d", v, err, status)
 		}
 	}
-	if _, err := execTimeout("11s", 10*time.Second); err == nil || err.(*apiError).Status != 422 {
+	if _, err := execTimeout("11s", 10*time.Second); err == nil || err.(*api.Error).Status != 422 {
 		t.Errorf("an exec's timeout above the session's: %v", err)
 	}
 }
@@ -105,10 +106,10 @@ func TestMetricsText(t *testing.T) {
 	}
 	s.metrics.run("ok", 3*time.Millisecond)
 	s.metrics.run("timeout", 2*time.Second)
-	s.metrics.exec(ExecOK, 700*time.Microsecond)
-	s.metrics.exec(ExecOK, time.Hour)
+	s.metrics.exec(api.ExecOK, 700*time.Microsecond)
+	s.metrics.exec(api.ExecOK, time.Hour)
 	s.metrics.sessionCreated(true, time.Millisecond)
-	s.metrics.sessionEnded(SessionIdle)
+	s.metrics.sessionEnded(api.SessionIdle)
 	var b strings.Builder
 	if err := s.writeMetrics(&b); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/api"
 )
 
 // SIGTERM, and a run that outlasts --grace: its jail was killed and its
@@ -25,10 +27,10 @@ func TestServeGraceOverAnswersCancelled(t *testing.T) {
 		body   string
 	}
 	answers := make([]chan answer, 3)
-	for i, accept := range []string{"", NDJSON, ""} {
+	for i, accept := range []string{"", api.NDJSON, ""} {
 		answers[i] = make(chan answer, 1)
 		go func() {
-			b, _ := json.Marshal(RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}})
+			b, _ := json.Marshal(api.RunRequest{Argv: []string{"sh", "-c", "sleep 1000; : " + mark}})
 			req, _ := http.NewRequest("POST", "http://stockade/v1/run", bytes.NewReader(b))
 			if accept != "" {
 				req.Header.Set("Accept", accept)
@@ -60,7 +62,7 @@ func TestServeGraceOverAnswersCancelled(t *testing.T) {
 				t.Errorf("request %d, when --grace ran out: %d %.400s (want %d with %s and the reason)", i, a.status, a.body, wantStatus, want)
 			}
 			if i == 0 {
-				var r RunResponse
+				var r api.RunResponse
 				if err := json.Unmarshal([]byte(a.body), &r); err != nil || r.Error == nil || r.ExitCode != 130 {
 					t.Errorf("the cancelled run's answer: %+v %v", r, err)
 				}
@@ -81,7 +83,7 @@ func TestServeShutdownRemovesSuccessorsSocket(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b, _ := json.Marshal(RunRequest{Code: code("import time; time.sleep(3)")})
+		b, _ := json.Marshal(api.RunRequest{Code: code("import time; time.sleep(3)")})
 		if resp, err := a.hc.Post("http://stockade/v1/run", "application/json", bytes.NewReader(b)); err == nil {
 			resp.Body.Close()
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
@@ -61,7 +62,7 @@ func TestServeAnswersBeforeTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no answer while the teardown is held: %v", err)
 	}
-	var out RunResponse
+	var out api.RunResponse
 	err = json.NewDecoder(resp.Body).Decode(&out)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != 200 || out.Result == nil || out.Verdict != jail.VerdictOK || out.Stdout != "1\n" || !out.Pool.Hit {

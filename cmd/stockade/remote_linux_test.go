@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
-	"github.com/stockade/stockade/server"
 	"github.com/urfave/cli/v2"
 )
 
@@ -117,7 +117,7 @@ func TestAttackRemoteRunDropsTighteningFlags(t *testing.T) {
 	code, out, errs := clitest.RunExit(t, stockadeIn(t, "", "run", "--server", sock, "--json", "--profile", "python",
 		"--memory", "64M", "--pids", "32", "--timeout", "7s", "--cpu-time", "3s", "--cpus", "0.5", "--output-limit", "4k",
 		"--", "sh", "-c", "echo ok"))
-	var res server.RunResponse
+	var res api.RunResponse
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Result == nil {
 		t.Fatalf("carried flags: exit %d, stdout %q, stderr %q", code, out, errs)
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/server"
@@ -270,7 +271,7 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 	if err != nil {
 		return fail("%v", err)
 	}
-	req := &server.RunRequest{Argv: argv, Profile: c.String("profile"), Limits: server.LimitsOf(layer)}
+	req := &api.RunRequest{Argv: argv, Profile: c.String("profile"), Limits: server.LimitsOf(layer)}
 	if stdin != nil && !isTerminal(stdin) {
 		b, err := io.ReadAll(io.LimitReader(stdin, 16<<20+1))
 		if err != nil {
