@@ -1,8 +1,15 @@
 package api
 
-// Verdict says why a run ended. The order of the constants is the order of
-// precedence when more than one applies: a fork bomb that also ran out of
-// time is reported as "pids", because that is what the user has to fix;
+// Verdict says how a run, an exec or a session ended: one vocabulary, in
+// which a word means the same wherever it appears ("memory": the kernel
+// OOM-killed a process; "error": stockade failed, not the program). Each
+// kind of end has its own constants: Verdict* a run's (Result), Exec* an
+// exec's (ExecResult), Session* a session's (SessionEnd, SessionInfo),
+// and an audit line carries any of them.
+//
+// The order of a run's constants is the order of precedence when more
+// than one applies: a fork bomb that also ran out of time is reported as
+// "pids", because that is what the user has to fix; the jail's
 // ending.verdict (verdict.go) is the one place that order is applied.
 type Verdict string
 

@@ -63,3 +63,21 @@ type Limits map[string]any
 
 // NDJSON is the media type of a streamed response.
 const NDJSON = "application/x-ndjson"
+
+// StreamLine is a line of a streamed answer (a request with Accept:
+// NDJSON, to /v1/run or a session's exec) that carries output as it
+// comes: Type is StreamStdout or StreamStderr, Data the text (a chunk
+// never ends inside a UTF-8 character). The last line's type is
+// StreamResult and it is the route's whole answer, a RunResponse or an
+// ExecResult, with its Type set.
+type StreamLine struct {
+	Type string `json:"type"`
+	Data string `json:"data"`
+}
+
+// The types of a stream's lines.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamResult = "result"
+)

@@ -103,25 +103,25 @@ type RichResult struct {
 	Truncated    bool                       `json:"truncated"`      // text/plain cut, or a type left out, to fit
 }
 
-// ExecVerdict says how an exec ended.
-type ExecVerdict string
+// An exec's verdict says how it ended: a Verdict, with these of its
+// values.
 
 // The verdicts of an exec, in their order of precedence (execFacts.verdict).
 const (
-	ExecMemory      ExecVerdict = "memory"      // the kernel OOM-killed a process of the session
-	ExecFailed      ExecVerdict = "error"       // the driver's channel broke, or the server failed
-	ExecTimeout     ExecVerdict = "timeout"     // the exec ran past its timeout or CPU time
-	ExecInterrupted ExecVerdict = "interrupted" // POST .../interrupt, or the caller went away
-	ExecKilled      ExecVerdict = "killed"      // the session ended under it (the interpreter died, DELETE, TTL)
-	ExecOutput      ExecVerdict = "output"      // stdout or stderr went past the limit and was cut
-	ExecException   ExecVerdict = "exception"   // the cell raised
-	ExecOK          ExecVerdict = "ok"
+	ExecMemory      Verdict = "memory"      // the kernel OOM-killed a process of the session
+	ExecFailed      Verdict = "error"       // the driver's channel broke, or the server failed
+	ExecTimeout     Verdict = "timeout"     // the exec ran past its timeout or CPU time
+	ExecInterrupted Verdict = "interrupted" // POST .../interrupt, or the caller went away
+	ExecKilled      Verdict = "killed"      // the session ended under it (the interpreter died, DELETE, TTL)
+	ExecOutput      Verdict = "output"      // stdout or stderr went past the limit and was cut
+	ExecException   Verdict = "exception"   // the cell raised
+	ExecOK          Verdict = "ok"
 )
 
 // ExecResult is the answer to an exec: 200 whatever its verdict.
 type ExecResult struct {
-	Type    string      `json:"type,omitempty"` // "result" in a stream
-	Verdict ExecVerdict `json:"verdict"`
+	Type    string  `json:"type,omitempty"` // "result" in a stream
+	Verdict Verdict `json:"verdict"`
 	// State says whether the session's Python state survived the exec:
 	// "kept" only when the interpreter answered and lives on.
 	State string `json:"state"`
@@ -164,57 +164,57 @@ type ExecResult struct {
 
 // SessionState is where the session stands after an exec.
 type SessionState struct {
-	ID            string         `json:"session_id"`
-	Alive         bool           `json:"alive"`
-	Ended         SessionVerdict `json:"ended,omitempty"` // the session's verdict, once ended
-	ExpiresAt     time.Time      `json:"expires_at"`
-	IdleExpiresAt time.Time      `json:"idle_expires_at"`
-	Limits        SessionLimits  `json:"limits"`
+	ID            string        `json:"session_id"`
+	Alive         bool          `json:"alive"`
+	Ended         Verdict       `json:"ended,omitempty"` // the session's verdict, once ended
+	ExpiresAt     time.Time     `json:"expires_at"`
+	IdleExpiresAt time.Time     `json:"idle_expires_at"`
+	Limits        SessionLimits `json:"limits"`
 }
 
 // SessionInfo is GET /v1/sessions/{id}, and each of GET /v1/sessions.
 type SessionInfo struct {
-	SessionID       string         `json:"session_id"`
-	Profile         string         `json:"profile"`
-	Alive           bool           `json:"alive"`
-	Busy            bool           `json:"busy"`
-	ExecutionCount  int            `json:"execution_count"`
-	Restarts        int            `json:"restarts"`          // POST .../restart that brought a fresh interpreter
-	MemoryBytes     uint64         `json:"memory_bytes"`      // now
-	PeakMemoryBytes uint64         `json:"peak_memory_bytes"` // the most, so far
-	CPUMs           float64        `json:"cpu_ms"`
-	CreatedAt       time.Time      `json:"created_at"`
-	LastUsedAt      time.Time      `json:"last_used_at"`
-	ExpiresAt       time.Time      `json:"expires_at"`
-	IdleExpiresAt   time.Time      `json:"idle_expires_at"`
-	EndedAt         *time.Time     `json:"ended_at"`
-	Verdict         SessionVerdict `json:"verdict,omitempty"` // once ended
-	Why             string         `json:"why,omitempty"`
-	Limits          SessionLimits  `json:"limits"`
-	Pool            PoolUse        `json:"pool"`
+	SessionID       string        `json:"session_id"`
+	Profile         string        `json:"profile"`
+	Alive           bool          `json:"alive"`
+	Busy            bool          `json:"busy"`
+	ExecutionCount  int           `json:"execution_count"`
+	Restarts        int           `json:"restarts"`          // POST .../restart that brought a fresh interpreter
+	MemoryBytes     uint64        `json:"memory_bytes"`      // now
+	PeakMemoryBytes uint64        `json:"peak_memory_bytes"` // the most, so far
+	CPUMs           float64       `json:"cpu_ms"`
+	CreatedAt       time.Time     `json:"created_at"`
+	LastUsedAt      time.Time     `json:"last_used_at"`
+	ExpiresAt       time.Time     `json:"expires_at"`
+	IdleExpiresAt   time.Time     `json:"idle_expires_at"`
+	EndedAt         *time.Time    `json:"ended_at"`
+	Verdict         Verdict       `json:"verdict,omitempty"` // once ended
+	Why             string        `json:"why,omitempty"`
+	Limits          SessionLimits `json:"limits"`
+	Pool            PoolUse       `json:"pool"`
 }
 
-// SessionVerdict says why a session ended.
-type SessionVerdict string
+// A session's verdict says why it ended: a Verdict, with these of its
+// values.
 
 // The verdicts of a session's end.
 const (
-	SessionClosed      SessionVerdict = "closed"      // DELETE
-	SessionIdle        SessionVerdict = "idle"        // no request for its idle timeout
-	SessionTTL         SessionVerdict = "ttl"         // its lifetime ran out
-	SessionMemory      SessionVerdict = "memory"      // the interpreter was OOM-killed
-	SessionTimeout     SessionVerdict = "timeout"     // an exec's KeyboardInterrupt went unanswered
-	SessionInterrupted SessionVerdict = "interrupted" // an interrupt's KeyboardInterrupt went unanswered
-	SessionKilled      SessionVerdict = "killed"      // the interpreter exited or died otherwise
-	SessionFailed      SessionVerdict = "error"       // the driver's channel broke
-	SessionShutdown    SessionVerdict = "shutdown"    // the server stopped
+	SessionClosed      Verdict = "closed"      // DELETE
+	SessionIdle        Verdict = "idle"        // no request for its idle timeout
+	SessionTTL         Verdict = "ttl"         // its lifetime ran out
+	SessionMemory      Verdict = "memory"      // the interpreter was OOM-killed
+	SessionTimeout     Verdict = "timeout"     // an exec's KeyboardInterrupt went unanswered
+	SessionInterrupted Verdict = "interrupted" // an interrupt's KeyboardInterrupt went unanswered
+	SessionKilled      Verdict = "killed"      // the interpreter exited or died otherwise
+	SessionFailed      Verdict = "error"       // the driver's channel broke
+	SessionShutdown    Verdict = "shutdown"    // the server stopped
 )
 
 // SessionEnd is the answer to DELETE /v1/sessions/{id}: the accounting of
 // the whole session.
 type SessionEnd struct {
 	SessionID       string            `json:"session_id"`
-	Verdict         SessionVerdict    `json:"verdict"`
+	Verdict         Verdict           `json:"verdict"`
 	Why             string            `json:"why"`
 	ExecutionCount  int               `json:"execution_count"`
 	CreatedAt       time.Time         `json:"created_at"`
@@ -234,6 +234,29 @@ type FileEntry struct {
 
 	Type string `json:"type"` // file, dir, symlink, other
 	Size int64  `json:"size"`
+}
+
+// SessionList is GET /v1/sessions: the caller's sessions.
+type SessionList struct {
+	Sessions []SessionInfo `json:"sessions"`
+}
+
+// Interrupting is the answer to POST /v1/sessions/{id}/interrupt (202):
+// the exec is being interrupted; its own answer says how it ended.
+type Interrupting struct {
+	Status string `json:"status"` // "interrupting"
+}
+
+// FileWritten is the answer to PUT .../files/PATH (201). Its fields are
+// in the order the server first wrote them (a map's: sorted).
+type FileWritten struct {
+	Bytes int64  `json:"bytes"`
+	Path  string `json:"path"`
+}
+
+// FileDeleted is the answer to DELETE .../files/PATH.
+type FileDeleted struct {
+	Deleted string `json:"deleted"` // the path
 }
 
 // FileList is GET .../files?path=DIR.

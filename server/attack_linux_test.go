@@ -62,7 +62,7 @@ for i in range(64):
 	fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read. The run's own timeout is 3s; give it plenty more.
 	time.Sleep(12 * time.Second)
-	var h Health
+	var h api.Health
 	s.get("/v1/health", &h)
 	code2, _, out := s.post(api.RunRequest{Code: code("print(1)")})
 	t.Logf("health running=%d; a second caller got %d %.200s", h.Running, code2, out)

@@ -126,25 +126,13 @@ func (a *AuditLog) write(line []byte) (changed bool, err error) {
 	return changed, err
 }
 
-// AuditHealth is what /v1/health says of the audit log.
-type AuditHealth struct {
-	Log      string `json:"log"`      // its path, "stderr", or "" for none
-	Required bool   `json:"required"` // --audit-required: no run without its line
-	Failing  bool   `json:"failing"`  // the last line could not be written
-	// LostLines counts lines not written since the server started (with
-	// --audit-required, the runs refused for it among them).
-	LostLines     int64      `json:"lost_lines"`
-	LastError     string     `json:"last_error,omitempty"`
-	LastErrorTime *time.Time `json:"last_error_time,omitempty"`
-}
-
-func (a *AuditLog) health(required bool) AuditHealth {
+func (a *AuditLog) health(required bool) api.AuditHealth {
 	if a == nil {
-		return AuditHealth{Required: required}
+		return api.AuditHealth{Required: required}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	h := AuditHealth{Log: a.where(), Required: required, Failing: a.failing, LostLines: a.lost}
+	h := api.AuditHealth{Log: a.where(), Required: required, Failing: a.failing, LostLines: a.lost}
 	if a.lastErr != nil {
 		at := a.lastErrAt.UTC()
 		h.LastError, h.LastErrorTime = a.lastErr.Error(), &at
@@ -185,7 +173,7 @@ type AuditEntry struct {
 
 // AuditOutcome is how a run ended: the "end" line's alone.
 type AuditOutcome struct {
-	Verdict  jail.Verdict          `json:"verdict"`
+	Verdict  api.Verdict           `json:"verdict"`
 	State    string                `json:"state,omitempty"` // an exec's: kept or lost
 	ExitCode int                   `json:"exit_code"`
 	WallMs   float64               `json:"wall_ms"`

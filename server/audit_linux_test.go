@@ -46,7 +46,7 @@ func TestServeAuditLogFailuresAreSilent(t *testing.T) {
 	if r := s.run(api.RunRequest{Code: code("print(1)")}); r.Verdict != "ok" {
 		t.Fatalf("%+v", r)
 	}
-	var h Health
+	var h api.Health
 	s.get("/v1/health", &h)
 	if h.Status != "degraded" || !h.Audit.Failing || h.Audit.LostLines != 1 || !strings.Contains(h.Audit.LastError, "no space left") || h.Audit.Log != "/dev/full" {
 		t.Errorf("health after a lost audit line: status %q, audit %+v", h.Status, h.Audit)
@@ -124,7 +124,7 @@ func TestServeAuditLogFullFilesystem(t *testing.T) {
 	if last[0].Event != "start" || last[1].Event != "end" || last[0].RunID != last[1].RunID || last[1].AuditOutcome == nil || last[1].Verdict != "ok" {
 		t.Errorf("the last run's lines: %+v %+v", last[0], last[1])
 	}
-	var h Health
+	var h api.Health
 	s.get("/v1/health", &h)
 	if h.Audit.Failing || h.Status != "ok" || h.Audit.LostLines != int64(refused) {
 		t.Errorf("health once the audit log is written again: %q %+v", h.Status, h.Audit)
@@ -158,7 +158,7 @@ func TestServeSIGHUPReopensAuditLog(t *testing.T) {
 		answer <- fmt.Sprintf("%d %s", resp.StatusCode, r.Stdout)
 	}()
 	eventually(t, "the run started", func() bool {
-		var h Health
+		var h api.Health
 		s.get("/v1/health", &h)
 		return h.Running == 1
 	})

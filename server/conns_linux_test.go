@@ -165,7 +165,7 @@ func TestServeHalfCloseIsNotADisconnect(t *testing.T) {
 	c.Close()
 	within(t, 3*time.Second, "the jail killed once its caller closed the connection", func() bool { return len(processesWith(mark)) == 0 })
 	eventually(t, "the run over", func() bool {
-		var h Health
+		var h api.Health
 		s.get("/v1/health", &h)
 		return h.Running == 0
 	})

@@ -143,7 +143,7 @@ func TestAttackIdleConnectionFlood(t *testing.T) {
 	held = nil
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		var h Health
+		var h api.Health
 		if code := s.get("/v1/health", &h); code == 200 {
 			break
 		}

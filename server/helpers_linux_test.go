@@ -109,7 +109,7 @@ func (s *testServer) waitReady() {
 	s.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		var h Health
+		var h api.Health
 		if code := s.get("/v1/health", &h); code == 200 {
 			full := true
 			for _, p := range h.Pool {

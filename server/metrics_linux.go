@@ -59,7 +59,7 @@ func (m *metrics) run(verdict string, d time.Duration) {
 	m.runSeconds.observe(d)
 }
 
-func (m *metrics) exec(verdict api.ExecVerdict, d time.Duration) {
+func (m *metrics) exec(verdict api.Verdict, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.execs[string(verdict)]++
@@ -73,7 +73,7 @@ func (m *metrics) sessionCreated(hit bool, d time.Duration) {
 	m.createSeconds.observe(d)
 }
 
-func (m *metrics) sessionEnded(v api.SessionVerdict) {
+func (m *metrics) sessionEnded(v api.Verdict) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sessionsEnded[string(v)]++
@@ -142,26 +142,26 @@ func (p *promWriter) histogram(name, help string, h histogram) {
 // budget's state read now.
 func (s *Server) writeMetrics(w io.Writer) error {
 	p := &promWriter{w: w}
-	pools := map[string]PoolStats{}
+	pools := map[string]api.PoolStats{}
 	var names []string
 	for _, pr := range s.cfg.Profiles {
 		names = append(names, pr.Name)
 		pools[pr.Name] = s.pools[pr.Name].snapshot()
 	}
-	gauge := func(name, help string, v func(PoolStats) int, typ string) {
+	gauge := func(name, help string, v func(api.PoolStats) int, typ string) {
 		p.family(name, typ, help)
 		for _, n := range names {
 			p.sample(name, [][2]string{{"profile", n}}, float64(v(pools[n])))
 		}
 	}
-	gauge("stockade_pool_target", "Jails each profile's pool keeps prepared (--pool).", func(ps PoolStats) int { return ps.Target }, "gauge")
-	gauge("stockade_pool_ready", "Jails prepared and waiting.", func(ps PoolStats) int { return ps.Ready }, "gauge")
-	gauge("stockade_pool_preparing", "Jails being prepared.", func(ps PoolStats) int { return ps.Preparing }, "gauge")
-	gauge("stockade_pool_hits_total", "Runs and sessions that took a prepared jail.", func(ps PoolStats) int { return ps.Hits }, "counter")
-	gauge("stockade_pool_misses_total", "Runs and sessions that found the pool empty.", func(ps PoolStats) int { return ps.Misses }, "counter")
-	gauge("stockade_pool_died_waiting_total", "Prepared jails that ended while waiting, discarded.", func(ps PoolStats) int { return ps.DiedWaiting }, "counter")
-	gauge("stockade_pool_failed_total", "Jail set-ups of the pool that failed.", func(ps PoolStats) int { return ps.Failed }, "counter")
-	gauge("stockade_pool_evicted_total", "Prepared jails given up to make room in the budget.", func(ps PoolStats) int { return ps.Evicted }, "counter")
+	gauge("stockade_pool_target", "Jails each profile's pool keeps prepared (--pool).", func(ps api.PoolStats) int { return ps.Target }, "gauge")
+	gauge("stockade_pool_ready", "Jails prepared and waiting.", func(ps api.PoolStats) int { return ps.Ready }, "gauge")
+	gauge("stockade_pool_preparing", "Jails being prepared.", func(ps api.PoolStats) int { return ps.Preparing }, "gauge")
+	gauge("stockade_pool_hits_total", "Runs and sessions that took a prepared jail.", func(ps api.PoolStats) int { return ps.Hits }, "counter")
+	gauge("stockade_pool_misses_total", "Runs and sessions that found the pool empty.", func(ps api.PoolStats) int { return ps.Misses }, "counter")
+	gauge("stockade_pool_died_waiting_total", "Prepared jails that ended while waiting, discarded.", func(ps api.PoolStats) int { return ps.DiedWaiting }, "counter")
+	gauge("stockade_pool_failed_total", "Jail set-ups of the pool that failed.", func(ps api.PoolStats) int { return ps.Failed }, "counter")
+	gauge("stockade_pool_evicted_total", "Prepared jails given up to make room in the budget.", func(ps api.PoolStats) int { return ps.Evicted }, "counter")
 
 	running, queued := s.gate.counts()
 	p.family("stockade_runs_running", "gauge", "Requests holding a run slot (--concurrency).")

@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/netproxy"
 )
@@ -31,7 +32,7 @@ func withNetworkNotices(stderr string, network []jail.NetworkDecision, noNetwork
 		add = "\n" + add
 	}
 	if out != nil {
-		w := out.stream("stderr")
+		w := out.stream(api.StreamStderr)
 		_, _ = w.Write([]byte(add))
 		w.flush()
 	}

@@ -76,7 +76,7 @@ type pool struct {
 	ready     []*ready
 	preparing int
 	retryAt   time.Time // no set-up before this, after one failed
-	stats     PoolStats
+	stats     api.PoolStats
 	wake      chan struct{}
 	done      chan struct{}
 	// closing counts the discarded jails take is closing in the
@@ -85,18 +85,6 @@ type pool struct {
 	// directory behind. Added to under mu only, while the pool still
 	// has jails: none after drain has emptied it.
 	closing sync.WaitGroup
-}
-
-// PoolStats is what GET /v1/health reports of one profile's pool.
-type PoolStats struct {
-	Target      int `json:"target"`
-	Ready       int `json:"ready"`
-	Preparing   int `json:"preparing"`
-	Hits        int `json:"hits"`
-	Misses      int `json:"misses"`
-	DiedWaiting int `json:"died_waiting"` // discarded: the jail ended while waiting
-	Failed      int `json:"failed"`       // set-ups that failed
-	Evicted     int `json:"evicted"`      // given up to make room in the budget
 }
 
 func newPool(name string, spec jail.Spec, target int, b *budget, logf func(string, ...any), failed func(error)) *pool {
@@ -256,7 +244,7 @@ func (p *pool) close(r *ready) {
 	}
 }
 
-func (p *pool) snapshot() PoolStats {
+func (p *pool) snapshot() api.PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats

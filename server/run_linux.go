@@ -55,7 +55,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 		return
 	}
 	if stream {
-		resp.Type = "result"
+		resp.Type = api.StreamResult
 		out.end = time.Time{}
 		out.write(marshal(resp))
 		return
@@ -299,7 +299,7 @@ func (s *Server) start(ctx context.Context, jl *ready, req *runRequest, spec jai
 	}()
 	opts := jail.StartOptions{Timeout: spec.Timeout, AtExit: true}
 	if out != nil {
-		o, e := out.stream("stdout"), out.stream("stderr")
+		o, e := out.stream(api.StreamStdout), out.stream(api.StreamStderr)
 		opts.Stdout, opts.Stderr = o, e
 		defer o.flush()
 		defer e.flush()
@@ -421,8 +421,5 @@ func (s *streamWriter) send(b []byte) {
 		s.n.onOutput(s.typ, string(b))
 		return
 	}
-	s.n.write(marshal(struct {
-		Type string `json:"type"`
-		Data string `json:"data"`
-	}{s.typ, string(b)}))
+	s.n.write(marshal(api.StreamLine{Type: s.typ, Data: string(b)}))
 }

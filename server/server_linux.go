@@ -441,19 +441,6 @@ func (s *Server) admitPeer(r *http.Request) (peer, *api.Error) {
 	return p, &api.Error{Status: 403, Msg: fmt.Sprintf("uid %d may not use this server", p.uid)}
 }
 
-// Health is GET /v1/health.
-type Health struct {
-	Status   string               `json:"status"`
-	Version  string               `json:"version"`
-	Profiles []string             `json:"profiles"`
-	Pool     map[string]PoolStats `json:"pool"`
-	Running  int                  `json:"running"`
-	Queued   int                  `json:"queued"`
-	Budget   map[string]int64     `json:"budget"`
-	Audit    AuditHealth          `json:"audit"`
-	Host     []string             `json:"host"`
-}
-
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET")
@@ -464,7 +451,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, e)
 		return
 	}
-	h := Health{Status: "ok", Version: s.cfg.Version, Pool: map[string]PoolStats{}, Host: s.cfg.Facts}
+	h := api.Health{Status: "ok", Version: s.cfg.Version, Pool: map[string]api.PoolStats{}, Host: s.cfg.Facts}
 	for _, p := range s.cfg.Profiles {
 		h.Profiles = append(h.Profiles, p.Name)
 		h.Pool[p.Name] = s.pools[p.Name].snapshot()

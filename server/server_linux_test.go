@@ -28,7 +28,7 @@ import (
 
 func TestServeHealthAndEndpoints(t *testing.T) {
 	s := startServer(t, "--pool", "2")
-	var h Health
+	var h api.Health
 	if c := s.get("/v1/health", &h); c != 200 {
 		t.Fatalf("health: %d", c)
 	}
@@ -328,7 +328,7 @@ func TestServeClientDisconnectKillsJail(t *testing.T) {
 	// Well before the profile's 10s timeout would end it anyway.
 	within(t, 3*time.Second, "the jail killed", func() bool { return len(processesWith(mark)) == 0 })
 	eventually(t, "the run over", func() bool {
-		var h Health
+		var h api.Health
 		s.get("/v1/health", &h)
 		return h.Running == 0
 	})
@@ -545,7 +545,7 @@ func TestServeSoak(t *testing.T) {
 	if rssAfter > rssBefore+64<<10 {
 		t.Errorf("server RSS grew from %d to %d KiB over %d runs", rssBefore, rssAfter, n)
 	}
-	var h Health
+	var h api.Health
 	s.get("/v1/health", &h)
 	if h.Running != 0 || h.Queued != 0 {
 		t.Errorf("after the soak: %+v", h)
@@ -591,7 +591,7 @@ func TestServePooledJailDiedWhileWaiting(t *testing.T) {
 	if r.Verdict != "ok" || r.Stdout != "served\n" {
 		t.Fatalf("%+v", r)
 	}
-	var h Health
+	var h api.Health
 	s.get("/v1/health", &h)
 	if h.Pool["python"].DiedWaiting != 1 {
 		t.Errorf("died_waiting %d, want 1", h.Pool["python"].DiedWaiting)
@@ -623,7 +623,7 @@ func (s *testServer) killWaitingInterpreter() {
 // its own gets room by giving up a waiting one.
 func TestServeBudgetEvictsWaitingJails(t *testing.T) {
 	s := startServer(t, "--pool", "2", "--budget-memory", "1G")
-	var h Health
+	var h api.Health
 	s.get("/v1/health", &h)
 	if h.Budget["memory_used"] != 1<<30 {
 		t.Errorf("two waiting jails of 512M: budget used %d", h.Budget["memory_used"])

@@ -31,11 +31,11 @@ type execFacts struct {
 }
 
 // verdict is the one place the precedence of an exec's verdicts lives,
-// in the order of the ExecVerdict constants: what the caller has to fix
+// in the order of api's Exec constants: what the caller has to fix
 // first. An OOM kill is "memory" whatever else happened; an exec whose
 // KeyboardInterrupt was answered is "timeout" or "interrupted", not the
 // KeyboardInterrupt "exception" the answer reports.
-func (f execFacts) verdict() api.ExecVerdict {
+func (f execFacts) verdict() api.Verdict {
 	switch {
 	case f.OOMKilled:
 		return api.ExecMemory
@@ -213,7 +213,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	}
 	var wout, werr *streamWriter
 	if out != nil {
-		wout, werr = out.stream("stdout"), out.stream("stderr")
+		wout, werr = out.stream(api.StreamStdout), out.stream(api.StreamStderr)
 	}
 	var sout, serr io.Writer // nil interfaces, not nil *streamWriters
 	if wout != nil {

@@ -174,7 +174,7 @@ func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller p
 		for _, ss := range s.sessions.list(caller.uid) {
 			list = append(list, ss.info())
 		}
-		s.writeJSON(w, 200, map[string]any{"sessions": list})
+		s.writeJSON(w, 200, api.SessionList{Sessions: list})
 		return
 	}
 	var req api.SessionRequest
@@ -520,7 +520,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 		return
 	}
 	if stream {
-		res.Type = "result"
+		res.Type = api.StreamResult
 		out.end = time.Time{}
 		out.write(marshal(res))
 		return
@@ -590,7 +590,7 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller 
 		s.writeError(w, e)
 		return
 	}
-	s.writeJSON(w, 202, map[string]string{"status": "interrupting"})
+	s.writeJSON(w, 202, api.Interrupting{Status: "interrupting"})
 }
 
 // interruptExec raises KeyboardInterrupt in the running exec, or says why
@@ -657,7 +657,7 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 			s.writeError(w, workError(p, err))
 			return
 		}
-		s.writeJSON(w, 200, map[string]string{"deleted": p})
+		s.writeJSON(w, 200, api.FileDeleted{Deleted: p})
 	default:
 		f, size, err := openWorkFile(ss.workFD, p)
 		if err != nil {
@@ -733,7 +733,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 		}
 		return
 	}
-	s.writeJSON(w, 201, map[string]any{"path": p, "bytes": n})
+	s.writeJSON(w, 201, api.FileWritten{Path: p, Bytes: n})
 }
 
 // handleMetrics is GET /v1/metrics.
@@ -770,7 +770,7 @@ func execAudit(event string, caller peer, ss *session, code string, files, n int
 // auditExecEnd writes an exec's end line, with its outcome.
 func (s *Server) auditExecEnd(caller peer, ss *session, req *api.ExecRequest, timeout time.Duration, res *api.ExecResult) {
 	e := execAudit("exec_end", caller, ss, *req.Code, len(req.Files), res.ExecutionCount, timeout)
-	o := &AuditOutcome{Verdict: jail.Verdict(res.Verdict), State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
+	o := &AuditOutcome{Verdict: res.Verdict, State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
 	if res.Why != "" && res.Verdict != api.ExecOutput {
 		why := res.Why
 		o.Error = &why
@@ -788,7 +788,7 @@ func (s *Server) auditSession(event string, ss *session) error {
 	if event == "session_end" {
 		a := ss.accounting()
 		why := a.Why
-		e.AuditOutcome = &AuditOutcome{Verdict: jail.Verdict(a.Verdict), WallMs: a.WallMs, Blocked: a.BlockedSyscalls, Error: &why}
+		e.AuditOutcome = &AuditOutcome{Verdict: a.Verdict, WallMs: a.WallMs, Blocked: a.BlockedSyscalls, Error: &why}
 	}
 	return s.writeAudit(e)
 }

@@ -40,7 +40,7 @@ const (
 
 // sessionEnd is how and when a session ended.
 type sessionEnd struct {
-	Verdict api.SessionVerdict
+	Verdict api.Verdict
 	Why     string
 	At      time.Time
 }
@@ -124,7 +124,7 @@ func newID() string {
 
 // finish records the session's end, if it has not ended yet, and kills its
 // jail. It reports whether this call ended it.
-func (s *session) finish(v api.SessionVerdict, why string) bool {
+func (s *session) finish(v api.Verdict, why string) bool {
 	s.mu.Lock()
 	first := s.end == nil
 	if first {
@@ -167,7 +167,7 @@ func (s *session) idleExpires() time.Time {
 }
 
 // endOf says how a jail that ended by itself ended the session.
-func endOf(res *jail.Result) (api.SessionVerdict, string) {
+func endOf(res *jail.Result) (api.Verdict, string) {
 	if channelLost(res) {
 		return api.SessionFailed, "the driver's channel broke: the cell closed it, replaced it or wrote to it"
 	}
@@ -306,7 +306,7 @@ func (s *session) driverIntact() error {
 // for the exec running (if any), then destroys the jail and gives back
 // its /work, cgroup and share of the budget. It is called once, by
 // whoever takes the session out of the table.
-func (s *session) release(srv *Server, v api.SessionVerdict, why string) {
+func (s *session) release(srv *Server, v api.Verdict, why string) {
 	s.finish(v, why)
 	<-s.jailDone
 	s.slot <- struct{}{} // the exec running, if any, has returned
@@ -487,7 +487,7 @@ func (t *sessionTable) get(id string, uid uint32) (*session, *tombstone) {
 
 // take removes s from the table, leaving a tombstone; false if another
 // caller took it first. The caller releases it.
-func (t *sessionTable) take(s *session, v api.SessionVerdict, why string) bool {
+func (t *sessionTable) take(s *session, v api.Verdict, why string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byID[s.id] != s {
@@ -587,7 +587,7 @@ func (srv *Server) janitor(ctx context.Context) {
 
 // closeSession takes s out of the table and releases it (in the
 // background when async): the jail killed if alive, everything removed.
-func (srv *Server) closeSession(s *session, v api.SessionVerdict, why string, async bool) bool {
+func (srv *Server) closeSession(s *session, v api.Verdict, why string, async bool) bool {
 	s.finish(v, why) // recorded before the tombstone copies the end
 	if !srv.sessions.take(s, v, why) {
 		return false

@@ -16,7 +16,7 @@ func TestExecVerdictPrecedence(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		f     execFacts
-		want  api.ExecVerdict
+		want  api.Verdict
 		state string
 	}{
 		{"answered", execFacts{Answered: true}, api.ExecOK, "kept"},

@@ -49,7 +49,7 @@ func TestServeGraceOverAnswersCancelled(t *testing.T) {
 		}
 	}
 	eventually(t, "the third request queued", func() bool {
-		var h Health
+		var h api.Health
 		s.get("/v1/health", &h)
 		return h.Queued == 1
 	})
@@ -89,7 +89,7 @@ func TestServeShutdownRemovesSuccessorsSocket(t *testing.T) {
 		}
 	}()
 	eventually(t, "the run started", func() bool {
-		var h Health
+		var h api.Health
 		a.get("/v1/health", &h)
 		return h.Running == 1
 	})

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
-	"github.com/stockade/stockade/server"
 )
 
 // unixHTTP is an HTTP client of the server on sock.
@@ -31,7 +31,7 @@ func waitPool(t *testing.T, sock string) {
 	hc := unixHTTP(sock)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		var h server.Health
+		var h api.Health
 		if resp, err := hc.Get("http://stockade/v1/health"); err == nil {
 			json.NewDecoder(resp.Body).Decode(&h)
 			resp.Body.Close()

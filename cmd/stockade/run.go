@@ -80,7 +80,9 @@ func runCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		Usage:     "run a command in a fresh jail",
 		ArgsUsage: "[flags] -- CMD [ARGS...]",
 		Flags: append(jailFlags(), phasesFlag(),
-			&cli.StringFlag{Name: "server", Usage: "run it through `stockade serve` listening on this unix socket"}),
+			&cli.StringFlag{Name: "server", Usage: "run it through `stockade serve` listening on this unix socket, or a gateway at https://HOST:PORT"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"STOCKADE_TOKEN"}, Usage: "with --server https://...: the bearer `TOKEN` the gateway asks for"},
+			&cli.StringFlag{Name: "ca-file", Usage: "with --server https://...: the PEM `FILE` of the certificates that may sign the gateway's (default: the system's)"}),
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
 				return &exitError{code: jail.ExitJailError, msg: "run: no command given (stockade run [flags] -- CMD ARGS)"}

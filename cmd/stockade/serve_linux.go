@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/client"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/server"
@@ -227,8 +228,11 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 // get a looser one in silence.
 var remoteFlags = carriedFlags()
 
+// connectionFlags say how to reach the server, not what to run.
+var connectionFlags = map[string]bool{"server": true, "token": true, "ca-file": true}
+
 func carriedFlags() map[string]bool {
-	m := map[string]bool{"server": true, "profile": true, "json": true}
+	m := map[string]bool{"server": true, "token": true, "ca-file": true, "profile": true, "json": true}
 	for _, f := range policyFlags {
 		if slices.Contains(profiles.TightenableFields(), f.field) {
 			m[f.name] = true
@@ -237,7 +241,8 @@ func carriedFlags() map[string]bool {
 	return m
 }
 
-// runRemote is `stockade run --server SOCK`: the same run, by a server.
+// runRemote is `stockade run --server SOCK|https://HOST:PORT`: the same
+// run, by a server (or a gateway in front of servers).
 // Only the limits a request may carry are sent; flags that change the
 // jail itself belong to the server's profiles.
 func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.Writer) error {
@@ -257,7 +262,7 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 		sort.Strings(refused)
 		var carried []string
 		for _, f := range c.Command.Flags {
-			if n := f.Names()[0]; remoteFlags[n] && n != "server" {
+			if n := f.Names()[0]; remoteFlags[n] && !connectionFlags[n] {
 				carried = append(carried, "--"+n)
 			}
 		}
@@ -290,7 +295,11 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	res, err := server.NewClient(c.String("server")).Run(ctx, req, out, errw)
+	cl, err := client.New(c.String("server"), client.Options{Token: c.String("token"), CAFile: c.String("ca-file")})
+	if err != nil {
+		return fail("--server: %v", err)
+	}
+	res, err := cl.RunStream(ctx, req, client.Output{Stdout: out, Stderr: errw})
 	if err != nil {
 		return fail("%v", err)
 	}
