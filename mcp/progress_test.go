@@ -8,9 +8,10 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/api"
 )
 
-// streamingBackend's Exec hands its chunks to the job's OnOutput, one
+// streamingBackend's Exec hands its chunks to onOutput, one
 // every gap, then answers ok.
 type streamingBackend struct {
 	fakeBackend
@@ -18,15 +19,15 @@ type streamingBackend struct {
 	gap    time.Duration
 }
 
-func (b *streamingBackend) Exec(_ context.Context, id string, j Job) (*Outcome, error) {
+func (b *streamingBackend) Exec(_ context.Context, id string, _ *api.ExecRequest, onOutput OutputFunc) (*api.ExecResult, error) {
 	b.record("exec " + id)
 	for _, c := range b.chunks {
-		if j.OnOutput != nil {
-			j.OnOutput("stdout", c)
+		if onOutput != nil {
+			onOutput("stdout", c)
 		}
 		time.Sleep(b.gap)
 	}
-	return &Outcome{Verdict: "ok", Raw: map[string]any{"verdict": "ok"}}, nil
+	return &api.ExecResult{Verdict: api.ExecOK}, nil
 }
 
 // progressClient connects a client that records every progress

@@ -241,3 +241,26 @@ func TestServeMCPBodyCaps(t *testing.T) {
 		t.Errorf("an 8 KiB body over --max-body 4K: %v %s", err, out)
 	}
 }
+
+// TestServeMCPAdmitsTheBodyOnce: a tool call's body is admitted once, by
+// /v1/mcp, and the tool's run is made from it in process. Its tools
+// re-sent each call to the server's own /v1/run, whose body took a second
+// share of --body-budget while the first was held: a 7 KiB cell under a
+// 12K budget waited --queue-wait for its own share and was refused busy.
+func TestServeMCPAdmitsTheBodyOnce(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--max-body", "8K", "--body-budget", "12K", "--queue-wait", "2s", "--audit-log", "")
+	code := strings.Repeat("#", 7<<10) + "\nprint(6 * 7)"
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": "run_python", "arguments": map[string]any{"code": code}}})
+	out, err := exec.Command("curl", "-s", "--unix-socket", s.sock, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream", "--data-binary", string(body), "http://x/v1/mcp").Output()
+	var resp struct {
+		Result struct {
+			IsError           bool           `json:"isError"`
+			StructuredContent map[string]any `json:"structuredContent"`
+		} `json:"result"`
+	}
+	if err != nil || json.Unmarshal(out, &resp) != nil || resp.Result.IsError || resp.Result.StructuredContent["stdout"] != "42\n" {
+		t.Errorf("a 7 KiB cell under --body-budget 12K: %v %.400s", err, out)
+	}
+}

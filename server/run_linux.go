@@ -360,12 +360,6 @@ func (n *ndjson) write(line []byte) {
 		deadline = n.end
 	}
 	err := n.rc.SetWriteDeadline(deadline)
-	if errors.Is(err, http.ErrNotSupported) {
-		// No connection under it: POST /v1/mcp's tools calling the routes
-		// in process (inProcess), whose reader never stops; the MCP
-		// caller's own connection has its deadline.
-		err = nil
-	}
 	if err == nil && line != nil {
 		_, err = n.w.Write(line)
 	}
