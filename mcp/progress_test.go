@@ -36,23 +36,12 @@ func progressClient(t *testing.T, b Backend) (*sdk.ClientSession, func() []*sdk.
 	t.Helper()
 	var mu sync.Mutex
 	var got []*sdk.ProgressNotificationParams
-	ct, st := sdk.NewInMemoryTransports()
-	ctx := context.Background()
-	ss, err := NewServer(b, Options{Version: "test"}).Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, &sdk.ClientOptions{
+	cs := connectWith(t, b, &sdk.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, r.Params)
-		}}).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
+		}})
 	return cs, func() []*sdk.ProgressNotificationParams {
 		mu.Lock()
 		defer mu.Unlock()

@@ -72,6 +72,11 @@ func (f *fakeBackend) Interrupt(_ context.Context, id string) error {
 
 // connect serves NewServer(b) to an SDK client in memory.
 func connect(t *testing.T, b Backend) *sdk.ClientSession {
+	return connectWith(t, b, nil)
+}
+
+// connectWith is connect for a client with opts.
+func connectWith(t *testing.T, b Backend, opts *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
 	ct, st := sdk.NewInMemoryTransports()
 	ctx := context.Background()
@@ -80,7 +85,7 @@ func connect(t *testing.T, b Backend) *sdk.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, opts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
