@@ -264,3 +264,35 @@ func TestServeMCPAdmitsTheBodyOnce(t *testing.T) {
 		t.Errorf("a 7 KiB cell under --body-budget 12K: %v %.400s", err, out)
 	}
 }
+
+// TestAttackMCPBodyOutsideBudget: /v1/mcp's body is the caller's request,
+// admitted as /v1/run's is: while one call holds its share of
+// --body-budget, a second whose body does not fit is refused 503 at the
+// door, before the SDK or a tool sees it. Admitted without a share, a
+// caller could hold any number of --max-body bodies through the route.
+func TestAttackMCPBodyOutsideBudget(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--max-body", "8K", "--body-budget", "12K", "--queue-wait", "1s", "--audit-log", "")
+	body := func(code string) string {
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+			"params": map[string]any{"name": "run_python", "arguments": map[string]any{"code": strings.Repeat("#", 7<<10) + "\n" + code}}})
+		return string(b)
+	}
+	post := func(ctx context.Context, b string) (string, error) {
+		out, err := exec.CommandContext(ctx, "curl", "-s", "-w", " %{http_code}", "--unix-socket", s.sock, "-H", "Content-Type: application/json",
+			"-H", "Accept: application/json, text/event-stream", "--data-binary", b, "http://x/v1/mcp").Output()
+		return string(out), err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go post(ctx, body("import time; time.sleep(60)")) // holds its share until cancelled
+	var h struct {
+		Budget map[string]int64 `json:"budget"`
+	}
+	eventually(t, "the first call holds its body's share", func() bool {
+		return s.get("/v1/health", &h) == 200 && h.Budget["body_bytes_used"] >= 7<<10
+	})
+	out, err := post(context.Background(), body("print(6 * 7)"))
+	if err != nil || !strings.HasSuffix(out, " 503") || !strings.Contains(out, "body-budget") {
+		t.Errorf("a second 7 KiB call while the first holds 7 KiB of a 12K --body-budget: %v %.300s", err, out)
+	}
+}
