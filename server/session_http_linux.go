@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/api"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
