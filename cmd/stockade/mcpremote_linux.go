@@ -1,4 +1,4 @@
-package mcp
+package main
 
 import (
 	"bytes"
@@ -8,11 +8,13 @@ import (
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/client"
+	"github.com/stockade/stockade/mcp"
 )
 
-// Remote is the Backend of a server reached through the Go client:
-// `stockade mcp --server SOCKET`, and its own pool's private socket.
-func Remote(c *client.Client) Backend { return remote{c} }
+// mcpRemote is the tools' backend of a server reached through the Go
+// client: `stockade mcp --server SOCKET`, and its own pool's private
+// socket.
+func mcpRemote(c *client.Client) mcp.Backend { return remote{c} }
 
 type remote struct{ c *client.Client }
 
@@ -27,13 +29,13 @@ func refusal(err error) error {
 }
 
 // streams hands a streamed answer's output to onOutput.
-func streams(onOutput OutputFunc) client.Output {
+func streams(onOutput mcp.OutputFunc) client.Output {
 	return client.Output{Stdout: outputWriter{"stdout", onOutput}, Stderr: outputWriter{"stderr", onOutput}}
 }
 
 type outputWriter struct {
 	stream   string
-	onOutput OutputFunc
+	onOutput mcp.OutputFunc
 }
 
 func (w outputWriter) Write(p []byte) (int, error) {
@@ -41,7 +43,7 @@ func (w outputWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r remote) Run(ctx context.Context, req *api.RunRequest, onOutput OutputFunc) (*api.RunResponse, error) {
+func (r remote) Run(ctx context.Context, req *api.RunRequest, onOutput mcp.OutputFunc) (*api.RunResponse, error) {
 	if onOutput == nil {
 		res, err := r.c.Run(ctx, req)
 		return res, refusal(err)
@@ -55,7 +57,7 @@ func (r remote) CreateSession(ctx context.Context, req *api.SessionRequest) (*ap
 	return res, refusal(err)
 }
 
-func (r remote) Exec(ctx context.Context, id string, req *api.ExecRequest, onOutput OutputFunc) (*api.ExecResult, error) {
+func (r remote) Exec(ctx context.Context, id string, req *api.ExecRequest, onOutput mcp.OutputFunc) (*api.ExecResult, error) {
 	if onOutput == nil {
 		res, err := r.c.Exec(ctx, id, req)
 		return res, refusal(err)
