@@ -6,7 +6,7 @@
 // The tools know nothing of jails: they call a Backend, stockade serve's
 // operations with package api's types in and out. `stockade mcp` gives it
 // a server's unix socket, or a private one of a server it runs itself,
-// through the Go client (Remote); the server's own POST /v1/mcp gives it
+// through the Go client (cmd/stockade); the server's own POST /v1/mcp gives it
 // the server's operations, called in process with the caller's identity.
 // So one set of tools, one set of checks, behind stdio and Streamable HTTP
 // alike. Each tool's structured content is a typed value (output.go), so
