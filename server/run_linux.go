@@ -56,8 +56,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	}
 	if stream {
 		resp.Type = api.StreamResult
-		out.end = time.Time{}
-		out.write(marshal(resp))
+		out.last(marshal(resp))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -370,6 +369,13 @@ func (n *ndjson) write(line []byte) {
 		n.dead = true
 		n.cancel()
 	}
+}
+
+// last sends the stream's last line, the result: the run has ended, so
+// its write has the deadline of any answer, not the run's end.
+func (n *ndjson) last(line []byte) {
+	n.end = time.Time{}
+	n.write(line)
 }
 
 // streamWriter sends one stream's chunks as lines. A chunk boundary can

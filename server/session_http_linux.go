@@ -521,8 +521,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 	}
 	if stream {
 		res.Type = api.StreamResult
-		out.end = time.Time{}
-		out.write(marshal(res))
+		out.last(marshal(res))
 		return
 	}
 	s.writeJSON(w, 200, res)
