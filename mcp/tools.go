@@ -169,8 +169,7 @@ func (t *tools) runPython(ctx context.Context, req *sdk.CallToolRequest, a runAr
 		if err != nil {
 			return nil, nil, err
 		}
-		code := a.Code
-		res, err := t.b.Run(ctx, &api.RunRequest{Code: &code, Stdin: a.Stdin, Profile: t.opts.Profile, Limits: limits}, onOutput)
+		res, err := t.b.Run(ctx, &api.RunRequest{Code: &a.Code, Stdin: a.Stdin, Profile: t.opts.Profile, Limits: limits}, onOutput)
 		if err != nil {
 			return nil, nil, refused(err)
 		}
@@ -180,8 +179,7 @@ func (t *tools) runPython(ctx context.Context, req *sdk.CallToolRequest, a runAr
 	if err := checkSessionID(a.SessionID); err != nil {
 		return nil, nil, err
 	}
-	code := a.Code
-	exec := &api.ExecRequest{Code: &code, Stdin: a.Stdin}
+	exec := &api.ExecRequest{Code: &a.Code, Stdin: a.Stdin}
 	if timeout > 0 {
 		// The session's own ceiling is the command line's (create_session
 		// sent it); the server refuses a longer one.
