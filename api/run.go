@@ -1,7 +1,5 @@
 package api
 
-import ()
-
 // RunRequest is the body of POST /v1/run. Exactly one of Code and Argv.
 type RunRequest struct {
 	Code    *string           `json:"code,omitempty"`    // Python source, run as __main__

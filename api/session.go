@@ -103,10 +103,8 @@ type RichResult struct {
 	Truncated    bool                       `json:"truncated"`      // text/plain cut, or a type left out, to fit
 }
 
-// An exec's verdict says how it ended: a Verdict, with these of its
-// values.
-
-// The verdicts of an exec, in their order of precedence (execFacts.verdict).
+// The verdicts of an exec (ExecResult.Verdict), in their order of
+// precedence (the server's execFacts.verdict).
 const (
 	ExecMemory      Verdict = "memory"      // the kernel OOM-killed a process of the session
 	ExecFailed      Verdict = "error"       // the driver's channel broke, or the server failed
@@ -194,10 +192,8 @@ type SessionInfo struct {
 	Pool            PoolUse       `json:"pool"`
 }
 
-// A session's verdict says why it ended: a Verdict, with these of its
-// values.
-
-// The verdicts of a session's end.
+// The verdicts of a session's end (SessionEnd.Verdict, SessionInfo.Verdict,
+// SessionState.Ended).
 const (
 	SessionClosed      Verdict = "closed"      // DELETE
 	SessionIdle        Verdict = "idle"        // no request for its idle timeout

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 )
@@ -96,20 +96,13 @@ func TestServeUsesUpstreamProxy(t *testing.T) {
 	t.Setenv("HTTPS_PROXY", "http://"+up.ln.Addr().String())
 	t.Setenv("STOCKADE_NET_HOSTS", hosts)
 	sock := startServeWith(t, "--pool", "0", "--profile", prof)
-	body := `{"code": "import urllib.request; print(urllib.request.urlopen('http://upstream-test.invalid/', timeout=10).read().decode())"}`
-	resp, err := unixHTTP(sock).Post("http://stockade/v1/run", "application/json", strings.NewReader(body))
+	code := "import urllib.request; print(urllib.request.urlopen('http://upstream-test.invalid/', timeout=10).read().decode())"
+	r, err := runOn(t, sock, &api.RunRequest{Code: &code})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Verdict, Stdout, Stderr string
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		t.Fatal(err)
-	}
 	if r.Verdict != "ok" || r.Stdout != "via upstream\n" {
-		t.Errorf("run: %d, verdict %s, stdout %q, stderr %q", resp.StatusCode, r.Verdict, r.Stdout, lastLines(r.Stderr, 3))
+		t.Errorf("run: verdict %s, stdout %q, stderr %q", r.Verdict, r.Stdout, lastLines(r.Stderr, 3))
 	}
 	if got := up.connects(); len(got) != 1 || got[0] != "CONNECT 203.0.113.10:80" {
 		t.Errorf("the upstream proxy saw %q, want one CONNECT 203.0.113.10:80", got)
@@ -150,17 +143,8 @@ func TestServeCgroupParent(t *testing.T) {
 			t.Errorf("%s holds %v, want the pooled jail's group", d, groups)
 		}
 	}
-	resp, err := unixHTTP(sock).Post("http://stockade/v1/run", "application/json",
-		strings.NewReader(`{"argv": ["echo", "ran"]}`))
+	r, err := runOn(t, sock, &api.RunRequest{Argv: []string{"echo", "ran"}})
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Verdict, Stdout, Cgroup string
-		Pool                    struct{ Hit bool }
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		t.Fatal(err)
 	}
 	if r.Verdict != "ok" || r.Stdout != "ran\n" || r.Cgroup != "v1" || !r.Pool.Hit {

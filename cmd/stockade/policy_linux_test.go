@@ -3,8 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
-	"net/http"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,29 +11,40 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/client"
 	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 )
 
-// unixHTTP is an HTTP client of the server on sock.
-func unixHTTP(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
+// serverClient is a client of the server on sock.
+func serverClient(t *testing.T, sock string) *client.Client {
+	t.Helper()
+	c, err := client.New(sock, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// runOn runs req on the server on sock, within the test's deadline.
+func runOn(t *testing.T, sock string, req *api.RunRequest) (*api.RunResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return serverClient(t, sock).Run(ctx, req)
 }
 
 // waitPool waits until every pool of the server on sock is full, so that
 // the next request is served by a pooled jail.
 func waitPool(t *testing.T, sock string) {
 	t.Helper()
-	hc := unixHTTP(sock)
+	c := serverClient(t, sock)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		var h api.Health
-		if resp, err := hc.Get("http://stockade/v1/health"); err == nil {
-			json.NewDecoder(resp.Body).Decode(&h)
-			resp.Body.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, err := c.Health(ctx)
+		cancel()
+		if err == nil {
 			full := len(h.Pool) > 0
 			for _, p := range h.Pool {
 				full = full && p.Ready >= p.Target
@@ -92,16 +102,10 @@ func TestBadLimitSameMessageFromFlagFileAndRequest(t *testing.T) {
 		if want := file + ":2: limits." + c.key + ": " + c.msg; code != 125 || !strings.Contains(errs, want) {
 			t.Errorf("file: exit %d, stderr %q, want 125 and %q", code, errs, want)
 		}
-		resp, err := unixHTTP(sock).Post("http://stockade/v1/run", "application/json",
-			strings.NewReader(`{"argv": ["true"], "limits": {"`+c.key+`": `+c.json+`}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		resp.Body.Close()
-		if want := "request: limits." + c.key + ": " + c.msg; resp.StatusCode != 422 || e.Error != want {
-			t.Errorf("request: %d %q, want 422 and %q", resp.StatusCode, e.Error, want)
+		_, err := runOn(t, sock, &api.RunRequest{Argv: []string{"true"}, Limits: api.Limits{c.key: json.RawMessage(c.json)}})
+		var e *client.Error
+		if want := "request: limits." + c.key + ": " + c.msg; !errors.As(err, &e) || e.Status != 422 || e.Body.Msg != want {
+			t.Errorf("request: %v, want 422 and %q", err, want)
 		}
 	}
 }

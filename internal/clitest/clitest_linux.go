@@ -1,7 +1,8 @@
 // Package clitest is test support for the tests that run the stockade
 // command line as a process (cmd/stockade's and tests/e2e's): the deadline
 // a command line gets, a v1 cgroup delegation, a throwaway system user, the
-// selftest report as a client reads it. It is test support only; nothing
+// selftest report as a client reads it, a `stockade serve` for a client to
+// talk to (Serve). It is test support only; nothing
 // outside tests imports it.
 package clitest
 
