@@ -230,6 +230,20 @@ func TestReadFileBoundAndPaths(t *testing.T) {
 	if _, err := c.ReadFile(ctx(t), "s 1", "nope", 0); !errors.As(err, &e) || e.Status != 404 {
 		t.Fatalf("%v", err)
 	}
+	// OpenFile gives the bytes unread, with their number, to a caller
+	// that bounds its read itself (MCP's download_file).
+	f, size, err := c.OpenFile(ctx(t), "s 1", "d/a?b.txt")
+	if err != nil || size != 10 {
+		t.Fatalf("OpenFile: size %d, %v", size, err)
+	}
+	b, err = io.ReadAll(io.LimitReader(f, 4))
+	f.Close()
+	if err != nil || string(b) != "0123" {
+		t.Errorf("OpenFile's first 4 bytes: %q %v", b, err)
+	}
+	if _, _, err := c.OpenFile(ctx(t), "s 1", "nope"); !errors.As(err, &e) || e.Status != 404 || !strings.Contains(e.Body.Msg, "no such file") {
+		t.Errorf("OpenFile of a missing file: %v", err)
+	}
 }
 
 // Each session route is the method and path the server serves, and its

@@ -139,21 +139,42 @@ func (cl *Client) ReadFile(ctx context.Context, id, path string, max int64) ([]b
 		max = cl.max
 	}
 	c := call{method: http.MethodGet, target: filePath(id, path), ok: 200}
-	resp, err := cl.open(ctx, c)
+	resp, err := cl.openFile(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	what := c.method + " " + c.target
+	return readAnswer(resp, max, c.method+" "+c.target)
+}
+
+// OpenFile opens path in session id's /work for reading, for a caller
+// that reads it as it comes or to a bound of its own: the file's bytes
+// (to be closed) and their number (-1: the answer did not say).
+func (cl *Client) OpenFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
+	resp, err := cl.openFile(ctx, call{method: http.MethodGet, target: filePath(id, path), ok: 200})
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+// openFile sends c, a file's GET, and returns its answer, the body
+// unread; a refusal is an *Error.
+func (cl *Client) openFile(ctx context.Context, c call) (*http.Response, error) {
+	resp, err := cl.open(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	if resp.StatusCode != 200 {
+		defer resp.Body.Close()
 		// The refusal's body is small; the bound holds for it too.
-		b, err := readAnswer(resp, cl.max, what)
+		b, err := readAnswer(resp, cl.max, c.method+" "+c.target)
 		if err != nil {
 			return nil, err
 		}
 		return nil, refusal(c, resp.StatusCode, b)
 	}
-	return readAnswer(resp, max, what)
+	return resp, nil
 }
 
 // WriteFile writes r's bytes to path in session id's /work, creating its

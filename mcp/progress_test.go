@@ -8,9 +8,10 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/api"
 )
 
-// streamingBackend's Exec hands its chunks to the job's OnOutput, one
+// streamingBackend's Exec hands its chunks to onOutput, one
 // every gap, then answers ok.
 type streamingBackend struct {
 	fakeBackend
@@ -18,15 +19,15 @@ type streamingBackend struct {
 	gap    time.Duration
 }
 
-func (b *streamingBackend) Exec(_ context.Context, id string, j Job) (*Outcome, error) {
+func (b *streamingBackend) Exec(_ context.Context, id string, _ *api.ExecRequest, onOutput OutputFunc) (*api.ExecResult, error) {
 	b.record("exec " + id)
 	for _, c := range b.chunks {
-		if j.OnOutput != nil {
-			j.OnOutput("stdout", c)
+		if onOutput != nil {
+			onOutput("stdout", c)
 		}
 		time.Sleep(b.gap)
 	}
-	return &Outcome{Verdict: "ok", Raw: map[string]any{"verdict": "ok"}}, nil
+	return &api.ExecResult{Verdict: api.ExecOK}, nil
 }
 
 // progressClient connects a client that records every progress
@@ -35,23 +36,12 @@ func progressClient(t *testing.T, b Backend) (*sdk.ClientSession, func() []*sdk.
 	t.Helper()
 	var mu sync.Mutex
 	var got []*sdk.ProgressNotificationParams
-	ct, st := sdk.NewInMemoryTransports()
-	ctx := context.Background()
-	ss, err := NewServer(b, Options{Version: "test"}).Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, &sdk.ClientOptions{
+	cs := connectWith(t, b, &sdk.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, r.Params)
-		}}).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
+		}})
 	return cs, func() []*sdk.ProgressNotificationParams {
 		mu.Lock()
 		defer mu.Unlock()

@@ -1,14 +1,15 @@
 package mcp
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/api"
 )
 
 // maxShown bounds each of stdout, stderr, the result and the traceback in
@@ -35,23 +36,59 @@ func cut(s string, max int) string {
 	return s[:h] + fmt.Sprintf("\n[... %d bytes cut ...]\n", t-h) + s[t:]
 }
 
-// outcomeResult is a run's or exec's result as the model gets it: the text,
-// one image per figure, the result object, and isError unless "ok".
-func outcomeResult(o *Outcome, singleUse bool) *sdk.CallToolResult {
+// shown is what the text of a run's or an exec's result shows, taken
+// from either answer.
+type shown struct {
+	verdict, state, why  string
+	exitCode             int    // a single-use run's
+	setupError           string // a single-use run's jail that could not be set up
+	stdout, stderr       string
+	stdoutCut, stderrCut bool
+	result               *string // an exec's last expression
+	exception            *api.ExecError
+	results              []api.RichResult
+	images               []api.Image
+	changed              []string
+	singleUse            bool
+}
+
+// runResult is a single-use run's result as the model gets it.
+func runResult(r *api.RunResponse) *sdk.CallToolResult {
+	sh := shown{singleUse: true, images: r.Images, results: r.Results, changed: fileNames(r.Files)}
+	if r.Result != nil {
+		sh.verdict, sh.exitCode = string(r.Verdict), r.ExitCode
+		sh.stdout, sh.stderr, sh.stdoutCut, sh.stderrCut = r.Stdout, r.Stderr, r.StdoutTruncated, r.StderrTruncated
+		if r.Error != nil {
+			sh.setupError = *r.Error
+		}
+	}
+	return sh.toolResult()
+}
+
+// execResult is a session exec's result as the model gets it.
+func execResult(r *api.ExecResult) *sdk.CallToolResult {
+	return shown{verdict: string(r.Verdict), state: r.State, why: r.Why, stdout: r.Stdout, stderr: r.Stderr,
+		stdoutCut: r.StdoutTruncated, stderrCut: r.StderrTruncated, result: r.Result, exception: r.Error,
+		results: r.Results, images: r.Images, changed: r.FilesChanged}.toolResult()
+}
+
+// toolResult is the text, one image per figure, and isError unless "ok"; the
+// structured content is the tool's output (RunOutput).
+func (o shown) toolResult() *sdk.CallToolResult {
 	var b strings.Builder
-	fmt.Fprintf(&b, "verdict: %s", o.Verdict)
-	if o.State != "" {
-		fmt.Fprintf(&b, " (session state %s)", o.State)
+	fmt.Fprintf(&b, "verdict: %s", o.verdict)
+	if o.state != "" {
+		fmt.Fprintf(&b, " (session state %s)", o.state)
 	}
 	b.WriteString("\n")
-	if o.Why != "" {
-		fmt.Fprintf(&b, "why: %s\n", o.Why)
+	if o.why != "" {
+		fmt.Fprintf(&b, "why: %s\n", o.why)
 	}
-	if singleUse && o.ExitCode != nil && *o.ExitCode != 0 {
-		fmt.Fprintf(&b, "exit code: %d\n", *o.ExitCode)
+	if o.singleUse && o.exitCode != 0 {
+		fmt.Fprintf(&b, "exit code: %d\n", o.exitCode)
 	}
-	if e := o.SetupError(); e != "" {
-		fmt.Fprintf(&b, "error: %s\n", e)
+	if o.setupError != "" {
+		fmt.Fprintf(&b, "error: %s\n", o.setupError)
 	}
 	stream := func(name, s string, truncated bool) {
 		if s == "" && !truncated {
@@ -65,28 +102,28 @@ func outcomeResult(o *Outcome, singleUse bool) *sdk.CallToolResult {
 			fmt.Fprintf(&b, "[%s went past the jail's output limit; the rest was dropped]\n", name)
 		}
 	}
-	stream("stdout", o.Stdout, o.StdoutTruncated)
-	stream("stderr", o.Stderr, o.StderrTruncated)
+	stream("stdout", o.stdout, o.stdoutCut)
+	stream("stderr", o.stderr, o.stderrCut)
 	content := []sdk.Content{nil}
-	if len(o.Results) > 0 {
+	if len(o.results) > 0 {
 		// The rich results carry the last expression's value and the
 		// figures (their PNGs) in the cell's order.
-		content = append(content, richText(&b, o.Results)...)
-	} else if o.Result != nil {
-		fmt.Fprintf(&b, "result: %s\n", cut(*o.Result, maxShown))
+		content = append(content, richText(&b, o.results)...)
+	} else if o.result != nil {
+		fmt.Fprintf(&b, "result: %s\n", cut(*o.result, maxShown))
 	}
-	if e := o.Exception(); e != nil {
+	if e := o.exception; e != nil {
 		if e.Traceback != "" {
 			stream("traceback", e.Traceback, false)
 		} else {
 			fmt.Fprintf(&b, "exception: %s: %s\n", e.Name, cut(e.Value, maxShown))
 		}
 	}
-	for i, img := range o.Images {
-		if len(o.Results) > 0 {
+	for i, img := range o.images {
+		if len(o.results) > 0 {
 			break // the figures are among the results
 		}
-		data, err := decodeBase64(img.Data)
+		data, err := base64.StdEncoding.DecodeString(img.Data)
 		if err != nil {
 			fmt.Fprintf(&b, "figure %d: not base64 (%v)\n", i+1, err)
 			continue
@@ -96,41 +133,39 @@ func outcomeResult(o *Outcome, singleUse bool) *sdk.CallToolResult {
 	if n := len(content) - 1; n > 0 {
 		fmt.Fprintf(&b, "figures: %d, as images after this text\n", n)
 	}
-	changed := o.FilesChanged
-	if singleUse {
-		changed = runFiles(o.Raw)
-	}
-	if len(changed) > 0 {
-		fmt.Fprintf(&b, "files changed in /work: %s\n", cut(strings.Join(changed, ", "), maxShown))
-		if singleUse {
+	if len(o.changed) > 0 {
+		fmt.Fprintf(&b, "files changed in /work: %s\n", cut(strings.Join(o.changed, ", "), maxShown))
+		if o.singleUse {
 			b.WriteString("(a single-use jail's /work is gone after the run: use a session to keep files and read them with download_file)\n")
 		}
 	}
 	content[0] = &sdk.TextContent{Text: b.String()}
-	return &sdk.CallToolResult{Content: content, StructuredContent: structured(o.Raw, singleUse), IsError: o.Verdict != "ok"}
+	return &sdk.CallToolResult{Content: content, IsError: o.verdict != "ok"}
 }
 
 // richText writes each rich result as the model reads it, its text/plain
 // ("result:" for the last expression's, "display:" for the others) and
 // the other types it has, and returns an image for each PNG or JPEG.
-func richText(b *strings.Builder, results []RichResult) []sdk.Content {
+func richText(b *strings.Builder, results []api.RichResult) []sdk.Content {
 	var images []sdk.Content
 	for _, r := range results {
 		label := "display"
 		if r.IsMainResult {
 			label = "result"
 		}
-		fmt.Fprintf(b, "%s: %s\n", label, cut(r.text("text/plain"), maxShown))
+		var text string
+		_ = json.Unmarshal(r.Data["text/plain"], &text)
+		fmt.Fprintf(b, "%s: %s\n", label, cut(text, maxShown))
 		var also []string
 		for mime, raw := range r.Data {
-			switch mime {
-			case "text/plain":
-			case "image/png", "image/jpeg":
+			switch {
+			case mime == "text/plain":
+			case imageTypes[mime]:
 				var s string
 				if json.Unmarshal(raw, &s) != nil {
 					continue
 				}
-				data, err := decodeBase64(s)
+				data, err := base64.StdEncoding.DecodeString(s)
 				if err != nil {
 					fmt.Fprintf(b, "[%s: not base64 (%v)]\n", mime, err)
 					continue
@@ -151,108 +186,22 @@ func richText(b *strings.Builder, results []RichResult) []sdk.Content {
 	return images
 }
 
-// runFiles are the names of the files a single-use run returned.
-func runFiles(raw map[string]any) []string {
-	files, _ := raw["files"].(map[string]any)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// structured is the result object without the bytes the content carries
-// already: each image's data (an ImageContent each) and a single-use
-// run's files (named in files_changed; their bytes would fill the
-// model's context).
-func structured(raw map[string]any, singleUse bool) map[string]any {
-	out := make(map[string]any, len(raw))
-	for k, v := range raw {
-		out[k] = v
-	}
-	if imgs, ok := raw["images"].([]any); ok {
-		stripped := make([]any, 0, len(imgs))
-		for _, img := range imgs {
-			m, _ := img.(map[string]any)
-			data, _ := m["data"].(string)
-			n := len(data) / 4 * 3
-			n -= len(data) - len(strings.TrimRight(data, "="))
-			stripped = append(stripped, map[string]any{"type": m["type"], "bytes": n})
-		}
-		out["images"] = stripped
-	}
-	if results, ok := raw["results"].([]any); ok {
-		out["results"] = stripImages(results)
-	}
-	if singleUse {
-		delete(out, "files")
-		out["files_changed"] = runFiles(raw)
-	}
-	delete(out, "type")
-	return out
-}
-
-// stripImages is the rich results without the images' base64 (each is an
-// image content already): each image type's value leaves data and its
-// size in bytes goes in "omitted".
-func stripImages(results []any) []any {
-	out := make([]any, 0, len(results))
-	for _, r := range results {
-		m, _ := r.(map[string]any)
-		data, _ := m["data"].(map[string]any)
-		copied := make(map[string]any, len(m))
-		for k, v := range m {
-			copied[k] = v
-		}
-		kept := make(map[string]any, len(data))
-		omitted := map[string]any{}
-		for mime, v := range data {
-			if s, ok := v.(string); ok && (mime == "image/png" || mime == "image/jpeg") {
-				n := len(s) / 4 * 3
-				n -= len(s) - len(strings.TrimRight(s, "="))
-				omitted[mime] = n
-				continue
-			}
-			kept[mime] = v
-		}
-		copied["data"] = kept
-		if len(omitted) > 0 {
-			copied["omitted"] = omitted
-		}
-		out = append(out, copied)
-	}
-	return out
-}
-
-// listingText shows GET .../files as one line per entry.
-func listingText(m map[string]any) string {
+// listingText shows a directory's listing as one line per entry.
+func listingText(l *api.FileList) string {
 	var b strings.Builder
 	dir := "/work"
-	if p, _ := m["path"].(string); p != "" && p != "." {
-		dir += "/" + p
+	if l.Path != "" && l.Path != "." {
+		dir += "/" + l.Path
 	}
 	fmt.Fprintf(&b, "%s:\n", dir)
-	entries, _ := m["entries"].([]any)
-	for _, e := range entries {
-		em, _ := e.(map[string]any)
-		fmt.Fprintf(&b, "%v\t%s\t%v\n", em["type"], number(em["size"]), em["name"])
+	for _, e := range l.Entries {
+		fmt.Fprintf(&b, "%s\t%d\t%s\n", e.Type, e.Size, e.Name)
 	}
-	if len(entries) == 0 {
+	if len(l.Entries) == 0 {
 		b.WriteString("(empty)\n")
 	}
-	if t, _ := m["truncated"].(bool); t {
+	if l.Truncated {
 		b.WriteString("[more entries not listed]\n")
 	}
 	return b.String()
-}
-
-// number shows a JSON number as a person writes it: 7667712, not
-// 7.667712e+06, which is how %v prints the float64 JSON decodes into.
-func number(v any) string {
-	f, ok := v.(float64)
-	if !ok {
-		return fmt.Sprint(v)
-	}
-	return strconv.FormatFloat(f, 'f', -1, 64)
 }

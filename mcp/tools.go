@@ -5,13 +5,18 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/profiles"
 )
 
 // Every tool's arguments are a struct: the SDK infers each input schema
@@ -59,6 +64,16 @@ type Options struct {
 	// SchemaCache keeps the tools' schemas when a server is made per
 	// request (stateless HTTP, each bound to its caller).
 	SchemaCache *sdk.SchemaCache
+	// Profile and Limits are sent with every run and session: the command
+	// line's, never a tool's. A tool's timeout_seconds may only shorten
+	// Limits' timeout.
+	Profile string
+	Limits  api.Limits
+	// PoolMissed, when set, is told each time the server answers that a
+	// run or session took a fresh jail because its limits are not the
+	// profile's: the server's prepared jails have the profile's limits,
+	// so Limits tighter than those miss them on every call.
+	PoolMissed func(reason string)
 }
 
 // DefaultMaxDownload is the largest file download_file returns: a model's
@@ -79,18 +94,19 @@ func NewServer(b Backend, opts Options) *sdk.Server {
 		SchemaCache:  opts.SchemaCache,
 	})
 	t := &tools{b: b, opts: opts}
-	sdk.AddTool(s, &sdk.Tool{Name: "run_python", Description: "Run Python code in a jail and return its verdict, stdout, stderr, " +
+	out := schemas()
+	sdk.AddTool(s, &sdk.Tool{Name: "run_python", OutputSchema: out["run_python"], Description: "Run Python code in a jail and return its verdict, stdout, stderr, " +
 		"the last expression's value and each display(obj) (sessions), the traceback of an exception and one image per matplotlib figure left open. " +
 		"isError is set when the verdict is not ok."}, t.runPython)
-	sdk.AddTool(s, &sdk.Tool{Name: "interrupt", Description: "Interrupt the run_python call running in a session: " +
+	sdk.AddTool(s, &sdk.Tool{Name: "interrupt", OutputSchema: out["interrupt"], Description: "Interrupt the run_python call running in a session: " +
 		"KeyboardInterrupt in its code, which then returns verdict interrupted with the session's state kept. " +
 		"For a cell that runs too long; fails when no run_python call is running in the session."}, t.interrupt)
-	sdk.AddTool(s, &sdk.Tool{Name: "create_session", Description: "Start a Python session: one long-lived jail whose variables, " +
+	sdk.AddTool(s, &sdk.Tool{Name: "create_session", OutputSchema: out["create_session"], Description: "Start a Python session: one long-lived jail whose variables, " +
 		"imports and /work files stay between run_python calls that pass its session_id. Returns session_id, limits and expiry times."}, t.createSession)
-	sdk.AddTool(s, &sdk.Tool{Name: "close_session", Description: "End a session and return its accounting (verdict, peaks, blocked system calls, network)."}, t.closeSession)
-	sdk.AddTool(s, &sdk.Tool{Name: "upload_file", Description: "Write a file into a session's /work (text, or base64 for binary)."}, t.uploadFile)
-	sdk.AddTool(s, &sdk.Tool{Name: "download_file", Description: "Read a file from a session's /work: text as text, PNG/JPEG/GIF/WebP as an image, anything else as base64."}, t.downloadFile)
-	sdk.AddTool(s, &sdk.Tool{Name: "list_files", Description: "List a directory of a session's /work: names, types and sizes."}, t.listFiles)
+	sdk.AddTool(s, &sdk.Tool{Name: "close_session", OutputSchema: out["close_session"], Description: "End a session and return its accounting (verdict, peaks, blocked system calls, network)."}, t.closeSession)
+	sdk.AddTool(s, &sdk.Tool{Name: "upload_file", OutputSchema: out["upload_file"], Description: "Write a file into a session's /work (text, or base64 for binary)."}, t.uploadFile)
+	sdk.AddTool(s, &sdk.Tool{Name: "download_file", OutputSchema: out["download_file"], Description: "Read a file from a session's /work: text as text, PNG/JPEG/GIF/WebP as an image, anything else as base64."}, t.downloadFile)
+	sdk.AddTool(s, &sdk.Tool{Name: "list_files", OutputSchema: out["list_files"], Description: "List a directory of a session's /work: names, types and sizes."}, t.listFiles)
 	return s
 }
 
@@ -99,74 +115,123 @@ type tools struct {
 	opts Options
 }
 
-func (t *tools) runPython(ctx context.Context, req *sdk.CallToolRequest, a runArgs) (*sdk.CallToolResult, any, error) {
+// limitsMissPool is the server's reason for a fresh jail when a request's
+// limits are not its profile's (api.PoolUse.Reason).
+const limitsMissPool = "limits differ from the profile's"
+
+// notePool tells PoolMissed about an answer's pool use that missed for
+// the limits this server sends.
+func (t *tools) notePool(use api.PoolUse) {
+	if t.opts.PoolMissed != nil && !use.Hit && use.Reason == limitsMissPool {
+		t.opts.PoolMissed(limitsMissPool)
+	}
+}
+
+// limits are the command line's limits with a tool's timeout, refused
+// above the command line's.
+func (t *tools) limits(timeout time.Duration) (api.Limits, error) {
+	if timeout == 0 {
+		return t.opts.Limits, nil
+	}
+	if s, ok := t.opts.Limits["timeout"].(string); ok {
+		ceiling, err := profiles.ParseDuration(s)
+		if err == nil && timeout > ceiling {
+			return nil, fmt.Errorf("timeout_seconds %v is above this server's timeout of %v", timeout.Seconds(), ceiling)
+		}
+	}
+	l := maps.Clone(t.opts.Limits)
+	if l == nil {
+		l = api.Limits{}
+	}
+	l["timeout"] = formatDuration(timeout)
+	return l, nil
+}
+
+func formatDuration(d time.Duration) string {
+	return fmt.Sprintf("%dms", max(1, d.Milliseconds()))
+}
+
+func (t *tools) runPython(ctx context.Context, req *sdk.CallToolRequest, a runArgs) (*sdk.CallToolResult, *RunOutput, error) {
 	if a.TimeoutSeconds < 0 || math.IsNaN(a.TimeoutSeconds) || a.TimeoutSeconds > 1e6 {
 		return nil, nil, fmt.Errorf("timeout_seconds %v: want a positive number of seconds", a.TimeoutSeconds)
 	}
-	job := Job{Code: a.Code, Stdin: a.Stdin, Timeout: time.Duration(a.TimeoutSeconds * float64(time.Second))}
+	timeout := time.Duration(a.TimeoutSeconds * float64(time.Second))
+	var onOutput OutputFunc
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		// The client asked for progress: the output as it comes, and a
 		// beat while the code runs silent (progress.go).
 		p := startProgress(ctx, req.Session, tok)
 		defer p.stop()
-		job.OnOutput = p.output
+		onOutput = p.output
 	}
-	var o *Outcome
-	var err error
 	if a.SessionID == "" {
-		o, err = t.b.Run(ctx, job)
-	} else {
-		if err := checkSessionID(a.SessionID); err != nil {
+		limits, err := t.limits(timeout)
+		if err != nil {
 			return nil, nil, err
 		}
-		o, err = t.b.Exec(ctx, a.SessionID, job)
+		res, err := t.b.Run(ctx, &api.RunRequest{Code: &a.Code, Stdin: a.Stdin, Profile: t.opts.Profile, Limits: limits}, onOutput)
+		if err != nil {
+			return nil, nil, refused(err)
+		}
+		t.notePool(res.Pool)
+		return runResult(res), &RunOutput{Run: runView(res)}, nil
 	}
-	if err != nil {
+	if err := checkSessionID(a.SessionID); err != nil {
 		return nil, nil, err
 	}
-	return outcomeResult(o, a.SessionID == ""), nil, nil
+	exec := &api.ExecRequest{Code: &a.Code, Stdin: a.Stdin}
+	if timeout > 0 {
+		// The session's own ceiling is the command line's (create_session
+		// sent it); the server refuses a longer one.
+		exec.Timeout = formatDuration(timeout)
+	}
+	res, err := t.b.Exec(ctx, a.SessionID, exec, onOutput)
+	if err != nil {
+		return nil, nil, refused(err)
+	}
+	return execResult(res), &RunOutput{Exec: execView(res)}, nil
 }
 
-func (t *tools) interrupt(ctx context.Context, _ *sdk.CallToolRequest, a sessionArgs) (*sdk.CallToolResult, any, error) {
+func (t *tools) interrupt(ctx context.Context, _ *sdk.CallToolRequest, a sessionArgs) (*sdk.CallToolResult, *InterruptOutput, error) {
 	if err := checkSessionID(a.SessionID); err != nil {
 		return nil, nil, err
 	}
 	if err := t.b.Interrupt(ctx, a.SessionID); err != nil {
-		var ae *APIError
+		var ae *api.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusConflict {
 			return nil, nil, fmt.Errorf("session %s runs no code now: nothing to interrupt", a.SessionID)
 		}
-		return nil, nil, err
+		return nil, nil, refused(err)
 	}
 	text := fmt.Sprintf("interrupting session %s: its running run_python call ends with verdict interrupted, state kept (or, if the code ignores KeyboardInterrupt, the session is ended)", a.SessionID)
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}},
-		StructuredContent: map[string]any{"session_id": a.SessionID, "status": "interrupting"}}, nil, nil
+	return textResult(text), &InterruptOutput{SessionID: a.SessionID, Status: "interrupting"}, nil
 }
 
-func (t *tools) createSession(ctx context.Context, _ *sdk.CallToolRequest, _ noArgs) (*sdk.CallToolResult, any, error) {
-	m, err := t.b.CreateSession(ctx)
+func (t *tools) createSession(ctx context.Context, _ *sdk.CallToolRequest, _ noArgs) (*sdk.CallToolResult, *api.SessionCreated, error) {
+	created, err := t.b.CreateSession(ctx, &api.SessionRequest{Profile: t.opts.Profile, Limits: t.opts.Limits})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refused(err)
 	}
-	text := fmt.Sprintf("session_id: %v\nexpires_at: %v\nidle_expires_at: %v\nPass session_id to run_python to keep state; close_session when done.",
-		m["session_id"], m["expires_at"], m["idle_expires_at"])
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}, StructuredContent: m}, nil, nil
+	t.notePool(created.Pool)
+	text := fmt.Sprintf("session_id: %s\nexpires_at: %s\nidle_expires_at: %s\nPass session_id to run_python to keep state; close_session when done.",
+		created.SessionID, created.ExpiresAt.Format(time.RFC3339Nano), created.IdleExpiresAt.Format(time.RFC3339Nano))
+	return textResult(text), created, nil
 }
 
-func (t *tools) closeSession(ctx context.Context, _ *sdk.CallToolRequest, a sessionArgs) (*sdk.CallToolResult, any, error) {
+func (t *tools) closeSession(ctx context.Context, _ *sdk.CallToolRequest, a sessionArgs) (*sdk.CallToolResult, *api.SessionEnd, error) {
 	if err := checkSessionID(a.SessionID); err != nil {
 		return nil, nil, err
 	}
-	m, err := t.b.CloseSession(ctx, a.SessionID)
+	end, err := t.b.CloseSession(ctx, a.SessionID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refused(err)
 	}
-	text := fmt.Sprintf("session %s ended: %v (%v); %s execs, peak memory %s bytes, cpu %s ms",
-		a.SessionID, m["verdict"], m["why"], number(m["execution_count"]), number(m["peak_memory_bytes"]), number(m["cpu_ms"]))
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}, StructuredContent: m}, nil, nil
+	text := fmt.Sprintf("session %s ended: %s (%s); %d execs, peak memory %d bytes, cpu %s ms",
+		a.SessionID, end.Verdict, end.Why, end.ExecutionCount, end.PeakMemoryBytes, strconv.FormatFloat(end.CPUMs, 'f', -1, 64))
+	return textResult(text), end, nil
 }
 
-func (t *tools) uploadFile(ctx context.Context, _ *sdk.CallToolRequest, a uploadArgs) (*sdk.CallToolResult, any, error) {
+func (t *tools) uploadFile(ctx context.Context, _ *sdk.CallToolRequest, a uploadArgs) (*sdk.CallToolResult, *UploadOutput, error) {
 	if err := checkSessionID(a.SessionID); err != nil {
 		return nil, nil, err
 	}
@@ -181,62 +246,92 @@ func (t *tools) uploadFile(ctx context.Context, _ *sdk.CallToolRequest, a upload
 		}
 	}
 	if err := t.b.WriteFile(ctx, a.SessionID, a.Path, data); err != nil {
-		return nil, nil, err
+		return nil, nil, refused(err)
 	}
-	text := fmt.Sprintf("wrote /work/%s (%d bytes)", a.Path, len(data))
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}},
-		StructuredContent: map[string]any{"path": a.Path, "bytes": len(data)}}, nil, nil
+	return textResult(fmt.Sprintf("wrote /work/%s (%d bytes)", a.Path, len(data))), &UploadOutput{Path: a.Path, Bytes: len(data)}, nil
 }
 
-func (t *tools) downloadFile(ctx context.Context, _ *sdk.CallToolRequest, a downloadArgs) (*sdk.CallToolResult, any, error) {
+func (t *tools) downloadFile(ctx context.Context, _ *sdk.CallToolRequest, a downloadArgs) (*sdk.CallToolResult, *DownloadOutput, error) {
 	if err := checkSessionID(a.SessionID); err != nil {
 		return nil, nil, err
 	}
 	if err := checkPath(&a.Path, false); err != nil {
 		return nil, nil, err
 	}
-	// The cap is the backend's to keep while it reads: checked after, the
-	// whole file was held first.
-	data, err := t.b.ReadFile(ctx, a.SessionID, a.Path, int64(t.opts.MaxDownload))
-	var tl *TooLarge
-	if errors.As(err, &tl) || err == nil && len(data) > t.opts.MaxDownload {
-		size := ""
-		if tl != nil && tl.Size >= 0 {
-			size = fmt.Sprintf(" %d bytes,", tl.Size)
-		}
-		return nil, nil, fmt.Errorf("/work/%s is%s more than the %d bytes this tool returns: read or summarise it with run_python", a.Path, size, t.opts.MaxDownload)
-	}
+	data, err := t.readFile(ctx, a.SessionID, a.Path)
 	if err != nil {
 		return nil, nil, err
 	}
-	meta := map[string]any{"path": a.Path, "bytes": len(data)}
-	res := &sdk.CallToolResult{StructuredContent: meta}
+	out := &DownloadOutput{Path: a.Path, Bytes: len(data)}
+	res := &sdk.CallToolResult{}
 	switch mime := http.DetectContentType(data); {
 	case strings.HasPrefix(mime, "image/png"), strings.HasPrefix(mime, "image/jpeg"), strings.HasPrefix(mime, "image/gif"), strings.HasPrefix(mime, "image/webp"):
-		meta["encoding"], meta["mime_type"] = "image", mime
+		out.Encoding, out.MIMEType = "image", mime
 		res.Content = []sdk.Content{&sdk.ImageContent{Data: data, MIMEType: mime}}
 	case utf8.Valid(data):
-		meta["encoding"] = "text"
+		out.Encoding = "text"
 		res.Content = []sdk.Content{&sdk.TextContent{Text: string(data)}}
 	default:
-		meta["encoding"] = "base64"
+		out.Encoding = "base64"
 		res.Content = []sdk.Content{&sdk.TextContent{Text: base64.StdEncoding.EncodeToString(data)}}
 	}
-	return res, nil, nil
+	return res, out, nil
 }
 
-func (t *tools) listFiles(ctx context.Context, _ *sdk.CallToolRequest, a listArgs) (*sdk.CallToolResult, any, error) {
+// readFile reads a file of at most MaxDownload bytes. The cap is kept
+// while reading: checked after, the whole file was held first (16 calls
+// on a 60 MiB file took 2.1 GB of the server's memory). A file that says
+// it is larger is not read at all.
+func (t *tools) readFile(ctx context.Context, id, path string) ([]byte, error) {
+	max := t.opts.MaxDownload
+	tooLarge := func(size string) error {
+		return fmt.Errorf("/work/%s is%s more than the %d bytes this tool returns: read or summarise it with run_python", path, size, max)
+	}
+	f, size, err := t.b.OpenFile(ctx, id, path)
+	if err != nil {
+		return nil, refused(err)
+	}
+	defer f.Close()
+	if size > int64(max) {
+		return nil, tooLarge(fmt.Sprintf(" %d bytes,", size))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("/work/%s: %w", path, err)
+	}
+	if len(data) > max {
+		return nil, tooLarge("")
+	}
+	return data, nil
+}
+
+func (t *tools) listFiles(ctx context.Context, _ *sdk.CallToolRequest, a listArgs) (*sdk.CallToolResult, *api.FileList, error) {
 	if err := checkSessionID(a.SessionID); err != nil {
 		return nil, nil, err
 	}
 	if err := checkPath(&a.Path, true); err != nil {
 		return nil, nil, err
 	}
-	m, err := t.b.ListFiles(ctx, a.SessionID, a.Path)
+	list, err := t.b.ListFiles(ctx, a.SessionID, a.Path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refused(err)
 	}
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: listingText(m)}}, StructuredContent: m}, nil, nil
+	return textResult(listingText(list)), list, nil
+}
+
+// refused is a backend's error as the model reads it: a refusal with the
+// server's status and reason, whether the server answered in process or
+// over its socket.
+func refused(err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Status != 0 {
+		return fmt.Errorf("stockade server: %d %s: %s", ae.Status, http.StatusText(ae.Status), ae.Msg)
+	}
+	return err
+}
+
+func textResult(text string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}
 }
 
 // checkSessionID admits what the server's ids are made of: random and

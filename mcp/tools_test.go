@@ -1,12 +1,11 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,14 +13,17 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/api"
 )
 
 // fakeBackend records every call; what it answers is set per test.
 type fakeBackend struct {
-	mu      sync.Mutex
-	calls   []string
-	outcome *Outcome
-	file    []byte
+	mu    sync.Mutex
+	calls []string
+	run   *api.RunResponse
+	exec  *api.ExecResult
+	file  []byte
+	size  int64 // OpenFile's size (0: the file's length)
 }
 
 func (f *fakeBackend) record(s string) {
@@ -30,33 +32,37 @@ func (f *fakeBackend) record(s string) {
 	f.calls = append(f.calls, s)
 }
 
-func (f *fakeBackend) Run(_ context.Context, j Job) (*Outcome, error) {
-	f.record("run " + j.Code)
-	return f.outcome, nil
+func (f *fakeBackend) Run(_ context.Context, req *api.RunRequest, _ OutputFunc) (*api.RunResponse, error) {
+	f.record("run " + *req.Code)
+	return f.run, nil
 }
-func (f *fakeBackend) CreateSession(context.Context) (map[string]any, error) {
+func (f *fakeBackend) CreateSession(context.Context, *api.SessionRequest) (*api.SessionCreated, error) {
 	f.record("create")
-	return map[string]any{"session_id": "abc"}, nil
+	return &api.SessionCreated{SessionID: "abc"}, nil
 }
-func (f *fakeBackend) Exec(_ context.Context, id string, j Job) (*Outcome, error) {
-	f.record("exec " + id + " " + j.Code)
-	return f.outcome, nil
+func (f *fakeBackend) Exec(_ context.Context, id string, req *api.ExecRequest, _ OutputFunc) (*api.ExecResult, error) {
+	f.record("exec " + id + " " + *req.Code)
+	return f.exec, nil
 }
-func (f *fakeBackend) CloseSession(_ context.Context, id string) (map[string]any, error) {
+func (f *fakeBackend) CloseSession(_ context.Context, id string) (*api.SessionEnd, error) {
 	f.record("close " + id)
-	return map[string]any{"verdict": "closed"}, nil
+	return &api.SessionEnd{Verdict: api.SessionClosed}, nil
 }
-func (f *fakeBackend) ReadFile(_ context.Context, id, p string, _ int64) ([]byte, error) {
+func (f *fakeBackend) OpenFile(_ context.Context, id, p string) (io.ReadCloser, int64, error) {
 	f.record("read " + id + " " + p)
-	return f.file, nil
+	size := f.size
+	if size == 0 {
+		size = int64(len(f.file))
+	}
+	return io.NopCloser(bytes.NewReader(f.file)), size, nil
 }
 func (f *fakeBackend) WriteFile(_ context.Context, id, p string, data []byte) error {
 	f.record("write " + id + " " + p + " " + string(data))
 	return nil
 }
-func (f *fakeBackend) ListFiles(_ context.Context, id, dir string) (map[string]any, error) {
+func (f *fakeBackend) ListFiles(_ context.Context, id, dir string) (*api.FileList, error) {
 	f.record("list " + id + " " + dir)
-	return map[string]any{"path": dir, "entries": []any{}}, nil
+	return &api.FileList{Path: dir, Entries: []api.FileEntry{}}, nil
 }
 
 func (f *fakeBackend) Interrupt(_ context.Context, id string) error {
@@ -66,6 +72,11 @@ func (f *fakeBackend) Interrupt(_ context.Context, id string) error {
 
 // connect serves NewServer(b) to an SDK client in memory.
 func connect(t *testing.T, b Backend) *sdk.ClientSession {
+	return connectWith(t, b, nil)
+}
+
+// connectWith is connect for a client with opts.
+func connectWith(t *testing.T, b Backend, opts *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
 	ct, st := sdk.NewInMemoryTransports()
 	ctx := context.Background()
@@ -74,7 +85,7 @@ func connect(t *testing.T, b Backend) *sdk.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, opts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +151,7 @@ func TestToolsListed(t *testing.T) {
 // a tool call (a bigger memory limit, another profile, network hosts, an
 // environment) is refused by the tool's schema before anything runs.
 func TestAttackToolArgumentsLoosenJail(t *testing.T) {
-	fb := &fakeBackend{outcome: &Outcome{Verdict: "ok"}}
+	fb := &fakeBackend{run: &api.RunResponse{Result: &api.Result{Verdict: api.VerdictOK}}}
 	cs := connect(t, fb)
 	extras := map[string]any{
 		"limits":    map[string]any{"memory": "64G", "timeout": "1h"},
@@ -182,12 +193,10 @@ func TestRunPythonResult(t *testing.T) {
 	long := "a" + strings.Repeat("é", 20000) + "END"
 	png := []byte("\x89PNG\r\n\x1a\nfigure")
 	res1 := "42"
-	o := &Outcome{Verdict: "exception", State: "kept", Stdout: long, Result: &res1,
-		Error:  json.RawMessage(`{"name":"ZeroDivisionError","value":"division by zero","traceback":"Traceback (most recent call last):\nZeroDivisionError: division by zero\n"}`),
-		Images: []Image{{Type: "png", Data: base64.StdEncoding.EncodeToString(png)}},
-		Raw: map[string]any{"verdict": "exception", "stdout": long,
-			"images": []any{map[string]any{"type": "png", "data": base64.StdEncoding.EncodeToString(png)}}}}
-	fb := &fakeBackend{outcome: o}
+	o := &api.ExecResult{Verdict: api.ExecException, State: "kept", Stdout: long, Result: &res1,
+		Error:  &api.ExecError{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback (most recent call last):\nZeroDivisionError: division by zero\n"},
+		Images: []api.Image{{Type: "png", Data: base64.StdEncoding.EncodeToString(png)}}}
+	fb := &fakeBackend{exec: o}
 	cs := connect(t, fb)
 	res := call(t, cs, "run_python", map[string]any{"code": "1/0", "session_id": "abc"})
 	if !res.IsError {
@@ -225,7 +234,7 @@ func TestRunPythonResult(t *testing.T) {
 		t.Errorf("calls: %v", fb.calls)
 	}
 
-	fb.outcome = &Outcome{Verdict: "ok", Stdout: "1\n", Raw: map[string]any{"verdict": "ok", "files": map[string]any{"out.csv": "eA=="}}}
+	fb.run = &api.RunResponse{Type: "result", Result: &api.Result{Verdict: api.VerdictOK, Stdout: "1\n"}, Files: api.FileMap{"out.csv": "eA=="}}
 	res = call(t, cs, "run_python", map[string]any{"code": "print(1)"})
 	if res.IsError || !strings.Contains(text(res), "files changed in /work: out.csv") {
 		t.Errorf("ok run: isError %v, %s", res.IsError, text(res))
@@ -321,15 +330,18 @@ func TestUploadDecodes(t *testing.T) {
 }
 
 func TestTimeoutCeiling(t *testing.T) {
-	b := &HTTPBackend{Limits: &Limits{Timeout: "5s"}}
-	if _, err := b.timeout(6 * time.Second); err == nil {
+	tl := &tools{opts: Options{Limits: api.Limits{"timeout": "5s", "memory": "64M"}}}
+	if _, err := tl.limits(6 * time.Second); err == nil {
 		t.Error("a timeout above the command line's was accepted")
 	}
-	if got, err := b.timeout(1500 * time.Millisecond); err != nil || got != "1500ms" {
-		t.Errorf("1.5s: %q %v", got, err)
+	if got, err := tl.limits(1500 * time.Millisecond); err != nil || got["timeout"] != "1500ms" || got["memory"] != "64M" {
+		t.Errorf("1.5s: %v %v", got, err)
 	}
-	if got, _ := (&HTTPBackend{}).timeout(0); got != "" {
-		t.Errorf("no timeout: %q", got)
+	if tl.opts.Limits["timeout"] != "5s" {
+		t.Errorf("the command line's limits were changed: %v", tl.opts.Limits)
+	}
+	if got, _ := (&tools{}).limits(0); got != nil {
+		t.Errorf("no timeout: %v", got)
 	}
 }
 
@@ -341,17 +353,14 @@ func TestRunPythonRichResults(t *testing.T) {
 	raw := `[{"data": {"text/plain": "'shown'"}, "is_main_result": false, "truncated": false},
 	         {"data": {"text/plain": "<Figure>", "image/png": "` + b64 + `"}, "is_main_result": false, "truncated": false},
 	         {"data": {"text/plain": "   a\n0  1", "text/html": "<table>"}, "is_main_result": true, "truncated": true}]`
-	var results []RichResult
-	var rawAny []any
+	var results []api.RichResult
 	if err := json.Unmarshal([]byte(raw), &results); err != nil {
 		t.Fatal(err)
 	}
-	json.Unmarshal([]byte(raw), &rawAny)
 	res1 := "legacy repr"
-	o := &Outcome{Verdict: "ok", State: "kept", Result: &res1, Results: results,
-		Images: []Image{{Type: "png", Data: b64}},
-		Raw:    map[string]any{"verdict": "ok", "results": rawAny, "images": []any{map[string]any{"type": "png", "data": b64}}}}
-	cs := connect(t, &fakeBackend{outcome: o})
+	o := &api.ExecResult{Verdict: api.ExecOK, State: "kept", Result: &res1, Results: results,
+		Images: []api.Image{{Type: "png", Data: b64}}}
+	cs := connect(t, &fakeBackend{exec: o})
 	res := call(t, cs, "run_python", map[string]any{"code": "x", "session_id": "abc"})
 	txt := text(res)
 	want := "display: 'shown'\ndisplay: <Figure>\nresult:    a\n0  1\n[also as text/html, in the structured content]\n[this result was cut to fit the server's caps]\nfigures: 1, as images after this text\n"
@@ -381,39 +390,89 @@ func (e *endless) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fileAnswer answers every request with 200 and body, with or without a
-// length.
-type fileAnswer struct {
-	body   io.Reader
-	length int64
-}
-
-func (f fileAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
-	h := http.Header{}
-	if f.length >= 0 {
-		h.Set("Content-Length", strconv.FormatInt(f.length, 10))
-	}
-	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(f.body), ContentLength: -1, Request: req}, nil
-}
-
 // download_file read the whole file, then refused it over its 1 MiB cap:
 // through POST /v1/mcp, 16 calls on a 60 MiB file held 2.1 GB in the
-// server. The backend reads no more than the cap (and one byte), and
-// nothing of an answer whose length says it is over.
+// server. The tool reads no more than the cap (and one byte), and nothing
+// of a file whose size says it is over.
 func TestAttackMCPDownloadReadsWholeFile(t *testing.T) {
-	for _, length := range []int64{-1, 60 << 20} {
+	for _, size := range []int64{-1, 60 << 20} {
 		body := &endless{}
-		cs := connect(t, NewHTTPBackend(fileAnswer{body: body, length: length}, "", nil))
+		cs := connect(t, &endlessFile{body: body, size: size})
 		res := call(t, cs, "download_file", map[string]any{"session_id": "abc", "path": "big.bin"})
 		if !res.IsError || !strings.Contains(text(res), "more than the 1048576 bytes this tool returns") {
-			t.Errorf("a 60 MiB file (length %d): isError %v, %s", length, res.IsError, text(res))
+			t.Errorf("a 60 MiB file (size %d): isError %v, %s", size, res.IsError, text(res))
 		}
 		want := int64(DefaultMaxDownload + 64<<10) // the cap, and a read's buffer past it
-		if length >= 0 {
+		if size >= 0 {
 			want = 0
 		}
 		if n := body.read.Load(); n > want {
-			t.Errorf("a 60 MiB file (length %d): %d bytes read, want at most %d", length, n, want)
+			t.Errorf("a 60 MiB file (size %d): %d bytes read, want at most %d", size, n, want)
+		}
+	}
+}
+
+// endlessFile opens every file as body, of the size given.
+type endlessFile struct {
+	fakeBackend
+	body *endless
+	size int64
+}
+
+func (f *endlessFile) OpenFile(context.Context, string, string) (io.ReadCloser, int64, error) {
+	return io.NopCloser(f.body), f.size, nil
+}
+
+// TestToolsPublishOutputSchemas: every tool says the shape of its
+// structured content (derived from its output type), and every answer has
+// that shape: the SDK checks each against its schema and makes a call
+// whose answer does not fit an error.
+func TestToolsPublishOutputSchemas(t *testing.T) {
+	png := base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\nfigure"))
+	sig, res1, setup := 9, "42", "no jail"
+	fb := &fakeBackend{file: []byte("text\n"),
+		run: &api.RunResponse{Type: "result", Result: &api.Result{Verdict: api.VerdictError, Signal: &sig, Error: &setup,
+			BlockedSyscalls: []api.BlockedSyscall{{}}, Network: []api.NetworkDecision{{}}, CopyBack: &api.CopyBack{}},
+			Files: api.FileMap{"a.csv": "eA=="}, FilesSkipped: api.SkippedList{"b"}, Images: []api.Image{{Type: "png", Data: png}},
+			Results: []api.RichResult{{Data: map[string]json.RawMessage{"text/plain": []byte(`"x"`), "application/json": []byte(`{"a":[1]}`), "image/png": []byte(`"` + png + `"`)}}}},
+		exec: &api.ExecResult{Verdict: api.ExecException, State: "kept", Result: &res1, Error: &api.ExecError{Name: "E"},
+			FilesChanged: api.FSNames{"a"}, Images: []api.Image{{Type: "png", Data: png}}}}
+	cs := connect(t, fb)
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list.Tools {
+		schema, _ := json.Marshal(tool.OutputSchema)
+		var s struct {
+			Type  string `json:"type"`
+			AnyOf []any  `json:"anyOf"`
+		}
+		if json.Unmarshal(schema, &s) != nil || s.Type != "object" || tool.Name == "run_python" && len(s.AnyOf) != 2 {
+			t.Errorf("%s: output schema %.200s", tool.Name, schema)
+		}
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		want string // in the structured content
+	}{
+		{"run_python", map[string]any{"code": "x"}, `"files_changed":["a.csv"]`},
+		{"run_python", map[string]any{"code": "x", "session_id": "abc"}, `"state":"kept"`},
+		{"interrupt", map[string]any{"session_id": "abc"}, `"status":"interrupting"`},
+		{"create_session", map[string]any{}, `"session_id":"abc"`},
+		{"close_session", map[string]any{"session_id": "abc"}, `"verdict":"closed"`},
+		{"upload_file", map[string]any{"session_id": "abc", "path": "a", "content": "x"}, `"bytes":1`},
+		{"download_file", map[string]any{"session_id": "abc", "path": "a"}, `"encoding":"text"`},
+		{"list_files", map[string]any{"session_id": "abc"}, `"entries":[]`},
+	} {
+		res := call(t, cs, c.tool, c.args)
+		sc, _ := json.Marshal(res.StructuredContent)
+		if strings.Contains(text(res), "validating tool output") || !strings.Contains(string(sc), c.want) {
+			t.Errorf("%s: %s\n%.300s", c.tool, text(res), sc)
+		}
+		if strings.Contains(string(sc), png) || strings.Contains(string(sc), `"type":"result"`) || strings.Contains(string(sc), "eA==") {
+			t.Errorf("%s: the structured content keeps bytes the content carries, or a stream's type: %.300s", c.tool, sc)
 		}
 	}
 }

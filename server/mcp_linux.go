@@ -3,50 +3,44 @@ package server
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"errors"
 	"io"
 	"net/http"
-	"sync"
+	"os"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/mcp"
 )
 
 // mcpHandler is POST /v1/mcp: stockade's MCP tools (package mcp) as
-// stateless Streamable HTTP. The tools run on this server's own routes,
-// called in process (inProcess) as the caller: a session the model makes
-// here is the caller's, counted against the caller's caps, and the jail's
-// policy is this server's profile, exactly as for a request the caller
-// sends itself. No MCP session is kept: tools name sessions by their
-// session_id argument.
-func (s *Server) mcpHandler(api http.Handler) http.Handler {
+// stateless Streamable HTTP. The request is admitted once, as /v1/run's
+// is: counted against the caller's --per-caller and the queue, its body
+// against --body-budget and read within --body-timeout and --max-body
+// (the SDK would read it with no deadline and no budget). The tools then
+// call this server's operations in process, directly (mcpCaller), as the
+// caller: a session the model makes here is the caller's, counted against
+// the caller's caps, and the jail's policy is this server's profile,
+// exactly as for a request the caller sends itself. No MCP session is
+// kept: tools name sessions by their session_id argument.
+func (s *Server) mcpHandler() http.Handler {
 	cache := sdk.NewSchemaCache()
 	h := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
 		p, ok := r.Context().Value(ctxKey{}).(peer)
 		if !ok {
 			return nil
 		}
-		b := mcp.NewHTTPBackend(&inProcess{api: api, caller: p}, "", nil)
-		return mcp.NewServer(b, mcp.Options{Version: s.cfg.Version, SchemaCache: cache})
+		return mcp.NewServer(&mcpCaller{s: s, caller: p}, mcp.Options{Version: s.cfg.Version, SchemaCache: cache})
 	}, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: s.cfg.MaxBody,
 		// A caller that goes away cancels its run, as on /v1/run.
 		PropagateRequestCancellation: true})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, e := s.admitPeer(r); e != nil {
-			s.writeError(w, e)
-			return
-		}
-		// The body is read here, as /v1/run's is: within --body-timeout
-		// and --max-body, and counted against --body-budget for as long as
-		// the call holds it (the tools' own requests take their shares
-		// too: the server holds both copies). The SDK would read it with
-		// no deadline and no budget.
-		share, ok := s.takeBodyShare(w, r)
+	return s.admitted("GET, POST, DELETE", "POST /v1/mcp", func(w http.ResponseWriter, r *http.Request, caller peer) {
+		done, ok := s.admitBody(w, r, caller)
 		if !ok {
 			return
 		}
-		defer s.bodies.give(share)
+		defer done()
 		rc := http.NewResponseController(w)
 		body, err := s.readBodyWithin(rc, r)
 		if err != nil {
@@ -54,7 +48,12 @@ func (s *Server) mcpHandler(api http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: s.cfg.WriteTimeout}, r)
+		// From here the tools' context ends when the caller closes the
+		// connection or the server kills the runs, and not at a
+		// half-close, as a run's does.
+		ctx, stopRun := s.runContext(r)
+		defer stopRun()
+		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: s.cfg.WriteTimeout}, r.WithContext(ctx))
 	})
 }
 
@@ -83,78 +82,156 @@ func (d *deadlineWriter) Flush() {
 
 func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
-// inProcess is an http.RoundTripper that serves a request with the
-// server's own routes, as caller: the tools' requests get the checks,
-// caps and ownership of a request the caller made on the socket.
-type inProcess struct {
-	api    http.Handler
+// mcpCaller is the backend of POST /v1/mcp's tools: this server's own
+// operations, called in process as caller, with typed requests and
+// answers. The MCP request was admitted once (mcpHandler); each operation
+// makes the checks and takes the caps its route does past admission (a
+// run slot, a session against the caller's --sessions-per-caller, the
+// session's owner), so that a tool can do nothing the caller could not do
+// on the socket.
+type mcpCaller struct {
+	s      *Server
 	caller peer
 }
 
-func (t *inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := context.WithValue(req.Context(), ctxKey{}, t.caller)
-	r := req.Clone(ctx)
-	r.RequestURI = req.URL.RequestURI()
-	r.RemoteAddr = "in-process"
-	if r.Body == nil {
-		r.Body = http.NoBody
+// errOf is e as an error: nil when e is (never a typed nil).
+func errOf(e *api.Error) error {
+	if e == nil {
+		return nil
 	}
-	pr, pw := io.Pipe()
-	w := &pipeWriter{header: http.Header{}, body: pw, headerDone: make(chan struct{})}
-	go func() {
-		defer func() {
-			// net/http recovers a handler's panic on a connection; here it
-			// would end the server, so it ends this request alone.
-			if p := recover(); p != nil {
-				w.writeHeader(http.StatusInternalServerError)
-				pw.CloseWithError(fmt.Errorf("in-process %s %s: handler panic: %v", r.Method, r.URL.Path, p))
-				return
-			}
-			w.writeHeader(http.StatusOK) // a handler that wrote nothing
-			pw.Close()
-		}()
-		t.api.ServeHTTP(w, r)
-	}()
-	select {
-	case <-w.headerDone:
-	case <-ctx.Done():
-		pr.CloseWithError(ctx.Err())
-		return nil, ctx.Err()
+	return e
+}
+
+// output is the stream of a call whose caller wants its output as it
+// comes (nil: the answer alone).
+func output(onOutput mcp.OutputFunc) *ndjson {
+	if onOutput == nil {
+		return nil
 	}
-	return &http.Response{
-		Status: fmt.Sprintf("%d %s", w.status, http.StatusText(w.status)), StatusCode: w.status,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: w.sent, Body: pr, ContentLength: -1, Request: req,
-	}, nil
+	return &ndjson{onOutput: onOutput}
 }
 
-// pipeWriter is the ResponseWriter of an in-process request: the header
-// is handed over once written, the body streams through a pipe (NDJSON
-// lines as they come). It has no connection, so the handlers' read and
-// write deadlines do not apply; the caller's own connection has its own.
-type pipeWriter struct {
-	header     http.Header
-	sent       http.Header
-	body       *io.PipeWriter
-	once       sync.Once
-	status     int
-	headerDone chan struct{}
+func (m *mcpCaller) Run(ctx context.Context, wire *api.RunRequest, onOutput mcp.OutputFunc) (*api.RunResponse, error) {
+	s := m.s
+	req := &runRequest{RunRequest: wire}
+	spec, cold, err := s.checkRun(req)
+	if err != nil {
+		return nil, s.bodyRefusal(err)
+	}
+	if err := s.gate.Enter(ctx); err != nil {
+		return nil, s.gateRefusal(ctx, err)
+	}
+	defer s.gate.Leave()
+	resp, e := s.run(ctx, m.caller, req, spec, cold, output(onOutput))
+	return resp, errOf(e)
 }
 
-func (w *pipeWriter) Header() http.Header { return w.header }
-
-func (w *pipeWriter) writeHeader(code int) {
-	w.once.Do(func() {
-		w.status, w.sent = code, w.header.Clone()
-		close(w.headerDone)
-	})
+func (m *mcpCaller) CreateSession(ctx context.Context, req *api.SessionRequest) (*api.SessionCreated, error) {
+	created, e := m.s.createSession(ctx, m.caller, req)
+	return created, errOf(e)
 }
 
-func (w *pipeWriter) WriteHeader(code int) { w.writeHeader(code) }
-
-func (w *pipeWriter) Write(b []byte) (int, error) {
-	w.writeHeader(http.StatusOK)
-	return w.body.Write(b)
+func (m *mcpCaller) Exec(ctx context.Context, id string, req *api.ExecRequest, onOutput mcp.OutputFunc) (*api.ExecResult, error) {
+	ss, e := m.s.sessionOf(m.caller, id)
+	if e != nil {
+		return nil, e
+	}
+	res, e := m.s.execCell(ctx, m.caller, ss, req, output(onOutput))
+	return res, errOf(e)
 }
 
-func (w *pipeWriter) Flush() {}
+func (m *mcpCaller) Interrupt(_ context.Context, id string) error {
+	ss, e := m.s.sessionOf(m.caller, id)
+	if e != nil {
+		return e
+	}
+	return errOf(ss.interruptExec())
+}
+
+func (m *mcpCaller) CloseSession(_ context.Context, id string) (*api.SessionEnd, error) {
+	ss, e := m.s.sessionOf(m.caller, id)
+	if e != nil {
+		return nil, e
+	}
+	end, e := m.s.endSession(m.caller, ss)
+	return end, errOf(e)
+}
+
+// workOf finds the caller's session id and holds its /work (ss.work) for
+// one file operation on p, checked as the files routes check it.
+func (m *mcpCaller) workOf(id, p string, writes bool) (*session, func(), error) {
+	ss, e := m.s.sessionOf(m.caller, id)
+	if e != nil {
+		return nil, nil, e
+	}
+	ss.touch()
+	if p != "." {
+		if err := checkWorkPath(p); err != nil {
+			return nil, nil, err
+		}
+	}
+	unlock, e := ss.work(writes)
+	if e != nil {
+		return nil, nil, e
+	}
+	return ss, unlock, nil
+}
+
+func (m *mcpCaller) ListFiles(_ context.Context, id, dir string) (*api.FileList, error) {
+	p := workPathOf(dir)
+	ss, unlock, err := m.workOf(id, p, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	list, err := listWork(ss.workFD, p, 10000)
+	if err != nil {
+		return nil, workError(p, err)
+	}
+	return list, nil
+}
+
+// OpenFile opens a file of the session's /work. Its /work stays held
+// (ss.work) until the file is closed.
+func (m *mcpCaller) OpenFile(_ context.Context, id, p string) (io.ReadCloser, int64, error) {
+	ss, unlock, err := m.workOf(id, p, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, size, err := openWorkFile(ss.workFD, p)
+	if err != nil {
+		unlock()
+		if errors.Is(err, errIsDir) || errors.Is(err, errNotRegular) {
+			return nil, 0, badRequest("%s: %v", p, err)
+		}
+		return nil, 0, workError(p, err)
+	}
+	// The jail may change the file meanwhile: size bytes at most.
+	return &heldFile{Reader: io.LimitReader(f, size), f: f, unlock: unlock}, size, nil
+}
+
+// heldFile is a file of a session's /work, which it holds until closed.
+type heldFile struct {
+	io.Reader
+	f      *os.File
+	unlock func()
+}
+
+func (h *heldFile) Close() error {
+	err := h.f.Close()
+	h.unlock()
+	return err
+}
+
+func (m *mcpCaller) WriteFile(_ context.Context, id, p string, data []byte) error {
+	ss, unlock, err := m.workOf(id, p, true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	uid, gid := ss.jl.p.WorkOwner()
+	if _, err := writeWorkFile(ss.workFD, p, bytes.NewReader(data), uid, gid); err != nil {
+		return workError(p, err)
+	}
+	return nil
+}

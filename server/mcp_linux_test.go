@@ -241,3 +241,68 @@ func TestServeMCPBodyCaps(t *testing.T) {
 		t.Errorf("an 8 KiB body over --max-body 4K: %v %s", err, out)
 	}
 }
+
+// postMCP sends one tools/call to /v1/mcp with curl and returns the answer
+// and its status (" 200" at the end).
+func postMCP(ctx context.Context, sock, tool string, args map[string]any) (string, error) {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": args}})
+	out, err := exec.CommandContext(ctx, "curl", "-s", "-w", " %{http_code}", "--unix-socket", sock, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream", "--data-binary", string(b), "http://x/v1/mcp").Output()
+	return string(out), err
+}
+
+// mcpResult is a tools/call's result, as postMCP returned it.
+func mcpResult(out string) (isError bool, structured map[string]any) {
+	var resp struct {
+		Result struct {
+			IsError           bool           `json:"isError"`
+			StructuredContent map[string]any `json:"structuredContent"`
+		} `json:"result"`
+	}
+	if json.Unmarshal([]byte(strings.TrimSuffix(out, " 200")), &resp) != nil {
+		return true, nil
+	}
+	return resp.Result.IsError, resp.Result.StructuredContent
+}
+
+// TestServeMCPAdmitsTheBodyOnce: a tool call's body is admitted once, by
+// /v1/mcp, and the tool's run is made from it in process. Its tools
+// re-sent each call to the server's own /v1/run, whose body took a second
+// share of --body-budget while the first was held: a 7 KiB cell under a
+// 12K budget waited --queue-wait for its own share and was refused busy.
+// A run_python's timeout_seconds reaches the run in process too.
+func TestServeMCPAdmitsTheBodyOnce(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--max-body", "8K", "--body-budget", "12K", "--queue-wait", "2s", "--audit-log", "")
+	out, err := postMCP(context.Background(), s.sock, "run_python", map[string]any{"code": strings.Repeat("#", 7<<10) + "\nprint(6 * 7)"})
+	if isError, sc := mcpResult(out); err != nil || isError || sc["stdout"] != "42\n" {
+		t.Errorf("a 7 KiB cell under --body-budget 12K: %v %.400s", err, out)
+	}
+	out, err = postMCP(context.Background(), s.sock, "run_python", map[string]any{"code": "import time; time.sleep(60)", "timeout_seconds": 1})
+	if isError, sc := mcpResult(out); err != nil || !isError || sc["verdict"] != "timeout" {
+		t.Errorf("timeout_seconds 1 on a 60 s sleep: %v %.400s", err, out)
+	}
+}
+
+// TestAttackMCPBodyOutsideBudget: /v1/mcp's body is the caller's request,
+// admitted as /v1/run's is: while one call holds its share of
+// --body-budget, a second whose body does not fit is refused 503 at the
+// door, before the SDK or a tool sees it. Admitted without a share, a
+// caller could hold any number of --max-body bodies through the route.
+func TestAttackMCPBodyOutsideBudget(t *testing.T) {
+	s := startServer(t, "--pool", "0", "--max-body", "8K", "--body-budget", "12K", "--queue-wait", "1s", "--audit-log", "")
+	pad := strings.Repeat("#", 7<<10) + "\n"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Holds its share until cancelled.
+	go postMCP(ctx, s.sock, "run_python", map[string]any{"code": pad + "import time; time.sleep(60)"})
+	var h struct {
+		Budget map[string]int64 `json:"budget"`
+	}
+	eventually(t, "the first call holds its body's share", func() bool {
+		return s.get("/v1/health", &h) == 200 && h.Budget["body_bytes_used"] >= 7<<10
+	})
+	out, err := postMCP(context.Background(), s.sock, "run_python", map[string]any{"code": pad + "print(6 * 7)"})
+	if err != nil || !strings.HasSuffix(out, " 503") || !strings.Contains(out, "body-budget") {
+		t.Errorf("a second 7 KiB call while the first holds 7 KiB of a 12K --body-budget: %v %.300s", err, out)
+	}
+}

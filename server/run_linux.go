@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stockade/stockade/server/internal/capacity"
 	"io"
 	"net/http"
 	"strings"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
-	"github.com/stockade/stockade/server/internal/capacity"
 )
 
 // handleRun is POST /v1/run (s.admitted lets it in).
@@ -34,19 +34,53 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	ctx, stopRun := s.runContext(r)
 	defer stopRun()
 	r = r.WithContext(ctx)
-	switch err := s.gate.Enter(r.Context()); {
-	case errors.Is(err, capacity.ErrBusy):
-		retryAfter(w, s.cfg.QueueWait/4)
-		s.writeError(w, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)})
-		return
-	case err != nil:
-		// The server is stopping, or the caller went away (and reads
-		// nothing).
-		s.refuseStopped(w, context.Cause(r.Context()))
+	if err := s.gate.Enter(r.Context()); err != nil {
+		retry := time.Second
+		if errors.Is(err, capacity.ErrBusy) {
+			retry = s.cfg.QueueWait / 4
+		}
+		retryAfter(w, retry)
+		s.writeError(w, s.gateRefusal(r.Context(), err))
 		return
 	}
 	defer s.gate.Leave()
-	s.run(w, r, rc, caller, req, spec, cold)
+	var out *ndjson
+	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
+	if stream {
+		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout}
+	}
+	resp, e := s.run(r.Context(), caller, req, spec, cold, out)
+	if e != nil {
+		retryAfter(w, time.Second)
+		s.writeError(w, e)
+		return
+	}
+	if stream {
+		resp.Type = api.StreamResult
+		out.last(marshal(resp))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.Verdict == jail.VerdictError {
+		w.WriteHeader(500) // the server could not set up the jail
+	}
+	// A caller that does not read its response holds a run slot until
+	// this deadline, not for ever.
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	// Not flushed here: net/http sends it as the handler returns, once
+	// the run slot, the caller's count and the body's share are given
+	// back, so that a caller's next request never finds them still held.
+	w.Write(marshal(resp))
+}
+
+// gateRefusal is the answer to a request the gate did not let run: the
+// queue was full or waited too long, or the server is stopping (or the
+// caller went away, and reads nothing).
+func (s *Server) gateRefusal(ctx context.Context, err error) *api.Error {
+	if errors.Is(err, capacity.ErrBusy) {
+		return &api.Error{Status: 503, Msg: fmt.Sprintf("busy: %d runs at once and the queue is full or waited %v", s.cfg.Concurrency, s.cfg.QueueWait)}
+	}
+	return &api.Error{Status: 503, Msg: "shutting down: " + context.Cause(ctx).Error()}
 }
 
 // checkJSONType refuses a body that says it is not JSON (415).
@@ -86,43 +120,54 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *api.Error) {
 
 // parse reads and checks the request and makes its jail's spec.
 func (s *Server) parse(rc *http.ResponseController, r *http.Request) (*runRequest, jail.Spec, bool, error) {
-	var spec jail.Spec
 	if err := checkJSONType(r); err != nil {
-		return nil, spec, false, err
+		return nil, jail.Spec{}, false, err
 	}
 	body, err := s.readBodyWithin(rc, r)
 	if err != nil {
-		return nil, spec, false, err
+		return nil, jail.Spec{}, false, err
 	}
 	wire, err := decodeRequest(body)
 	if err != nil {
-		return nil, spec, false, err
+		return nil, jail.Spec{}, false, err
 	}
 	req := &runRequest{RunRequest: wire}
+	spec, cold, err := s.checkRun(req)
+	return req, spec, cold, err
+}
+
+// checkRun checks a decoded request and makes its jail's spec; cold says
+// the pool's jails do not fit it.
+func (s *Server) checkRun(req *runRequest) (jail.Spec, bool, error) {
+	var spec jail.Spec
 	if err := req.validate(1024); err != nil {
-		return nil, spec, false, err
+		return spec, false, err
 	}
 	name := req.Profile
 	if name == "" {
 		name = s.cfg.Profiles[0].Name
 	}
 	if _, ok := s.policies[name]; !ok {
-		return nil, spec, false, badRequest("profile %q: not offered by this server (it offers: %s)", name, s.profileNames())
+		return spec, false, badRequest("profile %q: not offered by this server (it offers: %s)", name, s.profileNames())
 	}
 	req.Profile = name
 	if len(req.Files) > 0 && s.specs[name].WorkdirMode == jail.WorkdirNone {
-		return nil, spec, false, badRequest("files: profile %s has no writable /work", name)
+		return spec, false, badRequest("files: profile %s has no writable /work", name)
 	}
-	spec, err = s.requestSpec(name, req.Limits)
+	spec, err := s.requestSpec(name, req.Limits)
 	if err != nil {
-		return nil, spec, false, err
+		return spec, false, err
 	}
-	return req, spec, !poolServes(s.specs[name], spec), nil
+	return spec, !poolServes(s.specs[name], spec), nil
 }
 
-// run serves one admitted request: a jail from the pool (or a fresh one),
-// the job fed to it, the result, the files, and the jail destroyed.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, caller peer, req *runRequest, spec jail.Spec, cold bool) {
+// run serves one admitted request that holds a run slot: a jail from the
+// pool (or a fresh one), the job fed to it, the result, the files, and
+// the jail destroyed. out, when not nil, is given the output as it comes;
+// its stream begins once the jail is the run's. An error is a request
+// refused before that (503: no jail in time, the server stopping, the
+// audit line unwritten).
+func (s *Server) run(ctx context.Context, caller peer, req *runRequest, spec jail.Spec, cold bool, out *ndjson) (*api.RunResponse, *api.Error) {
 	admitted := time.Now()
 	use := api.PoolUse{Reason: "limits differ from the profile's"}
 	var jl *ready
@@ -132,17 +177,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	var res *jail.Result
 	if jl == nil {
 		var err error
-		jl, err = s.coldJail(r.Context(), spec)
-		if cause := context.Cause(r.Context()); err != nil && cause != nil {
-			s.refuseStopped(w, cause)
-			return
+		jl, err = s.coldJail(ctx, spec)
+		if cause := context.Cause(ctx); err != nil && cause != nil {
+			return nil, &api.Error{Status: 503, Msg: "shutting down: " + cause.Error()}
 		}
 		if err != nil {
 			var ae *api.Error
 			if errors.As(err, &ae) {
-				retryAfter(w, time.Second)
-				s.writeError(w, ae)
-				return
+				return nil, ae
 			}
 			res = jail.FailedResult(spec, err)
 		}
@@ -156,21 +198,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	id := s.runID()
 	if res == nil {
 		if e := s.auditStart(id, caller, req.RunRequest, spec, use); e != nil {
-			retryAfter(w, time.Second)
-			s.writeError(w, e)
-			return
+			return nil, e
 		}
 	}
 
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	var out *ndjson
-	if stream {
+	if out != nil {
 		// Past the run's own timeout no streamed write may wait: the jail
 		// is killed by then, and its output must drain for it to be reaped.
-		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout, cancel: cancel,
-			end: time.Now().Add(spec.Timeout + time.Second)}
+		out.cancel, out.end = cancel, time.Now().Add(spec.Timeout+time.Second)
 		out.begin()
 	}
 	if res == nil {
@@ -191,23 +228,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rc *http.ResponseCo
 	}
 	s.auditEnd(id, caller, req.RunRequest, spec, use, res)
 	s.metrics.run(string(res.Verdict), time.Since(admitted))
-	if stream {
-		resp.Type = api.StreamResult
-		out.end = time.Time{}
-		out.write(marshal(resp))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if res.Verdict == jail.VerdictError {
-		w.WriteHeader(500) // the server could not set up the jail
-	}
-	// A caller that does not read its response holds a run slot until
-	// this deadline, not for ever.
-	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	// Not flushed here: net/http sends it as the handler returns, once
-	// the run slot, the caller's count and the body's share are given
-	// back, so that a caller's next request never finds them still held.
-	w.Write(marshal(resp))
+	return resp, nil
 }
 
 // teardown destroys a jail that has served its request (nil: none) in
@@ -293,7 +314,13 @@ func (s *Server) start(ctx context.Context, jl *ready, req *runRequest, spec jai
 // stop the drain, or the jail (killed at its timeout or not) is never
 // reaped and its slot, budget, cgroup and run directory are held for as
 // long as the connection stays open.
+//
+// An in-process caller (POST /v1/mcp's tools) sets onOutput instead: each
+// chunk of output is handed to it as text, with no JSON and no
+// connection; it must not block (the drain waits for it).
 type ndjson struct {
+	onOutput func(stream, text string)
+
 	mu      sync.Mutex
 	w       io.Writer
 	rc      *http.ResponseController
@@ -305,6 +332,9 @@ type ndjson struct {
 
 // begin sends the stream's status line and headers.
 func (n *ndjson) begin() {
+	if n.onOutput != nil {
+		return
+	}
 	if hw, ok := n.w.(http.ResponseWriter); ok {
 		hw.Header().Set("Content-Type", api.NDJSON)
 		hw.WriteHeader(200)
@@ -330,12 +360,6 @@ func (n *ndjson) write(line []byte) {
 		deadline = n.end
 	}
 	err := n.rc.SetWriteDeadline(deadline)
-	if errors.Is(err, http.ErrNotSupported) {
-		// No connection under it: POST /v1/mcp's tools calling the routes
-		// in process (inProcess), whose reader never stops; the MCP
-		// caller's own connection has its deadline.
-		err = nil
-	}
 	if err == nil && line != nil {
 		_, err = n.w.Write(line)
 	}
@@ -346,6 +370,13 @@ func (n *ndjson) write(line []byte) {
 		n.dead = true
 		n.cancel()
 	}
+}
+
+// last sends the stream's last line, the result: the run has ended, so
+// its write has the deadline of any answer, not the run's end.
+func (n *ndjson) last(line []byte) {
+	n.end = time.Time{}
+	n.write(line)
 }
 
 // streamWriter sends one stream's chunks as lines. A chunk boundary can
@@ -387,5 +418,9 @@ func (s *streamWriter) flush() {
 }
 
 func (s *streamWriter) send(b []byte) {
+	if s.n.onOutput != nil {
+		s.n.onOutput(s.typ, string(b))
+		return
+	}
 	s.n.write(marshal(api.StreamLine{Type: s.typ, Data: string(b)}))
 }

@@ -340,7 +340,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	mux.HandleFunc("/v1/run", s.admitted("POST", "POST /v1/run", s.handleRun))
 	mux.HandleFunc("/v1/health", s.handleHealth)
 	s.routeSessions(mux)
-	mux.Handle("/v1/mcp", s.mcpHandler(mux))
+	mux.Handle("/v1/mcp", s.mcpHandler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, &api.Error{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, /v1/sessions, /v1/mcp, GET /v1/health, /v1/metrics)"})
 	})

@@ -8,7 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/server/internal/capacity"
 	"io"
 	"net"
 	"net/http"
@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
-	"github.com/stockade/stockade/server/internal/capacity"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,17 +106,24 @@ func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, caller peer) 
 // lookup finds the caller's session named in the path, or answers 404
 // (unknown, or another uid's) or 410 (closed, with why).
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request, caller peer) *session {
-	id := r.PathValue("id")
+	ss, e := s.sessionOf(caller, r.PathValue("id"))
+	if e != nil {
+		s.writeError(w, e)
+	}
+	return ss
+}
+
+// sessionOf finds the caller's session id, or says why not: 404 (unknown,
+// or another uid's), 410 (closed, with why).
+func (s *Server) sessionOf(caller peer, id string) (*session, *api.Error) {
 	ss, tomb := s.sessions.get(id, caller.uid)
 	switch {
 	case ss != nil:
-		return ss
+		return ss, nil
 	case tomb != nil:
-		s.writeError(w, &api.Error{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)})
-	default:
-		s.writeError(w, &api.Error{Status: 404, Msg: fmt.Sprintf("no session %q (GET /v1/sessions lists yours)", id)})
+		return nil, &api.Error{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)}
 	}
-	return nil
+	return nil, &api.Error{Status: 404, Msg: fmt.Sprintf("no session %q (GET /v1/sessions lists yours)", id)}
 }
 
 // readSessionBody counts the caller against --per-caller and the queue,
@@ -168,7 +175,7 @@ func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller p
 		for _, ss := range s.sessions.list(caller.uid) {
 			list = append(list, ss.info())
 		}
-		s.writeJSON(w, 200, map[string]any{"sessions": list})
+		s.writeJSON(w, 200, api.SessionList{Sessions: list})
 		return
 	}
 	var req api.SessionRequest
@@ -467,12 +474,23 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request, caller pe
 		s.writeJSON(w, 200, ss.info())
 		return
 	}
-	if !s.closeSession(ss, api.SessionClosed, "closed by DELETE", false) {
-		// Another request closed it first: its tombstone answers.
-		s.lookup(w, r, caller)
+	end, e := s.endSession(caller, ss)
+	if e != nil {
+		s.writeError(w, e)
 		return
 	}
-	s.writeJSON(w, 200, ss.accounting())
+	s.writeJSON(w, 200, end)
+}
+
+// endSession closes the caller's session and returns its accounting.
+func (s *Server) endSession(caller peer, ss *session) (*api.SessionEnd, *api.Error) {
+	if !s.closeSession(ss, api.SessionClosed, "closed by DELETE", false) {
+		// Another request closed it first: its tombstone answers.
+		_, e := s.sessionOf(caller, ss.id)
+		return nil, e
+	}
+	end := ss.accounting()
+	return &end, nil
 }
 
 // handleExec is POST /v1/sessions/{id}/exec.
@@ -487,26 +505,49 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 	if ss == nil {
 		return
 	}
-	if req.Code == nil {
-		s.writeError(w, badRequest("code: missing"))
+	// The exec's context ends when its caller closes the connection (not
+	// at a half-close) or the server kills the runs: an interrupt.
+	ctx, stopRun := s.runContext(r)
+	defer stopRun()
+	var out *ndjson
+	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
+	if stream {
+		out = &ndjson{w: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	}
+	res, ae := s.execCell(ctx, caller, ss, &req, out)
+	if ae != nil {
+		// Before the exec began: no stream has started.
+		s.writeError(w, ae)
 		return
+	}
+	if stream {
+		res.Type = api.StreamResult
+		out.last(marshal(res))
+		return
+	}
+	s.writeJSON(w, 200, res)
+}
+
+// execCell checks an exec of the caller's session ss and runs it, once
+// the session's previous exec is done. out, when not nil, is given the
+// output as it comes; its stream begins with the exec. An error is an
+// exec that did not begin.
+func (s *Server) execCell(ctx context.Context, caller peer, ss *session, req *api.ExecRequest, out *ndjson) (*api.ExecResult, *api.Error) {
+	if req.Code == nil {
+		return nil, badRequest("code: missing")
 	}
 	if err := checkFiles(req.Files, 1024); err != nil {
-		s.writeError(w, err.(*api.Error))
-		return
+		return nil, err.(*api.Error)
 	}
 	if err := checkFigureFormats(req.FigureFormats); err != nil {
-		s.writeError(w, err.(*api.Error))
-		return
+		return nil, err.(*api.Error)
 	}
 	if err := checkExecEnv(req.Env); err != nil {
-		s.writeError(w, err.(*api.Error))
-		return
+		return nil, err.(*api.Error)
 	}
 	timeout, err := execTimeout(req.Timeout, ss.execTimeout)
 	if err != nil {
-		s.writeError(w, err.(*api.Error))
-		return
+		return nil, err.(*api.Error)
 	}
 	ss.touch()
 	// One exec at a time: the next waits no longer than a queued run.
@@ -515,44 +556,27 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer)
 	case ss.slot <- struct{}{}:
 		wait.Stop()
 	case <-wait.C:
-		s.writeError(w, &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", ss.id, s.cfg.QueueWait)})
-		return
-	case <-r.Context().Done():
+		return nil, &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", ss.id, s.cfg.QueueWait)}
+	case <-ctx.Done():
 		wait.Stop()
-		return
+		return nil, &api.Error{Status: 499, Msg: "the caller went away"}
 	}
 	defer func() { <-ss.slot }()
-	// The exec's context ends when its caller closes the connection (not
-	// at a half-close) or the server kills the runs: an interrupt.
-	runCtx, stopRun := s.runContext(r)
-	defer stopRun()
-	ctx, cancel := context.WithCancel(runCtx)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rc := http.NewResponseController(w)
-	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	var out *ndjson
-	if stream {
+	if out != nil {
 		// Past the exec's timeout and its grace no streamed write may
 		// wait: the cell's output must drain for the exec to end.
-		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout, cancel: cancel,
-			end: time.Now().Add(timeout + interruptGrace + time.Second)}
+		out.cancel, out.end = cancel, time.Now().Add(timeout+interruptGrace+time.Second)
 	}
 	t0 := time.Now()
 	res, ae := ss.exec(ctx, s, execPlan{code: *req.Code, stdin: req.Stdin, timeout: timeout, files: req.Files, figureFormats: req.FigureFormats, env: req.Env, caller: caller}, out)
 	if ae != nil {
-		// Before the exec began: no stream has started.
-		s.writeError(w, ae)
-		return
+		return nil, ae
 	}
 	s.metrics.exec(res.Verdict, time.Since(t0))
-	s.auditExecEnd(caller, ss, &req, timeout, res)
-	if stream {
-		res.Type = "result"
-		out.end = time.Time{}
-		out.write(marshal(res))
-		return
-	}
-	s.writeJSON(w, 200, res)
+	s.auditExecEnd(caller, ss, req, timeout, res)
+	return res, nil
 }
 
 // handleInterrupt is POST /v1/sessions/{id}/interrupt: KeyboardInterrupt
@@ -562,9 +586,18 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller 
 	if ss == nil {
 		return
 	}
-	if !ss.alive() {
-		s.writeError(w, ss.goneError())
+	if e := ss.interruptExec(); e != nil {
+		s.writeError(w, e)
 		return
+	}
+	s.writeJSON(w, 202, api.Interrupting{Status: "interrupting"})
+}
+
+// interruptExec raises KeyboardInterrupt in the running exec, or says why
+// not: the session ended, or runs none (409).
+func (ss *session) interruptExec() *api.Error {
+	if !ss.alive() {
+		return ss.goneError()
 	}
 	ss.mu.Lock()
 	busy := ss.busy
@@ -575,10 +608,9 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, caller 
 	ss.lastUsed = time.Now()
 	ss.mu.Unlock()
 	if !busy {
-		s.writeError(w, &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is idle: no exec to interrupt", ss.id)})
-		return
+		return &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is idle: no exec to interrupt", ss.id)}
 	}
-	s.writeJSON(w, 202, map[string]string{"status": "interrupting"})
+	return nil
 }
 
 // handleFiles is GET, PUT and DELETE /v1/sessions/{id}/files/{path}, and
@@ -603,22 +635,12 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 		s.writeError(w, err.(*api.Error))
 		return
 	}
-	ss.useMu.RLock()
-	defer ss.useMu.RUnlock()
-	if ss.released {
-		s.writeError(w, ss.goneError())
+	unlock, e := ss.work(r.Method == http.MethodPut || r.Method == http.MethodDelete)
+	if e != nil {
+		s.writeError(w, e)
 		return
 	}
-	if ss.workFD < 0 {
-		s.writeError(w, badRequest("profile %s has no writable /work", ss.profile))
-		return
-	}
-	writes := r.Method == http.MethodPut || r.Method == http.MethodDelete
-	if writes && !ss.alive() {
-		// Kept for reading its /work: the jail that owned it is gone.
-		s.writeError(w, ss.goneError())
-		return
-	}
+	defer unlock()
 	switch {
 	case listing:
 		list, err := listWork(ss.workFD, p, 10000)
@@ -635,7 +657,7 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 			s.writeError(w, workError(p, err))
 			return
 		}
-		s.writeJSON(w, 200, map[string]string{"deleted": p})
+		s.writeJSON(w, 200, api.FileDeleted{Deleted: p})
 	default:
 		f, size, err := openWorkFile(ss.workFD, p)
 		if err != nil {
@@ -657,6 +679,27 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request, caller peer
 			_, _ = io.CopyN(w, f, size)
 		}
 	}
+}
+
+// work holds the session's /work (workFD) for one use of the files
+// routes, or says why it cannot: the session released it, its profile has
+// none, or (writes) its jail is gone. unlock must follow nil.
+func (ss *session) work(writes bool) (unlock func(), e *api.Error) {
+	ss.useMu.RLock()
+	switch {
+	case ss.released:
+		e = ss.goneError()
+	case ss.workFD < 0:
+		e = badRequest("profile %s has no writable /work", ss.profile)
+	case writes && !ss.alive():
+		// Kept for reading its /work: the jail that owned it is gone.
+		e = ss.goneError()
+	}
+	if e != nil {
+		ss.useMu.RUnlock()
+		return nil, e
+	}
+	return ss.useMu.RUnlock, nil
 }
 
 // putFile writes the body to p in the session's /work.
@@ -690,7 +733,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, caller peer, ss
 		}
 		return
 	}
-	s.writeJSON(w, 201, map[string]any{"path": p, "bytes": n})
+	s.writeJSON(w, 201, api.FileWritten{Path: p, Bytes: n})
 }
 
 // handleMetrics is GET /v1/metrics.
@@ -727,7 +770,7 @@ func execAudit(event string, caller peer, ss *session, code string, files, n int
 // auditExecEnd writes an exec's end line, with its outcome.
 func (s *Server) auditExecEnd(caller peer, ss *session, req *api.ExecRequest, timeout time.Duration, res *api.ExecResult) {
 	e := execAudit("exec_end", caller, ss, *req.Code, len(req.Files), res.ExecutionCount, timeout)
-	o := &AuditOutcome{Verdict: jail.Verdict(res.Verdict), State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
+	o := &AuditOutcome{Verdict: res.Verdict, State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
 	if res.Why != "" && res.Verdict != api.ExecOutput {
 		why := res.Why
 		o.Error = &why
@@ -745,7 +788,7 @@ func (s *Server) auditSession(event string, ss *session) error {
 	if event == "session_end" {
 		a := ss.accounting()
 		why := a.Why
-		e.AuditOutcome = &AuditOutcome{Verdict: jail.Verdict(a.Verdict), WallMs: a.WallMs, Blocked: a.BlockedSyscalls, Error: &why}
+		e.AuditOutcome = &AuditOutcome{Verdict: a.Verdict, WallMs: a.WallMs, Blocked: a.BlockedSyscalls, Error: &why}
 	}
 	return s.writeAudit(e)
 }

@@ -10,14 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/client"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/mcp"
 	"github.com/stockade/stockade/profiles"
@@ -28,16 +27,11 @@ import (
 // defaultSocket is where `stockade serve` listens unless told otherwise.
 const defaultSocket = "/run/stockade/stockade.sock"
 
-// mcpCarried are the flags of `stockade mcp` a server's request can carry:
-// the profile's name and the limits a request may tighten. Any other jail
-// flag needs a jail this process makes (its own pool).
-var mcpCarried = map[string]bool{
-	"profile": true, "timeout": true, "cpu-time": true, "memory": true, "output-limit": true, "cpus": true, "pids": true,
-}
-
-// mcpOwnFlags are the flags of `stockade mcp` itself, not the jail's
-// (--pool is its own pool's, and so chooses one).
-var mcpOwnFlags = map[string]bool{"server": true, "http": true}
+// mcpOwnFlags are the flags of `stockade mcp` itself, neither a jail's
+// nor a request's (--pool is its own pool's, and so chooses one). The
+// flags a request to a server carries are run --server's (remoteFlags,
+// from the profile schema); any other needs a jail this process makes.
+var mcpOwnFlags = map[string]bool{"http": true}
 
 // mcpCommand is `stockade mcp`: the Model Context Protocol on stdio (or,
 // with --http, stateless Streamable HTTP on a loopback port), its tools run
@@ -73,12 +67,12 @@ func mcpCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 			// A host that closed the pipe must not kill stockade while its
 			// own pool's jails are up.
 			signal.Ignore(syscall.SIGPIPE)
-			backend, done, err := mcpBackend(ctx, c, stderr)
+			opts := mcp.Options{Version: version}
+			backend, done, err := mcpBackend(ctx, c, &opts, stderr)
 			if err != nil {
 				return fail(err)
 			}
 			defer done()
-			opts := mcp.Options{Version: version}
 			if addr != "" {
 				return mcpServeHTTP(ctx, addr, backend, opts, stderr)
 			}
@@ -98,18 +92,14 @@ func (nopWriteCloser) Close() error { return nil }
 
 // mcpBackend chooses who runs the tools: the server --server names, the
 // default socket's server if one answers and no flag needs a jail of our
-// own, or a pool of our own. It says which on stderr.
-func mcpBackend(ctx context.Context, c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
-	var own []string
-	for _, n := range c.LocalFlagNames() {
-		if !mcpCarried[n] && !mcpOwnFlags[n] {
-			own = append(own, "--"+n)
-		}
-	}
-	sort.Strings(own)
+// own, or a pool of our own. It says which on stderr. opts gets what a
+// server's requests carry: --profile and the limit flags.
+func mcpBackend(ctx context.Context, c *cli.Context, opts *mcp.Options, stderr io.Writer) (mcp.Backend, func(), error) {
+	own, carried := notCarried(c, mcpOwnFlags)
 	sock := c.String("server")
 	if sock != "" && len(own) > 0 {
-		return nil, nil, fmt.Errorf("%s: not with --server (nor $STOCKADE_SOCKET): the server applies its own profile and pool, and a request carries only --profile, --timeout, --cpu-time, --memory, --output-limit, --cpus and --pids (set it in a profile on the server, or leave out --server to run a pool of its own)", strings.Join(own, ", "))
+		return nil, nil, fmt.Errorf("%s: not with --server (nor $STOCKADE_SOCKET): the server applies its own profile and pool, and a request carries only %s (set it in a profile on the server, or leave out --server to run a pool of its own)",
+			strings.Join(own, ", "), strings.Join(carried, ", "))
 	}
 	if sock == "" && len(own) == 0 {
 		if err := probeServer(ctx, defaultSocket); err == nil {
@@ -118,20 +108,28 @@ func mcpBackend(ctx context.Context, c *cli.Context, stderr io.Writer) (mcp.Back
 			fmt.Fprintf(stderr, "stockade mcp: no server at %s (%v)\n", defaultSocket, err)
 		}
 	}
-	if sock != "" {
-		if err := probeServer(ctx, sock); err != nil {
-			return nil, nil, fmt.Errorf("--server %s: %w", sock, err)
-		}
-		limits, err := mcpLimits(c)
-		if err != nil {
-			return nil, nil, err
-		}
-		fmt.Fprintf(stderr, "stockade mcp: using the server at %s\n", sock)
-		b := mcp.NewHTTPBackend(unixTransport(sock), c.String("profile"), limits)
-		b.PoolMissed = poolMissNotice(c, stderr)
-		return b, func() {}, nil
+	if sock == "" {
+		return ownPool(c, stderr)
 	}
-	return ownPool(c, stderr)
+	if err := probeServer(ctx, sock); err != nil {
+		return nil, nil, fmt.Errorf("--server %s: %w", sock, err)
+	}
+	// The limits are parsed here as a local run's flags are, as run
+	// --server's are: a value that does not parse is refused with the
+	// flag's name; their ranges and the profile's ceiling are the
+	// server's to check.
+	layer, err := flagLayer(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := client.New(sock, client.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--server %s: %w", sock, err)
+	}
+	fmt.Fprintf(stderr, "stockade mcp: using the server at %s\n", sock)
+	opts.Profile, opts.Limits = c.String("profile"), server.LimitsOf(layer)
+	opts.PoolMissed = poolMissNotice(c, stderr)
+	return mcpRemote(cl), func() {}, nil
 }
 
 // poolMissNotice says once on stderr that the limit flags this process
@@ -141,9 +139,10 @@ func mcpBackend(ctx context.Context, c *cli.Context, stderr io.Writer) (mcp.Back
 // paid a cold start on every call in silence).
 func poolMissNotice(c *cli.Context, stderr io.Writer) func(string) {
 	var given []string
-	for _, n := range []string{"memory", "cpu-time", "cpus", "pids", "output-limit"} {
-		if c.IsSet(n) {
-			given = append(given, fmt.Sprintf("--%s %s", n, c.String(n)))
+	for _, f := range policyFlags {
+		// A timeout is each run's: it keeps no run from a prepared jail.
+		if f.field != profiles.FieldTimeout && remoteFlags[f.name] && c.IsSet(f.name) {
+			given = append(given, fmt.Sprintf("--%s %s", f.name, c.String(f.name)))
 		}
 	}
 	if len(given) == 0 {
@@ -158,56 +157,26 @@ func poolMissNotice(c *cli.Context, stderr io.Writer) func(string) {
 	}
 }
 
-// unixTransport dials the server's socket for every connection.
-func unixTransport(sock string) http.RoundTripper {
-	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}
-}
-
 // probeServer asks the server at sock for its health.
 func probeServer(ctx context.Context, sock string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://stockade/v1/health", nil)
+	cl, err := client.New(sock, client.Options{})
 	if err != nil {
 		return err
 	}
-	resp, err := (&http.Client{Transport: unixTransport(sock)}).Do(req)
-	if err != nil {
-		var ne *net.OpError
-		if errors.As(err, &ne) {
-			return fmt.Errorf("no server answers: %v", ne.Err)
-		}
-		return fmt.Errorf("no server answers: %v", err)
+	_, err = cl.Health(ctx)
+	var refused *client.Error
+	var ne *net.OpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &refused):
+		return fmt.Errorf("the server refused us: %d %s: %s", refused.Status, http.StatusText(refused.Status), refused.Body.Msg)
+	case errors.As(err, &ne):
+		return fmt.Errorf("no server answers: %v", ne.Err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("the server refused us: %s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	return nil
-}
-
-// mcpLimits are the limit flags, sent with every request to a server.
-func mcpLimits(c *cli.Context) (*mcp.Limits, error) {
-	l := &mcp.Limits{Timeout: c.String("timeout"), CPUTime: c.String("cpu-time"), Memory: c.String("memory"), OutputLimit: c.String("output-limit")}
-	if c.IsSet("cpus") {
-		v, err := strconv.ParseFloat(c.String("cpus"), 64)
-		if err != nil {
-			return nil, fmt.Errorf("--cpus %q: not a number", c.String("cpus"))
-		}
-		l.CPUs = &v
-	}
-	if c.IsSet("pids") {
-		v, err := strconv.ParseInt(c.String("pids"), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("--pids %q: not a number", c.String("pids"))
-		}
-		l.Pids = &v
-	}
-	return l, nil
+	return fmt.Errorf("no server answers: %v", err)
 }
 
 // ownPool runs stockade serve's server in this process, on a socket in a
@@ -267,7 +236,12 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 		ln.Close()
 		os.RemoveAll(dir)
 	}
-	return mcp.NewHTTPBackend(unixTransport(sock), "", nil), done, nil
+	cl, err := client.New(sock, client.Options{})
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return mcpRemote(cl), done, nil
 }
 
 // checkLoopback admits "" (stdio) or a loopback address: TCP carries no

@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/client"
 	"github.com/stockade/stockade/internal/testenv"
 )
 
@@ -209,14 +209,17 @@ func TestAttackMCPToolArgumentsLoosenJail(t *testing.T) {
 // 19's sessions work): it answers 404 "no such endpoint" for them.
 func needSessions(t *testing.T, sock string) {
 	t.Helper()
-	resp, err := (&http.Client{Transport: unixTransport(sock)}).Get("http://stockade/v1/sessions")
+	cl, err := client.New(sock, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == 404 && strings.Contains(string(b), "no such endpoint") {
+	_, err = cl.Sessions(context.Background())
+	var refused *client.Error
+	if errors.As(err, &refused) && refused.Status == 404 && strings.Contains(refused.Body.Msg, "no such endpoint") {
 		t.Skip("this stockade serve has no /v1/sessions routes")
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -241,6 +241,25 @@ func carriedFlags() map[string]bool {
 	return m
 }
 
+// notCarried are the flags given to c that a request to a server does not
+// carry (remoteFlags) and that are not the command's own (own), sorted;
+// carried are the flags of c's command a request does carry, for the
+// refusal to name.
+func notCarried(c *cli.Context, own map[string]bool) (given, carried []string) {
+	for _, n := range c.LocalFlagNames() {
+		if !remoteFlags[n] && !own[n] {
+			given = append(given, "--"+n)
+		}
+	}
+	sort.Strings(given)
+	for _, f := range c.Command.Flags {
+		if n := f.Names()[0]; remoteFlags[n] && !connectionFlags[n] {
+			carried = append(carried, "--"+n)
+		}
+	}
+	return given, carried
+}
+
 // runRemote is `stockade run --server SOCK|https://HOST:PORT`: the same
 // run, by a server (or a gateway in front of servers).
 // Only the limits a request may carry are sent; flags that change the
@@ -252,20 +271,7 @@ func runRemote(c *cli.Context, argv []string, stdin *os.File, stdout, stderr io.
 	// The flags given, asked once, as flagLayer does; the rule is what is
 	// not carried is refused, so a flag added to run is refused here until
 	// the request can carry it.
-	var refused []string
-	for _, n := range c.LocalFlagNames() {
-		if !remoteFlags[n] {
-			refused = append(refused, "--"+n)
-		}
-	}
-	if len(refused) > 0 {
-		sort.Strings(refused)
-		var carried []string
-		for _, f := range c.Command.Flags {
-			if n := f.Names()[0]; remoteFlags[n] && !connectionFlags[n] {
-				carried = append(carried, "--"+n)
-			}
-		}
+	if refused, carried := notCarried(c, nil); len(refused) > 0 {
 		return fail("%s: not with --server: the server applies its own profile, and a request carries only %s (set it in a profile on the server and pass --profile, or run without --server)",
 			strings.Join(refused, ", "), strings.Join(carried, ", "))
 	}
