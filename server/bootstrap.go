@@ -1,13 +1,14 @@
 package server
 
 import (
-	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // bootstrap is the program every jail of the server runs with `python3 -I
@@ -146,13 +147,8 @@ const figureDir = ".stockade-figures"
 // so a streamed response carries output as it is written.
 func bootstrapArgs() []string {
 	return []string{"python3", "-I", "-u", "-c", "FIGDIR = " + fmt.Sprintf("%q", "/work/"+figureDir) + "\n" +
-		"DRIVER = " + pyString(driverSource) + "\n" + bootstrap}
+		"DRIVER = " + pyString(kernel.Source) + "\n" + bootstrap}
 }
-
-// driverSource is the session driver (driver.py).
-//
-//go:embed driver.py
-var driverSource string
 
 // pyString quotes ASCII text as a Python string literal (Go's %q of it is
 // one: \n, \t, \", \\ and \xNN mean the same in both).

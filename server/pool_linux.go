@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // ready is one prepared jail, the write end of its stdin pipe and the
@@ -40,7 +41,7 @@ func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File) (*ready,
 	if err != nil {
 		return nil, err
 	}
-	drv, drvJail, err := driverSocket()
+	drv, drvJail, err := kernel.Socket()
 	if err != nil {
 		r.Close()
 		w.Close()

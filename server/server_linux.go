@@ -149,7 +149,7 @@ type Server struct {
 	started         time.Time
 	runSeq          atomic.Int64 // numbers the runs in the audit log
 	// aslrWarned: the log has said once that ASLR is off, so that a
-	// session cannot tell its driver replaced (driverimage_linux.go).
+	// session cannot tell its driver replaced (internal/kernel/image_linux.go).
 	aslrWarned atomic.Bool
 	logMu      sync.Mutex
 	sessions   *sessionTable

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // These attacks come from inside a session's jail, at the driver's
@@ -369,9 +371,9 @@ func TestDriverImageForgeable(t *testing.T) {
 		{0x7ffc12345000, false},          // a usual draw, 14 GiB down
 		{1<<48 - 4<<20, true},            // arm64's top
 	} {
-		var img driverImage
+		var img kernel.Image
 		img[6] = c.argStart
-		if got := img.forgeable(); got != c.want {
+		if got := img.Forgeable(); got != c.want {
 			t.Errorf("arg_start %#x: forgeable %v, want %v", c.argStart, got, c.want)
 		}
 	}

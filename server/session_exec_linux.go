@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -147,7 +148,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		fin := s.final
 		s.mu.Unlock()
 		f.JailEnded = true
-		f.Broken = f.Broken || channelLost(fin)
+		f.Broken = f.Broken || kernel.ChannelLost(fin)
 		after = jail.Usage{CPU: time.Duration(fin.CPUMs * float64(time.Millisecond)), MemoryPeakBytes: fin.PeakMemoryBytes,
 			Blocked: fin.BlockedSyscalls, Network: fin.Network}
 		if fin.Verdict == jail.VerdictMemory {
@@ -226,7 +227,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	token := newID()
 	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax,
 		Rich: richCapsOf(srv.cfg.FilesMax, plan.figureFormats), Env: plan.env}
-	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
+	sendErr := s.conn.Send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
 	inR.Close()
 	outW.Close()
 	errW.Close()

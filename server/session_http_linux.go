@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -341,7 +342,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + richCapsOf(s.cfg.FilesMax, nil).Bytes + 1<<20
 	caps := answerCaps{resultChars: resultMax(spec.OutputLimit), imageBytes: s.cfg.FilesMax, images: maxImages,
 		results: richCapsOf(s.cfg.FilesMax, nil)}
-	conn, err := newDriverConn(jl.driver, maxFrame, caps)
+	conn, err := kernel.NewConn(jl.driver, maxFrame)
 	if err != nil {
 		if cerr := jl.close(s.budget); cerr != nil {
 			s.closeFailed(cerr)
@@ -352,7 +353,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	ctx, stopJail := context.WithCancel(context.Background())
 	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
 		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, noNetwork: !spec.Network.Enabled(), idle: idle,
-		created: now, expires: now.Add(ttl), env: req.Env, pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
+		created: now, expires: now.Add(ttl), env: req.Env, pool: use, jl: jl, conn: conn, caps: caps, workFD: -1, lastUsed: now,
 		slot: make(chan struct{}, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
 	hello := newID()
@@ -401,13 +402,13 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		return nil, e
 	}
 	var h driverHello
-	if err := conn.readFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
+	if err := conn.ReadFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
 		if err == nil {
 			err = errors.New("its first frame is not the hello sent")
 		}
 		return abort(fail("the driver did not start", err))
 	}
-	cred := conn.cr.cred
+	cred := conn.Cred()
 	if cred == nil {
 		return abort(fail("the driver's first frame", errors.New("came without the kernel's credentials")))
 	}
@@ -419,13 +420,13 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	// The layout execve gave the driver, measured now that the pidfd pins
 	// its pid: every answer is checked against it.
 	ss.driverPID = int(cred.Pid)
-	if ss.image, err = readDriverImage(ss.driverPID); err != nil {
+	if ss.image, err = kernel.ReadImage(ss.driverPID); err != nil {
 		return abort(fail("the driver's process", err))
 	}
-	if ss.image.forgeable() {
-		if !aslrOff(ss.driverPID) {
+	if ss.image.Forgeable() {
+		if !kernel.ASLROff(ss.driverPID) {
 			// A draw a program exec'd with ASLR off could match: this
-			// jail is not handed out (driverimage_linux.go).
+			// jail is not handed out (internal/kernel/image_linux.go).
 			return abort(errForgeableDriver)
 		}
 		if s.aslrWarned.CompareAndSwap(false, true) {
@@ -450,7 +451,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 }
 
 // errForgeableDriver is a driver whose memory layout a program exec'd in
-// its place could match (driverimage_linux.go): its jail is destroyed and
+// its place could match (internal/kernel/image_linux.go): its jail is destroyed and
 // the session made in another.
 var errForgeableDriver = &apiError{Status: 503, Msg: "start the session: three drivers in a row drew a memory layout a cell could forge; try again"}
 
