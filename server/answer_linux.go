@@ -12,30 +12,6 @@ import (
 	"github.com/stockade/stockade/server/internal/kernel"
 )
 
-// driverRequest is one exec, sent with the cell's stdin, stdout and
-// stderr pipes as SCM_RIGHTS.
-type driverRequest struct {
-	Op        string   `json:"op"`    // "exec"
-	Token     string   `json:"token"` // the answer must carry it
-	Code      string   `json:"code"`
-	N         int      `json:"n"`          // the execution count: the cell's file name
-	ResultMax int64    `json:"result_max"` // bytes of result, error value and traceback each
-	ImagesMax int64    `json:"images_max"` // bytes of PNG in all
-	Rich      richCaps `json:"rich"`       // the rich results' caps and the figures' formats
-	// Env is set for the cell and put back after it (exec); Hello and
-	// SessionEnv are a restart's: the fresh driver's first frame carries
-	// Hello, and its environment is the jail's with SessionEnv added.
-	Env        map[string]string `json:"env,omitempty"`
-	Hello      string            `json:"hello,omitempty"`
-	SessionEnv map[string]string `json:"session_env,omitempty"`
-}
-
-// driverHello is the driver's first frame.
-type driverHello struct {
-	Hello  string `json:"hello"`
-	Python string `json:"python"`
-}
-
 // driverAnswer is what the driver says of one exec. It is the jail's
 // word: the server checks its shape and token, caps its sizes, and takes
 // from it only what the cell itself could have said (its result, its
@@ -375,6 +351,17 @@ func isMIMEType(s string) bool {
 		}
 	}
 	return true
+}
+
+// answerBounds are the largest frame a driver may send and what the
+// server holds of its answer: the figures (base64) and the result, error
+// value and traceback (characters, JSON-escaped: 12 bytes for a character
+// past U+FFFF at worst), the rich results (JSON bytes), and room for the
+// rest. A run's answer and an exec's are held to the same.
+func (s *Server) answerBounds(outputLimit int64) (int64, answerCaps) {
+	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(outputLimit) + richCapsOf(s.cfg.FilesMax, nil).Bytes + 1<<20
+	return maxFrame, answerCaps{resultChars: resultMax(outputLimit), imageBytes: s.cfg.FilesMax, images: maxImages,
+		results: richCapsOf(s.cfg.FilesMax, nil)}
 }
 
 // readAnswer reads one frame of an exec, held only within the caps.

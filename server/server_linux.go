@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/server/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -267,7 +268,7 @@ func New(cfg Config) (*Server, error) {
 		if err := policy.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
 		}
-		spec := policy.Spec(bootstrapArgs(), cfg.Host)
+		spec := policy.Spec(kernel.Args(), cfg.Host)
 		if err := spec.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
 		}
@@ -282,7 +283,7 @@ func New(cfg Config) (*Server, error) {
 		if err := sessionPolicy.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s, for sessions: %w", p.Name, err)
 		}
-		s.sessionPolicies[p.Name], s.sessionSpecs[p.Name] = sessionPolicy, sessionPolicy.Spec(bootstrapArgs(), cfg.Host)
+		s.sessionPolicies[p.Name], s.sessionSpecs[p.Name] = sessionPolicy, sessionPolicy.Spec(kernel.Args(), cfg.Host)
 		s.pools[p.Name] = newPool(p.Name, spec, cfg.Pool, s.budget, s.logf, s.closeFailed)
 	}
 	return s, nil

@@ -225,7 +225,7 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	inbox := s.openInbox()
 	defer s.closeInbox()
 	token := newID()
-	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax,
+	req := kernel.Request{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax,
 		Rich: richCapsOf(srv.cfg.FilesMax, plan.figureFormats), Env: plan.env}
 	sendErr := s.conn.Send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
 	inR.Close()

@@ -327,21 +327,15 @@ func withCPUTime(spec jail.Spec, d time.Duration) jail.Spec {
 	return spec
 }
 
-// startSession turns a prepared jail into a session: the driver sent as
-// the bootstrap's job, the jail started for the session's lifetime, the
+// startSession turns a prepared jail into a session: the jail started for
+// the session's lifetime, its driver sent the session's job, the
 // driver's first frame read (which names its process, by the kernel's
 // credentials), the files written. On failure the jail is destroyed.
 func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jailSpec jail.Spec, idle, ttl time.Duration, req *SessionRequest, use PoolUse) (*session, *apiError) {
 	fail := func(msg string, err error) *apiError {
 		return &apiError{Status: 500, Msg: fmt.Sprintf("start the session: %s: %v", msg, err)}
 	}
-	// The largest frame the driver may send: the figures (base64) and
-	// the result, error value and traceback (characters, JSON-escaped: 12
-	// bytes for a character past U+FFFF at worst), the rich results (JSON
-	// bytes), and room for the rest.
-	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + richCapsOf(s.cfg.FilesMax, nil).Bytes + 1<<20
-	caps := answerCaps{resultChars: resultMax(spec.OutputLimit), imageBytes: s.cfg.FilesMax, images: maxImages,
-		results: richCapsOf(s.cfg.FilesMax, nil)}
+	maxFrame, caps := s.answerBounds(spec.OutputLimit)
 	conn, err := kernel.NewConn(jl.driver, maxFrame)
 	if err != nil {
 		if cerr := jl.close(s.budget); cerr != nil {
@@ -357,21 +351,8 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		slot: make(chan struct{}, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
 	hello := newID()
-	hdr, err := frame(struct {
-		Session sessionJob `json:"session"`
-	}{sessionJob{Hello: hello, Env: req.Env}})
-	if err != nil {
-		stopJail()
-		conn.Close()
-		if cerr := jl.close(s.budget); cerr != nil {
-			s.closeFailed(cerr)
-		}
-		return nil, fail("job", err)
-	}
-	go func() {
-		_, _ = jl.stdin.Write(hdr)
-		jl.stdin.Close()
-	}()
+	// The session's stdin is /dev/null: the cells get their own.
+	jl.stdin.Close()
 	done := make(chan *jail.Result, 1)
 	go func() {
 		// The jail's own clock is a backstop: the janitor ends the session
@@ -401,7 +382,10 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		}
 		return nil, e
 	}
-	var h driverHello
+	if err := conn.Send(kernel.Session{Op: "session", Hello: hello, Env: req.Env}, nil, time.Now().Add(helloTimeout)); err != nil {
+		return abort(fail("the driver did not take the job", err))
+	}
+	var h kernel.Hello
 	if err := conn.ReadFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
 		if err == nil {
 			err = errors.New("its first frame is not the hello sent")

@@ -142,7 +142,7 @@ func (ss *session) restart(srv *Server) (*RestartResult, *apiError) {
 	// The inbox opens before the request goes, as an exec's does.
 	inbox := ss.openInbox()
 	defer ss.closeInbox()
-	if err := ss.conn.Send(driverRequest{Op: "restart", Token: newID(), Hello: hello, SessionEnv: ss.env}, nil, time.Now().Add(helloTimeout)); err != nil {
+	if err := ss.conn.Send(kernel.Request{Op: "restart", Token: newID(), Hello: hello, SessionEnv: ss.env}, nil, time.Now().Add(helloTimeout)); err != nil {
 		return fail(fmt.Sprintf("restart: the driver did not take the request: %v", err))
 	}
 	deadline := time.NewTimer(helloTimeout)

@@ -185,3 +185,45 @@ func Socket() (server, jailEnd *os.File, err error) {
 // Cred is what the kernel said of the first bytes' sender (nil before
 // any were read).
 func (d *Conn) Cred() *unix.Ucred { return d.cr.cred }
+
+// SendRun writes a run's job: its frame, then its bulk, raw, from each
+// reader in order (the code or each argument, then each file), each
+// exactly the length the frame gives. Nothing is encoded again or held
+// whole: the readers stream, and a string is written from its own bytes
+// in chunks. No deadline: the driver reads the whole job before anything
+// of it runs, and the jail's end breaks the write.
+func (d *Conn) SendRun(run Run, bulk ...io.Reader) error {
+	var sizes []int64
+	if run.Code != nil {
+		sizes = append(sizes, int64(*run.Code))
+	}
+	for _, n := range run.Argv {
+		sizes = append(sizes, int64(n))
+	}
+	for _, f := range run.Files {
+		sizes = append(sizes, f.Size)
+	}
+	if len(sizes) != len(bulk) {
+		return fmt.Errorf("run: %d lengths, %d readers", len(sizes), len(bulk))
+	}
+	if err := d.Send(run, nil, time.Time{}); err != nil {
+		return err
+	}
+	buf := make([]byte, 64<<10)
+	for i, r := range bulk {
+		n, err := io.CopyBuffer(onlyWriter{d.c}, onlyReader{r}, buf)
+		if err != nil {
+			return err
+		}
+		if n != sizes[i] {
+			return fmt.Errorf("run: part %d is %d bytes, %d in its frame", i, n, sizes[i])
+		}
+	}
+	return nil
+}
+
+// onlyWriter and onlyReader hide ReadFrom and WriteTo, so that the copy
+// goes through the buffer: a strings.Reader's WriteTo would make a []byte
+// copy of the whole string for a writer without WriteString.
+type onlyWriter struct{ io.Writer }
+type onlyReader struct{ io.Reader }
