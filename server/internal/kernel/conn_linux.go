@@ -206,12 +206,19 @@ func (d *Conn) SendRun(run Run, bulk ...io.Reader) error {
 	if len(sizes) != len(bulk) {
 		return fmt.Errorf("run: %d lengths, %d readers", len(sizes), len(bulk))
 	}
-	if err := d.Send(run, nil, time.Time{}); err != nil {
+	body, err := json.Marshal(run)
+	if err != nil {
 		return err
 	}
-	buf := make([]byte, 64<<10)
+	// One buffer for the frame and the bulk: a small job is one write,
+	// so the waiting driver wakes once for all of it (each wake-up is a
+	// scheduling delay on a busy host).
+	_ = d.c.SetWriteDeadline(time.Time{})
+	w := bufio.NewWriterSize(onlyWriter{d.c}, 64<<10)
+	w.WriteString(strconv.Itoa(len(body)) + "\n")
+	w.Write(body)
 	for i, r := range bulk {
-		n, err := io.CopyBuffer(onlyWriter{d.c}, onlyReader{r}, buf)
+		n, err := io.Copy(w, onlyReader{r})
 		if err != nil {
 			return err
 		}
@@ -219,7 +226,7 @@ func (d *Conn) SendRun(run Run, bulk ...io.Reader) error {
 			return fmt.Errorf("run: part %d is %d bytes, %d in its frame", i, n, sizes[i])
 		}
 	}
-	return nil
+	return w.Flush()
 }
 
 // onlyWriter and onlyReader hide ReadFrom and WriteTo, so that the copy
