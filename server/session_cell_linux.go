@@ -41,12 +41,12 @@ type cell struct {
 	grace            <-chan time.Time
 }
 
-// runCell sends the cell to the driver and waits for its answer, the
-// jail's end, or the timeout, CPU time, interrupt or caller's departure
-// (each a KeyboardInterrupt, then after interruptGrace the session's
-// kill). It fills in the output; the cell's facts say what happened.
-func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int, interrupt <-chan struct{}, out *ndjson, res *ExecResult) *cell {
-	c := &cell{s: s, srv: srv, plan: plan, n: n, token: newID(), res: res}
+// run sends the cell to the driver and waits for its answer, the jail's
+// end, or the timeout, CPU time, interrupt or caller's departure (each a
+// KeyboardInterrupt, then after interruptGrace the session's kill). It
+// fills in the result's output; the cell's facts say what happened.
+func (c *cell) run(ctx context.Context, interrupt <-chan struct{}, out *ndjson) {
+	s := c.s
 	if out != nil {
 		c.wout, c.werr = out.stream("stdout"), out.stream("stderr")
 	}
@@ -64,7 +64,6 @@ func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int
 	if c.inbox != nil {
 		s.closeInbox()
 	}
-	return c
 }
 
 // send makes the cell's pipes, drains its output and sends the request

@@ -131,7 +131,8 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		out.begin()
 	}
 	t0 := time.Now()
-	c := s.runCell(ctx, srv, plan, n, interrupt, out, res)
+	c := &cell{s: s, srv: srv, plan: plan, n: n, token: newID(), res: res}
+	c.run(ctx, interrupt, out)
 	answer, why, f := c.answer, c.why, c.facts
 	res.WallMs = ms(time.Since(t0))
 
