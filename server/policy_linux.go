@@ -4,6 +4,7 @@ import (
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // requestSpec is the spec of the jail that serves a request for profile
@@ -35,5 +36,5 @@ func (s *Server) layeredSpec(policy *profiles.Profile, spec jail.Spec, limits ap
 	if err != nil {
 		return jail.Spec{}, &api.Error{Status: 422, Msg: joinErrors(err)}
 	}
-	return merged.Spec(bootstrapArgs(), s.cfg.Host), nil
+	return merged.Spec(kernel.Args(), s.cfg.Host), nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/server/internal/kernel"
 	"os"
 	"time"
 
@@ -40,7 +41,7 @@ func prepareJail(ctx context.Context, spec jail.Spec, notices *os.File) (*ready,
 	if err != nil {
 		return nil, err
 	}
-	drv, drvJail, err := driverSocket()
+	drv, drvJail, err := kernel.Socket()
 	if err != nil {
 		r.Close()
 		w.Close()

@@ -110,7 +110,7 @@ func TestAttackRestartAnsweredWithoutExec(t *testing.T) {
 	patch := "import sys\nf = sys._getframe()\n" +
 		"while f is not None and not ('_restart' in f.f_globals and 'main' in f.f_globals):\n    f = f.f_back\n" +
 		"g = f.f_globals\n" +
-		"def answer_restart(req, chan, main=g['main']):\n    main({'hello': req['hello']})\n" +
+		"def answer_restart(req, chan, main=g['main']):\n    main({'hello': req['hello']}, chan)\n" +
 		"g['_restart'] = answer_restart\n'patched'"
 	if r := s.cell(id, patch); r.Verdict != api.ExecOK || !resultIs(r, "'patched'") {
 		t.Fatalf("the patching cell: %s %+v", resultText(r), r)
@@ -214,8 +214,8 @@ def kill(pid, sig):
     if pid != -1:
         return _kill(pid, sig)
 def dumps(o, *a, **k):
-    if isinstance(o, dict) and isinstance(o.get('session'), dict):
-        o['session'].pop('restart', None)
+    if isinstance(o, dict) and o.get('op') == 'session':
+        o.pop('restart', None)
     return _dumps(o, *a, **k)
 os.kill, json.dumps = kill, dumps
 if os.fork() == 0:

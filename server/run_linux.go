@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"github.com/stockade/stockade/server/internal/capacity"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // handleRun is POST /v1/run (s.admitted lets it in).
@@ -286,13 +289,20 @@ func (s *Server) coldJail(ctx context.Context, spec jail.Spec) (*ready, error) {
 	return jl, nil
 }
 
-// start feeds the job to the jail and runs it; a client that goes away
-// cancels r's context, which kills and reaps the jail.
+// start sends the run to the jail's driver and runs it: the job and its
+// bulk on the driver's channel, then the request's stdin on the jail's. A
+// client that goes away cancels ctx, which kills and reaps the jail.
 func (s *Server) start(ctx context.Context, jl *ready, req *runRequest, spec jail.Spec, out *ndjson) *jail.Result {
+	conn, err := kernel.NewConn(jl.driver, 0)
+	if err != nil {
+		return jail.FailedResult(spec, err)
+	}
+	defer conn.Close()
 	go func() {
 		// A program that never reads its stdin leaves this write blocked
 		// until the jail ends and the pipe breaks.
-		if writeJob(jl.stdin, req, richCapsOf(s.cfg.FilesMax, nil), resultMax(spec.OutputLimit)) == nil && req.Stdin != "" {
+		job, bulk := runJob(req, richCapsOf(s.cfg.FilesMax, nil), resultMax(spec.OutputLimit))
+		if conn.SendRun(job, bulk...) == nil && req.Stdin != "" {
 			_, _ = io.WriteString(jl.stdin, req.Stdin)
 		}
 		jl.stdin.Close()
@@ -307,6 +317,38 @@ func (s *Server) start(ctx context.Context, jl *ready, req *runRequest, spec jai
 	res, _ := jl.p.Start(ctx, opts)
 	return res
 }
+
+// runJob is the driver's job for a validated request and its bulk,
+// straight from the request's strings: the code and arguments as they
+// are, the files decoded from base64 as they stream.
+func runJob(req *runRequest, rich richCaps, resultMax int64) (kernel.Run, []io.Reader) {
+	job := kernel.Run{Op: "run", ResultMax: resultMax, Rich: rich, FigureDir: "/work/" + figureDir}
+	var bulk []io.Reader
+	if req.Code != nil {
+		n := len(*req.Code)
+		job.Code = &n
+		bulk = append(bulk, strings.NewReader(*req.Code))
+	}
+	for _, a := range req.Argv {
+		job.Argv = append(job.Argv, len(a))
+		bulk = append(bulk, strings.NewReader(a))
+	}
+	names := make([]string, 0, len(req.Files))
+	for name := range req.Files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		job.Files = append(job.Files, kernel.RunFile{Name: name, Size: req.inputs[name].size})
+		bulk = append(bulk, base64.NewDecoder(base64.StdEncoding, strings.NewReader(req.Files[name])))
+	}
+	return job, bulk
+}
+
+// figureDir is where in /work the driver leaves a run's figures and rich
+// results (kernel.Run.FigureDir); the server returns them as images and
+// results and leaves the directory out of files.
+const figureDir = ".stockade-figures"
 
 // ndjson writes a streamed response, one JSON object a line, flushed as
 // it comes so the caller sees output while the run goes on. The jail's

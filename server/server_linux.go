@@ -18,6 +18,7 @@ import (
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/server/internal/capacity"
+	"github.com/stockade/stockade/server/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -151,7 +152,7 @@ type Server struct {
 	started         time.Time
 	runSeq          atomic.Int64 // numbers the runs in the audit log
 	// aslrWarned: the log has said once that ASLR is off, so that a
-	// session cannot tell its driver replaced (driverimage_linux.go).
+	// session cannot tell its driver replaced (internal/kernel/image_linux.go).
 	aslrWarned atomic.Bool
 	logMu      sync.Mutex
 	sessions   *sessionTable
@@ -269,7 +270,7 @@ func New(cfg Config) (*Server, error) {
 		if err := policy.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
 		}
-		spec := policy.Spec(bootstrapArgs(), cfg.Host)
+		spec := policy.Spec(kernel.Args(), cfg.Host)
 		if err := spec.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s: %w", p.Name, err)
 		}
@@ -284,7 +285,7 @@ func New(cfg Config) (*Server, error) {
 		if err := sessionPolicy.Validate(); err != nil {
 			return nil, fmt.Errorf("serve: profile %s, for sessions: %w", p.Name, err)
 		}
-		s.sessionPolicies[p.Name], s.sessionSpecs[p.Name] = sessionPolicy, sessionPolicy.Spec(bootstrapArgs(), cfg.Host)
+		s.sessionPolicies[p.Name], s.sessionSpecs[p.Name] = sessionPolicy, sessionPolicy.Spec(kernel.Args(), cfg.Host)
 		s.pools[p.Name] = capacity.NewPool(p.Name, spec, cfg.Pool, s.budget, func(ctx context.Context) (*ready, error) { return prepareJail(ctx, spec, cfg.Notices) }, s.logf, s.closeFailed)
 	}
 	return s, nil

@@ -607,7 +607,7 @@ func (s *testServer) killWaitingInterpreter() {
 	s.t.Helper()
 	var waiting []string
 	eventually(s.t, "one waiting interpreter", func() bool {
-		waiting = descendantsWith(s.cmd.Process.Pid, "_stockade_header")
+		waiting = descendantsWith(s.cmd.Process.Pid, "_stockade_driver")
 		return len(waiting) == 1
 	})
 	if len(waiting) != 1 {

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // These attacks come from inside a session's jail, at the driver's
@@ -371,9 +372,9 @@ func TestDriverImageForgeable(t *testing.T) {
 		{0x7ffc12345000, false},          // a usual draw, 14 GiB down
 		{1<<48 - 4<<20, true},            // arm64's top
 	} {
-		var img driverImage
+		var img kernel.Image
 		img[6] = c.argStart
-		if got := img.forgeable(); got != c.want {
+		if got := img.Forgeable(); got != c.want {
 			t.Errorf("arg_start %#x: forgeable %v, want %v", c.argStart, got, c.want)
 		}
 	}

@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path"
 	"time"
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
-	"golang.org/x/sys/unix"
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // execFacts are what an exec's verdict is decided from, each gathered
@@ -123,7 +120,6 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 
 	res := &api.ExecResult{ExecutionCount: n, Images: []api.Image{}, Results: []api.RichResult{}, FilesChanged: api.FSNames{},
 		BlockedSyscalls: []jail.BlockedSyscall{}, Network: []jail.NetworkDecision{}}
-	var f execFacts
 	before, berr := s.jl.p.Usage()
 	peakReset := berr == nil && s.jl.p.ResetMemoryPeak() == nil
 	// files_changed is what /work holds with a ctime from here on: one
@@ -136,7 +132,9 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		out.begin()
 	}
 	t0 := time.Now()
-	answer, why := s.runCell(ctx, srv, plan, n, interrupt, out, res, &f)
+	c := &cell{s: s, srv: srv, plan: plan, n: n, token: newID(), res: res}
+	c.run(ctx, interrupt, out)
+	answer, why, f := c.answer, c.why, c.facts
 	res.WallMs = ms(time.Since(t0))
 
 	// What the exec used: the cgroup's counters and the supervisor's
@@ -148,7 +146,7 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 		fin := s.final
 		s.mu.Unlock()
 		f.JailEnded = true
-		f.Broken = f.Broken || channelLost(fin)
+		f.Broken = f.Broken || kernel.ChannelLost(fin)
 		after = jail.Usage{CPU: time.Duration(fin.CPUMs * float64(time.Millisecond)), MemoryPeakBytes: fin.PeakMemoryBytes,
 			Blocked: fin.BlockedSyscalls, Network: fin.Network}
 		if fin.Verdict == jail.VerdictMemory {
@@ -192,218 +190,6 @@ func (s *session) exec(ctx context.Context, srv *Server, plan execPlan, out *ndj
 	}
 	res.Session = s.state()
 	return res, nil
-}
-
-// runCell sends the cell to the driver and waits for its answer, the
-// jail's end, or the timeout, CPU time, interrupt or caller's departure
-// (each a KeyboardInterrupt, then after interruptGrace the session's
-// kill). It fills in the output and the facts; why says what ended it.
-func (s *session) runCell(ctx context.Context, srv *Server, plan execPlan, n int, interrupt <-chan struct{}, out *ndjson, res *api.ExecResult, f *execFacts) (*driverAnswer, string) {
-	inR, inW, err1 := os.Pipe()
-	outR, outW, err2 := os.Pipe()
-	errR, errW, err3 := os.Pipe()
-	if err := errors.Join(err1, err2, err3); err != nil {
-		for _, p := range []*os.File{inR, inW, outR, outW, errR, errW} {
-			if p != nil {
-				p.Close()
-			}
-		}
-		f.Broken = true
-		return nil, fmt.Sprintf("the server could not make the exec's pipes: %v", err)
-	}
-	var wout, werr *streamWriter
-	if out != nil {
-		wout, werr = out.stream(api.StreamStdout), out.stream(api.StreamStderr)
-	}
-	var sout, serr io.Writer // nil interfaces, not nil *streamWriters
-	if wout != nil {
-		sout, serr = wout, werr
-	}
-	drain := s.jl.p.DrainOutput(outR, errR, s.outputLimit, sout, serr)
-	// The inbox opens before the request goes: the driver's first frame
-	// may come before send returns.
-	inbox := s.openInbox()
-	defer s.closeInbox()
-	token := newID()
-	req := driverRequest{Op: "exec", Token: token, Code: plan.code, N: n, ResultMax: resultMax(s.outputLimit), ImagesMax: srv.cfg.FilesMax,
-		Rich: richCapsOf(srv.cfg.FilesMax, plan.figureFormats), Env: plan.env}
-	sendErr := s.conn.send(req, []*os.File{inR, outW, errW}, time.Now().Add(plan.timeout))
-	inR.Close()
-	outW.Close()
-	errW.Close()
-	go func() {
-		// A cell that never reads its stdin leaves this blocked until
-		// inW is closed below.
-		if plan.stdin != "" {
-			_, _ = inW.WriteString(plan.stdin)
-		}
-		inW.Close()
-	}()
-	defer inW.Close()
-
-	var answer *driverAnswer
-	why := ""
-	finishOutput := func(wait time.Duration) {
-		o := drain.Finish(wait)
-		if wout != nil {
-			wout.flush()
-			werr.flush()
-		}
-		res.Stdout, res.Stderr = o.Stdout, o.Stderr
-		res.StdoutBytes, res.StderrBytes = o.StdoutBytes, o.StderrBytes
-		res.StdoutTruncated, res.StderrTruncated = o.StdoutTruncated, o.StderrTruncated
-		f.OutputCut = o.StdoutTruncated || o.StderrTruncated
-	}
-	if sendErr != nil {
-		f.Broken = true
-		s.finish(api.SessionFailed, fmt.Sprintf("the driver did not take exec %d: %v", n, sendErr))
-		<-s.jailDone
-		finishOutput(0)
-		return nil, s.ended().Why
-	}
-
-	timer := time.NewTimer(plan.timeout)
-	defer timer.Stop()
-	var cpuTick <-chan time.Time
-	if s.execCPU > 0 {
-		t := time.NewTicker(max(min(s.execCPU/20, 100*time.Millisecond), 10*time.Millisecond))
-		defer t.Stop()
-		cpuTick = t.C
-	}
-	cpu0, _ := s.jl.p.Usage()
-	var grace <-chan time.Time
-	// interrupt is this exec's own channel, made before the cell was
-	// sent: read back from the session here, after the send, it could
-	// already be nil, an interrupt that came as the cell printed its first
-	// line taken and lost (the exec then ran to its timeout).
-	done := ctx.Done()
-	// sigint asks the cell to stop, once, and starts the grace. The signal
-	// itself waits for the driver's word that the cell runs: before it,
-	// the driver would drop it as a late one.
-	started, pending := false, false
-	sigint := func(reason string) {
-		if grace != nil {
-			return
-		}
-		why = reason
-		grace = time.After(interruptGrace)
-		pending = true
-		if started {
-			_ = s.proc.Signal(unix.SIGINT)
-			pending = false
-		}
-	}
-wait:
-	for {
-		select {
-		case fr := <-inbox:
-			if fr.err == nil && fr.answer.Started != "" && !started {
-				if fr.answer.Started != token {
-					f.Broken = true
-					why = fmt.Sprintf("exec %d: a frame on the driver's channel that is not the driver's: the cell wrote to the channel", n)
-					s.finish(api.SessionFailed, why)
-					<-s.jailDone
-					break wait
-				}
-				started = true
-				if pending {
-					_ = s.proc.Signal(unix.SIGINT)
-					pending = false
-				}
-				continue
-			}
-			if fr.err != nil {
-				// The jail's death closes the channel too; its end, if it
-				// comes at once, is the reason.
-				select {
-				case <-s.jailDone:
-					break wait
-				case <-time.After(time.Second):
-				}
-				f.Broken = true
-				why = fmt.Sprintf("the driver's channel broke during exec %d (%v): the cell closed or wrote to it", n, fr.err)
-				s.finish(api.SessionFailed, why)
-				<-s.jailDone
-				break wait
-			}
-			if fr.answer.Token != token || (fr.answer.Status != "ok" && fr.answer.Status != "exception") {
-				f.Broken = true
-				why = fmt.Sprintf("exec %d: a frame on the driver's channel that is not the driver's answer to it: the cell wrote to the channel", n)
-				s.finish(api.SessionFailed, why)
-				<-s.jailDone
-				break wait
-			}
-			// The answer is the driver's only if its process is still the
-			// program the server started (a cell can exec another in its
-			// place, which keeps the pid and the channel).
-			if err := s.driverIntact(); err != nil {
-				f.Broken = true
-				why = fmt.Sprintf("exec %d: %v; the session is ended", n, err)
-				s.finish(api.SessionFailed, why)
-				<-s.jailDone
-				break wait
-			}
-			a := fr.answer
-			answer = &a
-			f.Answered = true
-			f.Exception = a.Status == "exception"
-			break wait
-		case <-s.jailDone:
-			// An answer that came just before the end still counts, if
-			// its process was still the driver's.
-			select {
-			case fr := <-inbox:
-				if fr.err == nil && fr.answer.Token == token && s.driverIntact() == nil {
-					a := fr.answer
-					answer = &a
-					f.Answered = true
-					f.Exception = a.Status == "exception"
-				}
-			default:
-			}
-			f.JailEnded = true
-			break wait
-		case <-timer.C:
-			f.TimedOut = true
-			sigint(fmt.Sprintf("the exec ran past its timeout of %v", plan.timeout))
-		case <-cpuTick:
-			if u, err := s.jl.p.Usage(); err == nil && u.CPU-cpu0.CPU >= s.execCPU {
-				f.TimedOut = true
-				sigint(fmt.Sprintf("the exec used its CPU time of %v", s.execCPU))
-				cpuTick = nil
-			}
-		case <-interrupt:
-			f.Interrupted = true
-			sigint("interrupted by POST .../interrupt")
-			interrupt = nil
-		case <-done:
-			done = nil
-			if srv.runs.Err() != nil {
-				// The server is stopping, and every session with it: the
-				// state is lost whatever the cell does, and the caller is
-				// told so, not that it went away.
-				why = fmt.Sprintf("the server is shutting down (%v)", context.Cause(srv.runs))
-				s.finish(api.SessionShutdown, why)
-				continue
-			}
-			f.Interrupted = true
-			sigint("the caller went away")
-		case <-grace:
-			v := api.SessionTimeout
-			if !f.TimedOut {
-				v = api.SessionInterrupted
-			}
-			why += fmt.Sprintf("; the interpreter did not answer KeyboardInterrupt within %v (a thread blocked in C code, or the signal blocked or ignored), so the session was killed", interruptGrace)
-			s.finish(v, why)
-			grace = nil
-		}
-	}
-	if f.Answered {
-		finishOutput(outputGrace)
-	} else {
-		finishOutput(0)
-	}
-	return answer, why
 }
 
 // maxResult caps the repr of a cell's last expression, its exception's

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/server/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -335,22 +336,16 @@ func withCPUTime(spec jail.Spec, d time.Duration) jail.Spec {
 	return spec
 }
 
-// startSession turns a prepared jail into a session: the driver sent as
-// the bootstrap's job, the jail started for the session's lifetime, the
+// startSession turns a prepared jail into a session: the jail started for
+// the session's lifetime, its driver sent the session's job, the
 // driver's first frame read (which names its process, by the kernel's
 // credentials), the files written. On failure the jail is destroyed.
 func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jailSpec jail.Spec, idle, ttl time.Duration, req *api.SessionRequest, use api.PoolUse) (*session, *api.Error) {
 	fail := func(msg string, err error) *api.Error {
 		return &api.Error{Status: 500, Msg: fmt.Sprintf("start the session: %s: %v", msg, err)}
 	}
-	// The largest frame the driver may send: the figures (base64) and
-	// the result, error value and traceback (characters, JSON-escaped: 12
-	// bytes for a character past U+FFFF at worst), the rich results (JSON
-	// bytes), and room for the rest.
-	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(spec.OutputLimit) + richCapsOf(s.cfg.FilesMax, nil).Bytes + 1<<20
-	caps := answerCaps{resultChars: resultMax(spec.OutputLimit), imageBytes: s.cfg.FilesMax, images: maxImages,
-		results: richCapsOf(s.cfg.FilesMax, nil)}
-	conn, err := newDriverConn(jl.driver, maxFrame, caps)
+	maxFrame, caps := s.answerBounds(spec.OutputLimit)
+	conn, err := kernel.NewConn(jl.driver, maxFrame)
 	if err != nil {
 		if cerr := jl.close(s.budget); cerr != nil {
 			s.closeFailed(cerr)
@@ -361,25 +356,12 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	ctx, stopJail := context.WithCancel(context.Background())
 	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
 		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, noNetwork: !spec.Network.Enabled(), idle: idle,
-		created: now, expires: now.Add(ttl), env: req.Env, pool: use, jl: jl, conn: conn, workFD: -1, lastUsed: now,
+		created: now, expires: now.Add(ttl), env: req.Env, pool: use, jl: jl, conn: conn, caps: caps, workFD: -1, lastUsed: now,
 		slot: make(chan struct{}, 1), broken: make(chan struct{}),
 		jailDone: make(chan struct{}), stopJail: stopJail}
 	hello := newID()
-	hdr, err := frame(struct {
-		Session sessionJob `json:"session"`
-	}{sessionJob{Hello: hello, Env: req.Env}})
-	if err != nil {
-		stopJail()
-		conn.Close()
-		if cerr := jl.close(s.budget); cerr != nil {
-			s.closeFailed(cerr)
-		}
-		return nil, fail("job", err)
-	}
-	go func() {
-		_, _ = jl.stdin.Write(hdr)
-		jl.stdin.Close()
-	}()
+	// The session's stdin is /dev/null: the cells get their own.
+	jl.stdin.Close()
 	done := make(chan *jail.Result, 1)
 	go func() {
 		// The jail's own clock is a backstop: the janitor ends the session
@@ -409,14 +391,17 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		}
 		return nil, e
 	}
-	var h driverHello
-	if err := conn.readFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
+	if err := conn.Send(kernel.Session{Op: "session", Hello: hello, Env: req.Env}, nil, time.Now().Add(helloTimeout)); err != nil {
+		return abort(fail("the driver did not take the job", err))
+	}
+	var h kernel.Hello
+	if err := conn.ReadFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
 		if err == nil {
 			err = errors.New("its first frame is not the hello sent")
 		}
 		return abort(fail("the driver did not start", err))
 	}
-	cred := conn.cr.cred
+	cred := conn.Cred()
 	if cred == nil {
 		return abort(fail("the driver's first frame", errors.New("came without the kernel's credentials")))
 	}
@@ -428,13 +413,13 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	// The layout execve gave the driver, measured now that the pidfd pins
 	// its pid: every answer is checked against it.
 	ss.driverPID = int(cred.Pid)
-	if ss.image, err = readDriverImage(ss.driverPID); err != nil {
+	if ss.image, err = kernel.ReadImage(ss.driverPID); err != nil {
 		return abort(fail("the driver's process", err))
 	}
-	if ss.image.forgeable() {
-		if !aslrOff(ss.driverPID) {
+	if ss.image.Forgeable() {
+		if !kernel.ASLROff(ss.driverPID) {
 			// A draw a program exec'd with ASLR off could match: this
-			// jail is not handed out (driverimage_linux.go).
+			// jail is not handed out (internal/kernel/image_linux.go).
 			return abort(errForgeableDriver)
 		}
 		if s.aslrWarned.CompareAndSwap(false, true) {
@@ -459,7 +444,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 }
 
 // errForgeableDriver is a driver whose memory layout a program exec'd in
-// its place could match (driverimage_linux.go): its jail is destroyed and
+// its place could match (internal/kernel/image_linux.go): its jail is destroyed and
 // the session made in another.
 var errForgeableDriver = &api.Error{Status: 503, Msg: "start the session: three drivers in a row drew a memory layout a cell could forge; try again"}
 

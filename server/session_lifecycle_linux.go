@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/server/internal/kernel"
 )
 
 // A session's lifecycle past its making: its lifetime moved (POST
@@ -142,7 +143,7 @@ func (ss *session) restart(srv *Server) (*api.RestartResult, *api.Error) {
 	// The inbox opens before the request goes, as an exec's does.
 	inbox := ss.openInbox()
 	defer ss.closeInbox()
-	if err := ss.conn.send(driverRequest{Op: "restart", Token: newID(), Hello: hello, SessionEnv: ss.env}, nil, time.Now().Add(helloTimeout)); err != nil {
+	if err := ss.conn.Send(kernel.Request{Op: "restart", Token: newID(), Hello: hello, SessionEnv: ss.env}, nil, time.Now().Add(helloTimeout)); err != nil {
 		return fail(fmt.Sprintf("restart: the driver did not take the request: %v", err))
 	}
 	deadline := time.NewTimer(helloTimeout)
@@ -160,13 +161,13 @@ func (ss *session) restart(srv *Server) (*api.RestartResult, *api.Error) {
 		// draws a new layout: the same one means none happened (a driver
 		// patched to answer the restart itself), and a forgeable one is
 		// refused as at the session's start.
-		img, err := readDriverImage(ss.driverPID)
+		img, err := kernel.ReadImage(ss.driverPID)
 		switch {
 		case err != nil:
 			return fail(fmt.Sprintf("restart: the fresh driver's process: %v", err))
 		case img == ss.image:
 			return fail("restart: the driver answered without starting over (its memory layout is unchanged, so no execve happened): the cell's code answered for it")
-		case img.forgeable():
+		case img.Forgeable():
 			return fail("restart: the fresh driver drew a memory layout a program exec'd with ASLR off could match; start a new session")
 		}
 		ss.image = img // the slot is held: no exec reads it meanwhile

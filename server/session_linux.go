@@ -12,6 +12,7 @@ import (
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/server/internal/capacity"
+	"github.com/stockade/stockade/server/internal/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,14 +65,15 @@ type session struct {
 	env map[string]string
 
 	jl   *ready
-	conn *driverConn
+	conn *kernel.Conn
+	caps answerCaps // what the server holds of an answer
 	proc *jail.Process
 	// driverPID and image are the driver's process (the kernel's word, on
 	// its first frame) and its memory's layout then: checked again at
 	// every answer, so that a program the cell exec'd in its place is
-	// never taken for it (driverimage_linux.go).
+	// never taken for it (internal/kernel/image_linux.go).
 	driverPID int
-	image     driverImage
+	image     kernel.Image
 	// workFD is the server's own descriptor of the session's /work (-1:
 	// the profile has none), opened from the jail's: it outlives the
 	// jail, so /work stays readable after an OOM kill until the session
@@ -169,7 +171,7 @@ func (s *session) idleExpires() time.Time {
 
 // endOf says how a jail that ended by itself ended the session.
 func endOf(res *jail.Result) (api.Verdict, string) {
-	if channelLost(res) {
+	if kernel.ChannelLost(res) {
 		return api.SessionFailed, "the driver's channel broke: the cell closed it, replaced it or wrote to it"
 	}
 	switch res.Verdict {
@@ -244,7 +246,7 @@ func (s *session) jailEnded(res *jail.Result, srv *Server) {
 func (s *session) readFrames() {
 	for {
 		var f driverFrame
-		f.answer, f.err = s.conn.readAnswer(time.Time{})
+		f.answer, f.err = readAnswer(s.conn, s.caps, time.Time{})
 		if f.err != nil {
 			close(s.broken)
 		}
@@ -288,12 +290,12 @@ func (s *session) closeInbox() {
 // server started: the same memory layout (a new execve draws a new one),
 // read while its pidfd shows it alive (so the pid was not reused).
 func (s *session) driverIntact() error {
-	img, err := readDriverImage(s.driverPID)
+	img, err := kernel.ReadImage(s.driverPID)
 	if err == nil && s.proc.Signal(0) != nil {
-		err = errNoImage
+		err = kernel.ErrNoImage
 	}
 	switch {
-	case errors.Is(err, errNoImage):
+	case errors.Is(err, kernel.ErrNoImage):
 		return errors.New("the driver's process ended as it answered: its answer cannot be vouched for")
 	case err != nil:
 		return err

@@ -1,47 +1,17 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/stockade/stockade/api"
-	"github.com/stockade/stockade/jail"
-	"golang.org/x/sys/unix"
+	"github.com/stockade/stockade/server/internal/kernel"
 )
-
-// driverRequest is one exec, sent with the cell's stdin, stdout and
-// stderr pipes as SCM_RIGHTS.
-type driverRequest struct {
-	Op        string   `json:"op"`    // "exec"
-	Token     string   `json:"token"` // the answer must carry it
-	Code      string   `json:"code"`
-	N         int      `json:"n"`          // the execution count: the cell's file name
-	ResultMax int64    `json:"result_max"` // bytes of result, error value and traceback each
-	ImagesMax int64    `json:"images_max"` // bytes of PNG in all
-	Rich      richCaps `json:"rich"`       // the rich results' caps and the figures' formats
-	// Env is set for the cell and put back after it (exec); Hello and
-	// SessionEnv are a restart's: the fresh driver's first frame carries
-	// Hello, and its environment is the jail's with SessionEnv added.
-	Env        map[string]string `json:"env,omitempty"`
-	Hello      string            `json:"hello,omitempty"`
-	SessionEnv map[string]string `json:"session_env,omitempty"`
-}
-
-// driverHello is the driver's first frame.
-type driverHello struct {
-	Hello  string `json:"hello"`
-	Python string `json:"python"`
-}
 
 // driverAnswer is what the driver says of one exec. It is the jail's
 // word: the server checks its shape and token, caps its sizes, and takes
@@ -384,179 +354,23 @@ func isMIMEType(s string) bool {
 	return true
 }
 
-// driverLost is the exit status of a driver whose channel failed (the
-// server never closes it while the jail lives): the cell closed, replaced
-// or wrote to it.
-const driverLost = 86
-
-// channelLost says whether a jail's end was its driver's channel failing.
-func channelLost(res *jail.Result) bool {
-	return res != nil && res.Verdict == jail.VerdictExit && res.ExitCode == driverLost
-}
-
-// errChannel is the driver's channel broken: a frame that is not the
-// driver's answer, or the end of it while the jail lives on.
-var errChannel = errors.New("the driver's channel")
-
-// driverConn is the server's end of a session's driver channel: a unix
-// stream socket whose other end the jail's init passed to the payload as
-// descriptor 3 (and nothing else of the jail holds, until the cell forks).
-// Frames are a decimal length, a newline and that many bytes of JSON, so
-// no content of a frame can end it early or start another.
-type driverConn struct {
-	c        *net.UnixConn
-	r        *bufio.Reader
-	cr       *credReader
-	maxFrame int64
-	caps     answerCaps
-}
-
-// newDriverConn takes over f, the server's end, on which SO_PASSCRED was
-// set before the jail started (so the first frame names its sender).
-func newDriverConn(f *os.File, maxFrame int64, caps answerCaps) (*driverConn, error) {
-	c, err := net.FileConn(f)
-	if err != nil {
-		return nil, fmt.Errorf("driver channel: %w", err)
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, errors.New("driver channel: not a unix socket")
-	}
-	cr := &credReader{c: uc}
-	return &driverConn{c: uc, r: bufio.NewReaderSize(cr, 64<<10), cr: cr, maxFrame: maxFrame, caps: caps}, nil
-}
-
-func (d *driverConn) Close() error { return d.c.Close() }
-
-// credReader reads the channel with recvmsg, keeping the credentials the
-// kernel attached to the first bytes (SCM_CREDENTIALS: the sender's pid
-// in the server's pid namespace, which the jail cannot choose), and
-// refusing any later bytes another process sent: a child the cell forked
-// with the descriptor (the driver's own descriptor is close-on-exec, not
-// closed on fork) could otherwise answer in the driver's name. A stream
-// read never joins bytes of two senders (unix(7): the kernel stops a
-// read where the credentials change), so each read has one sender.
-type credReader struct {
-	c    *net.UnixConn
-	cred *unix.Ucred
-}
-
-func (r *credReader) Read(p []byte) (int, error) {
-	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
-	n, oobn, _, _, err := r.c.ReadMsgUnix(p, oob)
-	if n < 0 {
-		n = 0 // recvmsg's -1 on an error, which bufio would take for a count
-	}
-	if n == 0 {
-		if err == nil {
-			err = io.EOF
-		}
-		return 0, err
-	}
-	var cred *unix.Ucred
-	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-		for i := range msgs {
-			if c, cerr := unix.ParseUnixCredentials(&msgs[i]); cerr == nil {
-				cred = c
-				break
-			}
-		}
-	}
-	switch {
-	case cred == nil:
-		return 0, fmt.Errorf("%w: %d bytes without the kernel's credentials", errChannel, n)
-	case r.cred == nil:
-		r.cred = cred
-	case cred.Pid != r.cred.Pid:
-		return 0, fmt.Errorf("%w: %d bytes from process %d, not the driver (%d): a process the cell started wrote to it", errChannel, n, cred.Pid, r.cred.Pid)
-	}
-	return n, err
-}
-
-// readFrame reads one frame into v, strictly: a header of at most 20
-// digits, a body no longer than maxFrame, JSON with no unknown field.
-func (d *driverConn) readFrame(v any, deadline time.Time) error {
-	_ = d.c.SetReadDeadline(deadline)
-	head, err := d.r.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) || len(head) > 21 {
-			return fmt.Errorf("%w: a frame header longer than 20 digits", errChannel)
-		}
-		return err
-	}
-	if len(head) > 21 {
-		return fmt.Errorf("%w: a frame header longer than 20 digits", errChannel)
-	}
-	n, err := strconv.ParseInt(string(head[:len(head)-1]), 10, 64)
-	if err != nil || n < 0 {
-		return fmt.Errorf("%w: bad frame header %q", errChannel, head)
-	}
-	if n > d.maxFrame {
-		return fmt.Errorf("%w: a frame of %d bytes, more than the %d allowed", errChannel, n, d.maxFrame)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(d.r, body); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: bad frame: %v", errChannel, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: data after the frame's object", errChannel)
-	}
-	return nil
+// answerBounds are the largest frame a driver may send and what the
+// server holds of its answer: the figures (base64) and the result, error
+// value and traceback (characters, JSON-escaped: 12 bytes for a character
+// past U+FFFF at worst), the rich results (JSON bytes), and room for the
+// rest. A run's answer and an exec's are held to the same.
+func (s *Server) answerBounds(outputLimit int64) (int64, answerCaps) {
+	maxFrame := s.cfg.FilesMax/3*4 + 4 + 3*12*resultMax(outputLimit) + richCapsOf(s.cfg.FilesMax, nil).Bytes + 1<<20
+	return maxFrame, answerCaps{resultChars: resultMax(outputLimit), imageBytes: s.cfg.FilesMax, images: maxImages,
+		results: richCapsOf(s.cfg.FilesMax, nil)}
 }
 
 // readAnswer reads one frame of an exec, held only within the caps.
-func (d *driverConn) readAnswer(deadline time.Time) (driverAnswer, error) {
-	a := driverAnswer{Images: answerImages{caps: d.caps}, Results: answerResults{caps: d.caps.results}}
-	if err := d.readFrame(&a, deadline); err != nil {
+func readAnswer(d *kernel.Conn, caps answerCaps, deadline time.Time) (driverAnswer, error) {
+	a := driverAnswer{Images: answerImages{caps: caps}, Results: answerResults{caps: caps.results}}
+	if err := d.ReadFrame(&a, deadline); err != nil {
 		return driverAnswer{}, err
 	}
-	a.capTo(d.caps)
+	a.capTo(caps)
 	return a, nil
-}
-
-// send writes one frame, the files riding on its first bytes.
-func (d *driverConn) send(v any, files []*os.File, deadline time.Time) error {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	head := []byte(strconv.Itoa(len(body)) + "\n")
-	_ = d.c.SetWriteDeadline(deadline)
-	var oob []byte
-	if len(files) > 0 {
-		fds := make([]int, len(files))
-		for i, f := range files {
-			fds[i] = int(f.Fd())
-		}
-		oob = unix.UnixRights(fds...)
-	}
-	n, _, err := d.c.WriteMsgUnix(head, oob, nil)
-	if err != nil {
-		return err
-	}
-	if _, err := d.c.Write(append(head[n:], body...)); err != nil {
-		return err
-	}
-	return nil
-}
-
-// driverSocket makes the channel of one jail: the server's end, with
-// SO_PASSCRED, and the jail's, for jail.Streams.Pass.
-func driverSocket() (server, jailEnd *os.File, err error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("driver channel: socketpair: %w", err)
-	}
-	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
-		return nil, nil, fmt.Errorf("driver channel: SO_PASSCRED: %w", err)
-	}
-	return os.NewFile(uintptr(fds[0]), "driver"), os.NewFile(uintptr(fds[1]), "driver-jail"), nil
 }

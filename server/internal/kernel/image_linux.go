@@ -1,4 +1,4 @@
-package server
+package kernel
 
 import (
 	"errors"
@@ -31,24 +31,24 @@ import (
 // every exec draws the same layout and this proves nothing; the server
 // says so in its log (docs/security.md).
 
-// driverImage is the layout of a process's memory as execve made it:
+// Image is the layout of a process's memory as execve made it:
 // /proc/PID/stat's start_code, end_code, start_stack (fields 26-28),
 // start_data, end_data, start_brk, arg_start, arg_end, env_start and
 // env_end (45-51).
-type driverImage [10]uint64
+type Image [10]uint64
 
-// driverImageFields are those fields' numbers, as proc(5) counts them.
-var driverImageFields = [10]int{26, 27, 28, 45, 46, 47, 48, 49, 50, 51}
+// imageFields are those fields' numbers, as proc(5) counts them.
+var imageFields = [10]int{26, 27, 28, 45, 46, 47, 48, 49, 50, 51}
 
-// errNoImage says the process has no memory left to lay out: it is
+// ErrNoImage says the process has no memory left to lay out: it is
 // exiting, or a zombie.
-var errNoImage = errors.New("the process has no memory image (it is exiting)")
+var ErrNoImage = errors.New("the process has no memory image (it is exiting)")
 
-// readDriverImage reads pid's layout. The kernel shows it only to a
+// ReadImage reads pid's layout. The kernel shows it only to a
 // reader allowed to ptrace the process (the server, as root, is), and
 // zeros to anyone else: all zeros is an error, never a layout.
-func readDriverImage(pid int) (driverImage, error) {
-	var img driverImage
+func ReadImage(pid int) (Image, error) {
+	var img Image
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return img, fmt.Errorf("read the driver's layout: %w", err)
@@ -61,7 +61,7 @@ func readDriverImage(pid int) (driverImage, error) {
 	}
 	f := strings.Fields(string(b[i+1:]))
 	zero := true
-	for k, field := range driverImageFields {
+	for k, field := range imageFields {
 		if field-3 >= len(f) {
 			return img, fmt.Errorf("/proc/%d/stat: %d fields, want %d", pid, len(f)+2, field)
 		}
@@ -74,7 +74,7 @@ func readDriverImage(pid int) (driverImage, error) {
 	}
 	if zero {
 		if len(f) > 0 && (f[0] == "Z" || f[0] == "X") {
-			return img, errNoImage
+			return img, ErrNoImage
 		}
 		return img, fmt.Errorf("/proc/%d/stat: the memory layout reads as zeros (the server may not ptrace the driver, or it is exiting)", pid)
 	}
@@ -89,18 +89,18 @@ func readDriverImage(pid int) (driverImage, error) {
 // address space (x86-64's 2^47, arm64's 2^48 less a page at most).
 const forgeableWindow = 16 << 20
 
-// forgeable says whether img's arguments lie in that window. With ASLR
+// Forgeable says whether img's arguments lie in that window. With ASLR
 // on, one driver in about 1,000 does.
-func (img driverImage) forgeable() bool {
+func (img Image) Forgeable() bool {
 	argStart := img[6]
 	top := uint64(1) << bits.Len64(argStart) // the power of two above it
 	return top-argStart < forgeableWindow
 }
 
-// aslrOff says whether pid's execs draw no random layout: ASLR off for
+// ASLROff says whether pid's execs draw no random layout: ASLR off for
 // the host, or for the process (ADDR_NO_RANDOMIZE in its personality,
 // inherited from whoever started the server).
-func aslrOff(pid int) bool {
+func ASLROff(pid int) bool {
 	if b, err := os.ReadFile("/proc/sys/kernel/randomize_va_space"); err == nil && strings.TrimSpace(string(b)) == "0" {
 		return true
 	}

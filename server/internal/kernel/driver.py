@@ -1,12 +1,20 @@
-# The session driver: what a server session's interpreter runs between
-# the caller's cells. It is in the stockade binary and reaches the jail in
-# the bootstrap's command line (server/bootstrap.go), which compiles it
-# and imports what it needs while the jail waits in the pool, and calls
-# main when its job says "session".
+# The driver: what every jail of the server runs, the one protocol
+# between the server and the interpreter. It is in the stockade binary and
+# reaches the jail in its command line (kernel.Args), which compiles it;
+# its modules are imported while the jail waits in the pool, and it blocks
+# on its channel until the server sends the jail's one job: "run" (a
+# single-use run: the program, its files, its figures and rich results
+# back) or "session" (the loop of execs below).
 #
 # It talks to the server on descriptor 3 alone, a unix stream socket the
 # jail's init passed on purpose: frames of a decimal length, a newline
-# and that many bytes of JSON. An exec request carries three descriptors
+# and that many bytes of JSON. A run's frame is followed on the channel by
+# its bulk, raw (the code or each argument, then each file), so that no
+# second, encoded copy of it is held on either side; the run's stdin is
+# the jail's, untouched. A run's program holds descriptors 0 to 2 alone,
+# as any jail's: the channel is closed before it runs, and its figures and
+# rich results are left in a directory of /work that the server reads as
+# it reads /work (figure_dir). An exec request carries three descriptors
 # (SCM_RIGHTS): the cell's stdin, stdout and stderr pipes, which become
 # 0, 1 and 2 for the cell and are put back to /dev/null and the jail's
 # own streams after it, so what the cell prints can never be read as a
@@ -25,9 +33,13 @@ CHAN = 3
 # only after the jail is dead, so this is the cell's doing, and the server
 # tells it from the interpreter's own death.
 LOST = 86
-DRIVER_FILE = "<stockade driver>"  # the name the bootstrap compiles this under
+DRIVER_FILE = "<stockade driver>"  # the name kernel.Args compiles this under
 _state = {"user": False, "results": None}
-# The jail's environment as the bootstrap found it, before the session's
+# A restarted driver's job, which the old one put in its environment
+# (_restart): taken out before anything else sees the environment.
+_RESTART_ENV = "STOCKADE_DRIVER_RESTART"
+_RESTART_JOB = os.environ.pop(_RESTART_ENV, None)
+# The jail's environment as the driver found it, before the session's
 # env: what a restarted driver starts from.
 _BASE_ENV = dict(os.environ)
 
@@ -57,6 +69,20 @@ class _Chan:
         if not data:
             raise EOFError("the server closed the channel")
         self.buf += data
+
+    def chunks(self, n):
+        # n bytes of a run's bulk, as they come: what the frame left in
+        # the buffer, then the socket's.
+        while n > 0:
+            if not self.buf:
+                self._fill()
+            c = bytes(self.buf[:min(n, 1 << 20)])
+            del self.buf[:len(c)]
+            n -= len(c)
+            yield c
+
+    def read(self, n):
+        return b"".join(self.chunks(n))
 
     def recv(self):
         while b"\n" not in self.buf:
@@ -388,7 +414,7 @@ def _run_cell(code, filename, ns):
 
 
 class _Streams:
-    # The jail's own stdin (the bootstrap's pipe, closed), stdout and
+    # The jail's own stdin (the server's pipe, closed), stdout and
     # stderr, kept aside: between cells 0 reads /dev/null and 1 and 2 go
     # where they went before the session began.
     def __init__(self):
@@ -473,8 +499,9 @@ def _restart(req, chan):
     # A fresh interpreter in the same jail, /work and /tmp kept: every
     # other process of the jail killed (kill(-1) reaches every process of
     # the jail's pid namespace this user may signal, never its init), then
-    # the bootstrap's command line exec'd again, with a job that makes it
-    # a driver whose first frame carries the server's new hello. The
+    # the driver's command line exec'd again, with a job (in its
+    # environment) that makes it a session's driver whose first frame
+    # carries the server's new hello. The
     # channel stays descriptor 3 across the exec; every other descriptor
     # the driver holds is close-on-exec.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -495,16 +522,9 @@ def _restart(req, chan):
                 break
         except ChildProcessError:
             break
-    job = json.dumps({"session": {"hello": req["hello"], "env": req.get("session_env") or {},
-                                  "restart": True}}).encode()
-    try:
-        fd = os.memfd_create("stockade-job")
-    except (AttributeError, OSError):
-        fd = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
-    os.write(fd, b"%d\n" % len(job) + job)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.dup2(fd, 0)
-    os.close(fd)
+    env = dict(_BASE_ENV)
+    env[_RESTART_ENV] = json.dumps({"op": "session", "hello": req["hello"], "env": req.get("session_env") or {},
+                                    "restart": True})
     os.set_inheritable(CHAN, True)
     # Whatever else a cell left open and inheritable would be the fresh
     # interpreter's: only 0 to 2 and the channel go through the exec.
@@ -526,7 +546,7 @@ def _restart(req, chan):
             except (OSError, ValueError):
                 pass
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    os.execve(sys.executable or "/usr/bin/python3", argv, _BASE_ENV)
+    os.execve(sys.executable or "/usr/bin/python3", argv, env)
 
 
 def _kill_rest():
@@ -546,14 +566,11 @@ def _kill_rest():
             break
 
 
-def main(job):
+def main(job, chan):
     if job.get("restart"):
         _kill_rest()
     signal.signal(signal.SIGINT, _on_sigint)
     os.environ.update(job.get("env") or {})
-    if "MPLBACKEND" not in (job.get("env") or {}):
-        os.environ["MPLBACKEND"] = "Agg"
-    chan = _Chan(CHAN)
     streams = _Streams()
     main_mod = types.ModuleType("__main__")
     main_mod.__builtins__ = builtins
@@ -593,3 +610,118 @@ def main(job):
         except Exception:
             os._exit(LOST)
 
+
+
+# A single-use run: the job's bulk read from the channel, its files
+# written to /work, the channel closed, then argv exec'd or the code run
+# as __main__; at the end the figures still open and the rich results are
+# saved in the job's figure_dir, and the driver exits with the program's
+# status.
+def _run(job, chan):
+    try:
+        if "argv" in job:
+            argv = [chan.read(n).decode("utf-8", "surrogateescape") for n in job["argv"]]
+        else:
+            code = chan.read(job["code"]).decode("utf-8", "surrogateescape")
+        for f in job.get("files") or ():
+            with open(os.path.join("/work", f["name"]), "wb") as out:
+                for c in chan.chunks(f["size"]):
+                    out.write(c)
+    except EOFError:
+        os._exit(0)  # the server gave the jail up
+    chan.sock.close()
+    if "argv" in job:
+        sys.stdout.flush()
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            print("stockade: %s: %s" % (argv[0], e.strerror), file=sys.stderr)
+            os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+    linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
+    g = {"__name__": "__main__", "__builtins__": builtins}
+    # display() adds rich results, as in a session's cell.
+    results = _state["results"] = _Results(job["rich"], job["result_max"])
+    builtins.display = _display
+    sys.meta_path.insert(0, _IPythonDisplay)
+    status = 0
+    try:
+        exec(compile(code, "<code>", "exec"), g)
+    except SystemExit as e:
+        status = e.code
+    except BaseException as e:
+        # The traceback from the program's own frames: this one is the
+        # driver's (a SyntaxError has no other, and shows the code alone).
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        status = 1
+    _save_figures(job["figure_dir"], results)
+    _exit(status)
+
+
+def _save_figures(figdir, results):
+    # Each figure left open: a PNG in figdir, and a rich result unless the
+    # program displayed it; then the results, for the server.
+    plt = sys.modules.get("matplotlib.pyplot")
+    try:
+        nums = plt.get_fignums() if plt is not None else []
+        if nums or results.list or results.truncated:
+            os.makedirs(figdir, exist_ok=True)
+        for i, n in enumerate(nums):
+            fig = plt.figure(n)
+            data = _figure_data(fig, ["png"] + [f for f in results.caps["formats"] if f != "png"])
+            with open(os.path.join(figdir, "%03d.png" % i), "wb") as f:
+                f.write(data["image/png"])
+            if id(fig) not in results.shown:
+                results.add(fig, raw=data)
+    except Exception as e:
+        print("stockade: saving figures: %r" % e, file=sys.stderr)
+    if results.list or results.truncated:
+        with open(os.path.join(figdir, "results.json"), "w") as f:
+            json.dump({"results": results.list, "truncated": results.truncated}, f)
+
+
+def _exit(status):
+    # What the interpreter's own exit does that a program can see (atexit,
+    # non-daemon threads, flushed streams), then os._exit: the module
+    # teardown and collection that follow would only delay the result.
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os._exit(status & 0xff)
+
+
+def _start():
+    # The jail's one job: a restarted driver's from its environment, any
+    # other from the channel, which the server writes when the jail
+    # leaves the pool (until then the driver waits here, imports done).
+    chan = _Chan(CHAN)
+    if _RESTART_JOB is not None:
+        main(json.loads(_RESTART_JOB), chan)
+    try:
+        job, fds = chan.recv()
+    except Exception:
+        os._exit(0)  # the server gave the jail up
+    for fd in fds:
+        os.close(fd)
+    if job.get("op") == "session":
+        main(job, chan)
+    elif job.get("op") == "run":
+        _run(job, chan)
+    os._exit(LOST)
+
+
+if __name__ == "_stockade_driver":
+    _start()
