@@ -20,8 +20,9 @@ func checkRel(p string) error {
 }
 
 // writeTree writes files below dir (made if missing) through an os.Root,
-// so that no path, and no symlink already in dir, leads outside it.
-func writeTree(dir string, files []File) error {
+// so that no path, and no symlink already in dir, leads outside it; what
+// it makes belongs to uid and gid (-1: whoever writes).
+func writeTree(dir string, files []File, uid, gid int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -38,6 +39,13 @@ func writeTree(dir string, files []File) error {
 			if err := r.MkdirAll(d, 0o755); err != nil {
 				return err
 			}
+			if uid >= 0 {
+				for e := d; e != "."; e = path.Dir(e) {
+					if err := r.Lchown(e, uid, gid); err != nil {
+						return err
+					}
+				}
+			}
 		}
 		w, err := r.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fs.FileMode(f.Mode)&0o755|0o600)
 		if err != nil {
@@ -49,6 +57,11 @@ func writeTree(dir string, files []File) error {
 		}
 		if err != nil {
 			return err
+		}
+		if uid >= 0 {
+			if err := r.Lchown(f.Path, uid, gid); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -25,12 +25,14 @@ const GuestArg = "__vmguest"
 // The guest's paths.
 const (
 	guestChannel = "/dev/ttyS1"
-	guestDir     = "/run/stockade-vm"
+	guestDir     = "/srv/stockade-vm"
 	guestWork    = guestDir + "/work"
 	// guestCgroup is where the guest's jails go: a child of the guest's
 	// cgroup v2 root with every controller, as a Delegate=yes unit has.
 	guestCgroup = "/jail"
 	overlayKo   = "/usr/lib/stockade/overlay.ko"
+	// guestWorkOwner owns the guest's copy of a --workdir.
+	guestWorkOwner = 1000
 )
 
 // GuestMain is the guest's PID 1: it sets the guest up, takes one Plan
@@ -210,7 +212,7 @@ func guestRun(p *Plan) Reply {
 	spec := p.Spec
 	spec.Isolation = jail.IsolationJail
 	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: "/var/cache/stockade"}
-	if err := os.MkdirAll(guestDir, 0o700); err != nil {
+	if err := os.MkdirAll(guestDir, 0o755); err != nil {
 		return Reply{Error: err.Error()}
 	}
 	for i, data := range p.RO {
@@ -224,7 +226,12 @@ func guestRun(p *Plan) Reply {
 		spec.ReadOnly[i].Source = name
 	}
 	if spec.Workdir != "" {
-		if err := writeTree(guestWork, p.Work); err != nil {
+		// The jail never runs as root and acts as a --workdir's owner:
+		// the guest's copy belongs to a user of its own.
+		if err := writeTree(guestWork, p.Work, guestWorkOwner, guestWorkOwner); err != nil {
+			return Reply{Error: "plan: /work: " + err.Error()}
+		}
+		if err := os.Chown(guestWork, guestWorkOwner, guestWorkOwner); err != nil {
 			return Reply{Error: "plan: /work: " + err.Error()}
 		}
 		spec.Workdir = guestWork

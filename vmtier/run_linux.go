@@ -536,7 +536,14 @@ func (t *tier) finish(spec jail.Spec, rep *Reply, st jail.Streams) (*jail.Result
 		res.Degraded = append(res.Degraded, rep.Error)
 	}
 	if spec.Workdir != "" && rep.Error == "" {
-		if err := writeTree(spec.Workdir, rep.Work); err != nil {
+		// What the guest made belongs to the directory's owner, as the
+		// jail tier's copy-back makes it.
+		uid, gid := -1, -1
+		var own unix.Stat_t
+		if unix.Stat(spec.Workdir, &own) == nil {
+			uid, gid = int(own.Uid), int(own.Gid)
+		}
+		if err := writeTree(spec.Workdir, rep.Work, uid, gid); err != nil {
 			res.Degraded = append(res.Degraded, "isolation vm: copy /work back: "+err.Error())
 		}
 	}
