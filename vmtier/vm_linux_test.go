@@ -154,7 +154,16 @@ print("kernel:", os.uname().release)
 	left.check(t)
 
 	// The same run in the jail tier: the same JSON keys.
-	jwork := t.TempDir()
+	// A --workdir there too (the result then has copy_back_ms as the
+	// VM's has): an ordinary user's, on a path the jail user can search.
+	jwork, err := os.MkdirTemp("", "stockade-vmtier-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(jwork) })
+	if err := os.Chmod(jwork, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Chown(jwork, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
