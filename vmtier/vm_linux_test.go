@@ -3,6 +3,7 @@ package vmtier
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,7 +227,23 @@ func TestVMMemory(t *testing.T) {
 func TestVMKilledVMM(t *testing.T) {
 	o := needVM(t)
 	left := watch(&o)
+	confined := make(chan []string, 1)
 	o.onHello = func(pid int) {
+		// While it runs: the VMM is in namespaces of its own (no
+		// network) and in the run's cgroup.
+		var wrong []string
+		for _, ns := range []string{"net", "pid", "mnt", "ipc", "uts"} {
+			mine, _ := os.Readlink("/proc/self/ns/" + ns)
+			its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+			if err != nil || its == mine {
+				wrong = append(wrong, fmt.Sprintf("%s namespace: the host's (%s, %v)", ns, its, err))
+			}
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if left.cgroup == "" || !strings.Contains(string(cg), "/"+left.cgroup+"\n") {
+			wrong = append(wrong, fmt.Sprintf("not in its cgroup %q: %s", left.cgroup, cg))
+		}
+		confined <- wrong
 		go func() {
 			time.Sleep(time.Second)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -240,6 +257,14 @@ func TestVMKilledVMM(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "SIGKILL") {
 		t.Errorf("error %q: want the signal named", err)
+	}
+	select {
+	case wrong := <-confined:
+		for _, w := range wrong {
+			t.Errorf("the VMM: %s", w)
+		}
+	default:
+		t.Error("the guest never said hello")
 	}
 	left.check(t)
 }
@@ -288,6 +313,9 @@ func fakeVMM(t *testing.T, script string) Options {
 func TestVMConsoleFlood(t *testing.T) {
 	o := fakeVMM(t, "exec yes 'the guest floods its console'")
 	left := watch(&o)
+	// Shorter than the flood takes to fill the console's bound by far
+	// at any load: without the bound this ends as vm_no_answer.
+	o.BootAllowance = 20 * time.Second
 	res, err := runVM(t, vmSpec(t, "true"), o)
 	if err == nil || res.Verdict != VerdictConsole {
 		t.Fatalf("verdict %s, err %v", res.Verdict, err)
