@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/cgroup"
+	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
@@ -339,6 +340,30 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 		}
 		defer m.Close()
 		id := "vm-" + newID()
+		// The cgroup is recorded in a run lock slot first, as the jail's
+		// are: a stockade SIGKILLed mid-run (its VMM dies with it, by
+		// Pdeathsig) leaves the group to the next run's sweep.
+		lock, err := runlock.Acquire(runlock.DefaultDir(), cleanStale, func(error) {})
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return nil, setupErr("isolation vm: run lock: %w", err)
+		}
+		leftover := false
+		defer func() {
+			if leftover {
+				lock.Abandon() // its record stays for the next sweep
+			} else {
+				_ = lock.Release()
+			}
+		}()
+		for _, d := range m.GroupDirs(id) {
+			if err := lock.Record("cgroup", d); err != nil {
+				pr.Close()
+				pw.Close()
+				return nil, setupErr("isolation vm: run lock: %w", err)
+			}
+		}
 		grp, err = m.Create(id, cgroup.Limits{
 			MemoryMax: ramMiB<<20 + vmmOverhead,
 			CPUs:      float64(vcpus),
@@ -354,7 +379,9 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 		}
 		defer func() {
 			_ = grp.Kill()
-			_ = grp.Delete()
+			if grp.Delete() != nil {
+				leftover = true
+			}
 		}()
 		if fd, ok := grp.CgroupFD(); ok {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
@@ -453,6 +480,21 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 			return r, nil
 		}
 	}
+}
+
+// cleanStale removes the cgroups a dead stockade's slot records; a slot
+// that records more (a jail's run directory) is left to the jail's own
+// sweep, which removes both, at the next jail run.
+func cleanStale(s runlock.Stale) error {
+	var groups []string
+	for _, e := range s.Entries {
+		if e.Kind != "cgroup" {
+			return fmt.Errorf("slot %d: %s %s is the jail's sweep's to remove", s.Slot, e.Kind, e.Path)
+		}
+		groups = append(groups, e.Path)
+	}
+	_, err := cgroup.RemoveStale(groups)
+	return err
 }
 
 // failure names how the guest ended without answering.

@@ -354,3 +354,64 @@ func TestVMRefusesWithoutKVM(t *testing.T) {
 		}
 	}
 }
+
+// A stockade SIGKILLed mid-run: its VMM dies with it (parent-death
+// signal), and the VMM's cgroup, recorded in the run's lock slot, goes at
+// the next run's sweep. The guest need not have booted: the VMM is killed
+// as soon as it is seen.
+func TestVMStockadeKilled(t *testing.T) {
+	o := needVM(t)
+	locks := t.TempDir()
+	env := append(os.Environ(), KernelEnv+"="+o.Kernel, CacheEnv+"="+o.Cache, EmulateEnv+"=1", "STOCKADE_LOCK_DIR="+locks)
+	cmd := exec.Command(o.Binary, "run", "--isolation", "vm", "--", "python3", "-c", "import time; time.sleep(60)")
+	cmd.Env = env
+	p, err := proctest.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stockade := cmd.Process.Pid
+	// The VMM: the child of stockade's that runs QEMU.
+	vmm, group := 0, ""
+	for deadline := time.Now().Add(2 * time.Minute); vmm == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+		for _, f := range procs {
+			b, _ := os.ReadFile(f)
+			// pid (comm) state ppid ...
+			_, rest, ok := strings.Cut(string(b), ") ")
+			fields := strings.Fields(rest)
+			if !ok || len(fields) < 2 || fields[1] != fmt.Sprint(stockade) || !strings.Contains(string(b), "(qemu-system-x86") {
+				continue
+			}
+			fmt.Sscan(strings.TrimPrefix(filepath.Dir(f), "/proc/"), &vmm)
+			cg, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup"))
+			for _, l := range strings.Split(string(cg), "\n") {
+				if i := strings.Index(l, "/stockade.vm-"); i >= 0 {
+					group = filepath.Base(l[i:])
+				}
+			}
+		}
+	}
+	if vmm == 0 || group == "" {
+		p.Kill()
+		t.Fatalf("no VMM (pid %d) in a cgroup of its own (%q) seen under stockade %d", vmm, group, stockade)
+	}
+	if err := syscall.Kill(stockade, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.Wait(30 * time.Second)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := syscall.Kill(vmm, 0); err == syscall.ESRCH {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the VMM %d outlived its stockade", vmm)
+		}
+	}
+	// The next run sweeps what the dead one recorded.
+	next := exec.Command(o.Binary, "run", "--", "true")
+	next.Env = env
+	if out := proctest.Run(t, next, 2*time.Minute); out.Code() != 0 {
+		t.Fatalf("the next run: %d %s %s", out.Code(), out.Stderr, out.Overstayed())
+	}
+	left := &leftovers{dir: "/nonexistent-" + group, cgroup: group}
+	left.check(t)
+}
