@@ -239,6 +239,12 @@ func TestVMKilledVMM(t *testing.T) {
 				wrong = append(wrong, fmt.Sprintf("%s namespace: the host's (%s, %v)", ns, its, err))
 			}
 		}
+		// QEMU's own seccomp sandbox is on (mode 2, a filter), in
+		// every thread: -sandbox loads it before the vCPUs start.
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+			wrong = append(wrong, "no seccomp filter (QEMU's -sandbox)")
+		}
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		if left.cgroup == "" || !strings.Contains(string(cg), "/"+left.cgroup+"\n") {
 			wrong = append(wrong, fmt.Sprintf("not in its cgroup %q: %s", left.cgroup, cg))
