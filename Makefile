@@ -76,7 +76,10 @@ $(GOIMPORTS):
 # cleanly elsewhere. One package at a time (-p 1): the timing bounds of the
 # limit tests assume the two cores are not shared with another package's
 # jails.
+# The VM tier's tests (vmtier/) boot Debian's kernel, the one vmtest boots:
+# fetched here first (cached in build/vm-cache); without it they skip.
 test: build
+	STOCKADE_VM_KERNEL=$$(vmtest/run --fetch-kernel 2>/dev/null || true) \
 	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_ROOTFS_CACHE=$(CURDIR)/build/rootfs-cache $(GO) test -p 1 -count=1 -timeout 20m ./...
 
 # The Python client (clients/python) against a real stockade serve, with

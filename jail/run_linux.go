@@ -182,6 +182,11 @@ func (s *preparation) checkSpec() error {
 	if err := spec.Validate(); err != nil {
 		return setupError("spec", err)
 	}
+	if spec.Isolation == IsolationVM {
+		// The VM tier is package vmtier's: a caller that hands such a
+		// Spec here would get one wall where the profile asked for two.
+		return setupError("spec", errors.New(`isolation "vm": this caller runs jails on the host's kernel only (the VM tier runs through stockade run and package vmtier; see docs/isolation.md)`))
+	}
 	if len(st.Pass) > maxPass || uint64(3+len(st.Pass)) > spec.Rlimits.OpenFiles {
 		return setupError("spec", fmt.Errorf("%d descriptors to pass: at most %d, and within the open files limit %d with stdin, stdout and stderr", len(st.Pass), maxPass, spec.Rlimits.OpenFiles))
 	}

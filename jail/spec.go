@@ -39,6 +39,15 @@ const RootfsHost = "host"
 // SeccompOff is the Spec.Seccomp value that loads no filter.
 const SeccompOff = "off"
 
+// Isolation tiers for Spec.Isolation (docs/isolation.md).
+const (
+	IsolationJail = "jail" // namespaces, cgroup and seccomp on the host's kernel
+	// IsolationVM runs the same jail inside a guest kernel of its own
+	// (package vmtier); jail.Run refuses such a Spec, so that a caller
+	// that does not know the tier never runs it with one wall less.
+	IsolationVM = "vm"
+)
+
 // Spec is everything one run is made of. It is plain data and complete: no
 // field has a default, every one is set by whoever builds the Spec
 // (stockade itself always through profiles.Profile.Spec, its one builder),
@@ -76,6 +85,12 @@ type Spec struct {
 	// Network is what the jail may reach through its egress proxy; the
 	// zero value is no network (loopback only).
 	Network NetworkSpec
+
+	// Isolation is the tier: IsolationJail (or "") or IsolationVM. VMEmulate
+	// lets the VM tier run under software emulation (TCG) where the host
+	// has no /dev/kvm; it means nothing to the jail tier.
+	Isolation string
+	VMEmulate bool
 
 	// Host is the machine's part: where the cgroup goes, stockade's own
 	// upstream proxy, its state directories. It is the same for every run
@@ -153,6 +168,11 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("env %s: given twice", k)
 		}
 		seen[k] = true
+	}
+	switch s.Isolation {
+	case "", IsolationJail, IsolationVM:
+	default:
+		return fmt.Errorf("isolation %q: want %q or %q", s.Isolation, IsolationJail, IsolationVM)
 	}
 	if s.Timeout <= 0 {
 		return fmt.Errorf("timeout %v: must be more than 0", s.Timeout)

@@ -27,6 +27,8 @@ var badFileValues = map[Field][]string{
 	FieldRootfs:    {`""`, `"root"`, `"./root"`, `"/srv/../etc"`, `"/srv/root/"`, `"/srv/\u0000root"`, "1"},
 	FieldWorkdir:   {`""`, `"work"`, `"/"`, `"/srv/../etc"`, `"/srv/work/"`, `"/srv/\u0000work"`, "true"},
 	FieldNoexec:    {`"yes"`, "1"},
+	FieldIsolation: {`""`, `"VM"`, `"kvm"`, `"container"`, "1", "true"},
+	FieldVMEmulate: {`"yes"`, "1"},
 	FieldRO: {`"/x"`, `[""]`, `["rel:/x"]`, `["/usr/share:rel"]`, `["/usr/share:/"]`, `["/usr/share:/work"]`,
 		`["/usr/share:/work/x"]`, `["/usr/share:/proc/1"]`, `["/usr/share:/dev"]`, `["/usr/share:/sys/fs"]`,
 		`["/usr/share:/tmp"]`, `["/usr/share:/etc/passwd"]`, `["/usr/../etc:/x"]`, `["/usr/share:/x/../y"]`,
@@ -51,6 +53,10 @@ func TestBadFileValuesNameFileLineAndField(t *testing.T) {
 		for i, v := range values {
 			file := filepath.Join(dir, fmt.Sprintf("%s-%d.toml", strings.ReplaceAll(string(field), ".", "-"), i))
 			src := fmt.Sprintf("extends = \"python\"\n[%s]\n%s = %s\n", table, key, v)
+			if key == "" {
+				// A top-level field: no table, on the same line 3.
+				src = fmt.Sprintf("extends = \"python\"\n\n%s = %s\n", table, v)
+			}
 			if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -105,7 +105,7 @@ func TestLoad(t *testing.T) {
 		if o, _ := p.Origin(FieldMemory); o.File != filepath.Join(user, "nightly-agent.toml") || o.Line != 3 {
 			t.Errorf("memory origin %v", o)
 		}
-		if o, _ := p.Origin(FieldPids); o.String() != "builtin:python-strict.toml:9" {
+		if o, _ := p.Origin(FieldPids); o.String() != "builtin:python-strict.toml:11" {
 			t.Errorf("pids origin %v", o)
 		}
 	})
@@ -221,7 +221,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		}
 	}
 	out, _ := profiles[0].TOML()
-	if !strings.Contains(string(out), "\nmemory = \"512M\" # builtin:python.toml:6\n") {
+	if !strings.Contains(string(out), "\nmemory = \"512M\" # builtin:python.toml:8\n") {
 		t.Errorf("show output lacks the memory line with its origin:\n%s", out)
 	}
 }

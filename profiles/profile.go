@@ -19,6 +19,10 @@ type Profile struct {
 
 	Extends     string
 	Description string
+	// Isolation is the tier, IsolationJail or IsolationVM; VMEmulate lets
+	// the VM tier run without KVM (software emulation, slow).
+	Isolation   string
+	VMEmulate   bool
 	Limits      Limits
 	Filesystem  Filesystem
 	Environment Environment

@@ -21,6 +21,12 @@ const (
 	FieldExtends     Field = "extends"
 	FieldDescription Field = "description"
 
+	// FieldIsolation is the tier ("jail" or "vm", docs/isolation.md);
+	// FieldVMEmulate lets the VM tier run under software emulation where
+	// the host has no /dev/kvm (--vm-emulate).
+	FieldIsolation Field = "isolation"
+	FieldVMEmulate Field = "vm_emulate"
+
 	FieldTimeout   Field = "limits.timeout"
 	FieldCPUTime   Field = "limits.cpu_time"
 	FieldMemory    Field = "limits.memory"
@@ -115,6 +121,10 @@ const (
 var schema = []fieldSpec{
 	{field: FieldExtends, kind: kindString, ptr: func(p *Profile) any { return &p.Extends }},
 	{field: FieldDescription, kind: kindString, ptr: func(p *Profile) any { return &p.Description }},
+	{field: FieldIsolation, kind: kindString, ptr: func(p *Profile) any { return &p.Isolation },
+		check: isolationValue, spec: func(s *jail.Spec) any { return &s.Isolation },
+		flag: "isolation", usage: `isolation tier: "jail" (the host's kernel) or "vm" (a guest kernel of its own; docs/isolation.md)`},
+	{field: FieldVMEmulate, kind: kindBool, ptr: func(p *Profile) any { return &p.VMEmulate }},
 
 	{field: FieldTimeout, kind: kindDuration, ptr: func(p *Profile) any { return &p.Limits.Timeout },
 		check: positive, spec: func(s *jail.Spec) any { return &s.Timeout }, result: "timeout_ms",

@@ -34,6 +34,7 @@ func (p *Profile) Spec(args []string, host jail.Host) jail.Spec {
 		WorkdirMode: jail.WorkdirFresh,
 		ExecWorkdir: !p.Filesystem.Noexec,
 		Hostname:    Hostname,
+		VMEmulate:   p.VMEmulate,
 		Host:        host,
 	}
 	for _, row := range schema {

@@ -156,6 +156,19 @@ func seccompValue(v any) []problem {
 	return nil
 }
 
+// The isolation tiers a profile may name (docs/isolation.md).
+const (
+	IsolationJail = jail.IsolationJail
+	IsolationVM   = jail.IsolationVM
+)
+
+func isolationValue(v any) []problem {
+	if m := *v.(*string); m != IsolationJail && m != IsolationVM {
+		return fail("%q must be %q or %q", m, IsolationJail, IsolationVM)
+	}
+	return nil
+}
+
 func networkModeValue(v any) []problem {
 	if m := *v.(*string); m != NetworkNone {
 		return fail("%q must be %q (the only mode for now)", m, NetworkNone)

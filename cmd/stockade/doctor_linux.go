@@ -11,6 +11,7 @@ import (
 	"github.com/stockade/stockade/cgroup"
 	"github.com/stockade/stockade/internal/hostenv"
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/vmtier"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 )
@@ -42,6 +43,9 @@ func doctorCommand(stdout io.Writer) *cli.Command {
 				fmt.Fprintln(stdout, l)
 			}
 			for _, l := range cgroupParentFacts(c, host) {
+				fmt.Fprintln(stdout, l)
+			}
+			for _, l := range vmtier.Doctor(host) {
 				fmt.Fprintln(stdout, l)
 			}
 			prof, err := loadProfile("")

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/vmtier"
 	"github.com/urfave/cli/v2"
 )
 
@@ -29,6 +30,11 @@ func docsHelp() string {
 
 func main() {
 	startedMain = jail.MonotonicNow()
+	// The VM tier's guest: stockade is its init (PID 1 of the guest
+	// kernel, from the initramfs), and never returns.
+	if len(os.Args) == 2 && os.Args[1] == vmtier.GuestArg && os.Getpid() == 1 {
+		vmtier.GuestMain()
+	}
 	// A jail's init never gets here: without the embedded init, jail.Run
 	// starts this binary again as init, and package jail's init takes
 	// that process over before main.

@@ -18,6 +18,7 @@ import (
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/pydata"
+	"github.com/stockade/stockade/vmtier"
 	"github.com/urfave/cli/v2"
 )
 
@@ -64,6 +65,7 @@ func jailFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow-private", Usage: "let allowed hosts resolve to this private or special-purpose CIDR (never loopback, link-local or cloud metadata)"},
 		&cli.StringFlag{Name: "cgroup-parent", Usage: "create the run's cgroup below this path (default: $STOCKADE_CGROUP_PARENT, else stockade's own cgroup)"},
 		&cli.BoolFlag{Name: "no-cgroup", Usage: "no cgroup: rlimits only, reported as degraded"},
+		&cli.BoolFlag{Name: "vm-emulate", Usage: "with --isolation vm and no /dev/kvm: run the guest under software emulation (slow; for testing)"},
 	)
 }
 
@@ -240,6 +242,9 @@ func flagLayer(c *cli.Context) (*profiles.Profile, error) {
 	case c.Bool("no-workdir"):
 		vals = append(vals, flagValue{"--no-workdir", profiles.FieldWorkdir, profiles.WorkdirNone})
 	}
+	if given["vm-emulate"] {
+		vals = append(vals, flagValue{"--vm-emulate", profiles.FieldVMEmulate, strconv.FormatBool(c.Bool("vm-emulate"))})
+	}
 	if given["exec-workdir"] {
 		vals = append(vals, flagValue{"--exec-workdir", profiles.FieldNoexec, strconv.FormatBool(!c.Bool("exec-workdir"))})
 	}
@@ -298,7 +303,13 @@ func runJail(c *cli.Context, spec jail.Spec, stdin *os.File, stdout, stderr io.W
 		case <-ctx.Done():
 		}
 	}()
-	res, err := jail.Run(ctx, spec, streams)
+	var res *jail.Result
+	var err error
+	if spec.Isolation == jail.IsolationVM {
+		res, err = vmtier.Run(ctx, spec, streams, vmtier.Options{Notices: stderr})
+	} else {
+		res, err = jail.Run(ctx, spec, streams)
+	}
 	res.StockadeVersion = version
 	if spec.Host.TracePhases {
 		res.Phases = append(append(before, res.Phases...), jail.PhaseAt("main: report", jail.MonotonicNow()))

@@ -1,0 +1,44 @@
+package vmtier
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/stockade/stockade/jail"
+)
+
+// Doctor is what `stockade doctor` says about the VM tier on this host,
+// one line a fact: KVM, QEMU, the guest kernel, the guest image.
+func Doctor(host jail.Host) []string {
+	var out []string
+	p := func(format string, a ...any) { out = append(out, "vm tier: "+fmt.Sprintf(format, a...)) }
+	if err := KVM(); err != nil {
+		p("kvm: no (%v): isolation vm refuses to run unless emulation is allowed (--vm-emulate, vm_emulate = true, %s=1; slow, for testing)", err, EmulateEnv)
+	} else {
+		p("kvm: yes (/dev/kvm)")
+	}
+	if q, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		p("qemu: missing (apt-get install qemu-system-x86)")
+	} else {
+		v, _ := exec.Command(q, "--version").Output()
+		first, _, _ := strings.Cut(string(v), "\n")
+		p("qemu: %s (%s)", q, strings.TrimSpace(first))
+	}
+	cache := cacheDir(jail.Spec{Host: host}, Options{})
+	k := KernelPath(cache, "")
+	if _, err := os.Stat(k); err != nil {
+		p("kernel: missing (%v): set %s to a vmlinuz (vmtest/run --fetch-kernel fetches Debian's)", err, KernelEnv)
+	} else {
+		p("kernel: %s", k)
+	}
+	imgs, _ := filepath.Glob(filepath.Join(cache, "initrd-*.cpio"))
+	if len(imgs) == 0 {
+		p("image: not built yet (the first vm run builds it into %s)", cache)
+	} else if fi, err := os.Stat(imgs[0]); err == nil {
+		p("image: %s (%d MiB)", imgs[0], fi.Size()>>20)
+	}
+	return out
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# mkimage.sh ROOT STOCKADE OVERLAY_KO PYTHON: lay out the VM tier's guest
+# root in ROOT (run by package vmtier, embedded; see docs/isolation.md).
+#
+# The root is what the jail's host-derived root needs from /usr, as
+# vmtest/run's build_base lays it out: a usr-merged skeleton, Debian's
+# Python with its standard library (without its tests, GUIs and build
+# files; the stock .pyc files kept, since compiling them under emulation is
+# slow) and the libraries ldd names, the /etc entries the jail binds, and
+# stockade itself, which is the guest's init. OVERLAY_KO ("" for none) is
+# the overlayfs module of the guest kernel (Debian builds it as a module;
+# the jail mounts --ro binds and --workdir as overlays).
+set -euo pipefail
+shopt -s inherit_errexit
+root=$1 stockade=$2 overlay=$3 python=$4
+
+mkdir -p "$root"/usr/{bin,sbin,lib/x86_64-linux-gnu,lib64,local/bin,lib/stockade} \
+	"$root"/{etc,proc,sys,dev,tmp,run,root,newroot,work,var/tmp,var/cache}
+ln -s usr/bin "$root/bin"
+ln -s usr/sbin "$root/sbin"
+ln -s usr/lib "$root/lib"
+ln -s usr/lib64 "$root/lib64"
+chmod 1777 "$root/tmp" "$root/var/tmp"
+chmod 0700 "$root/root"
+
+copy_libs() {
+	local lib
+	for lib in $(ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' | sort -u); do
+		[[ -e "$root$lib" ]] || cp -L "$lib" "$root$lib"
+	done
+}
+
+name=$(basename "$python")
+cp "$python" "$root/usr/bin/$name"
+ln -s "$name" "$root/usr/bin/python3"
+tar -C /usr/lib -cf - --exclude="$name/test" --exclude="$name/idlelib" \
+	--exclude="$name/tkinter" --exclude="$name/turtledemo" --exclude="$name/lib2to3/tests" \
+	--exclude="$name/config-*" --exclude="$name/dist-packages" --exclude="$name/site-packages" \
+	--exclude="$name/ensurepip" --exclude="$name/pydoc_data" --exclude='_test*.so' \
+	--exclude='_ctypes_test*.so' --exclude='_xxtestfuzz*.so' --exclude='xxlimited*.so' \
+	--exclude='*.opt-1.pyc' --exclude='*.opt-2.pyc' "$name" | tar -C "$root/usr/lib" -xf -
+cp "$stockade" "$root/usr/local/bin/stockade"
+copy_libs "$root/usr/bin/$name" "/usr/lib/$name"/lib-dynload/*.so "$stockade"
+# The shell and the few tools a payload's subprocess may call, from the
+# host's busybox when it has the static one (vmtest installs it).
+if [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1; then
+	cp /bin/busybox "$root/usr/bin/busybox"
+	for applet in sh cat ls echo env true false sleep; do
+		[[ -e "$root/usr/bin/$applet" ]] || ln -s busybox "$root/usr/bin/$applet"
+	done
+fi
+[[ -n "$overlay" ]] && cp "$overlay" "$root/usr/lib/stockade/overlay.ko"
+
+for f in /etc/nsswitch.conf /etc/host.conf /etc/protocols /etc/services /etc/mime.types /etc/ld.so.conf; do
+	[[ -f "$f" ]] && cp -L "$f" "$root/etc/"
+done
+[[ -d /etc/ld.so.conf.d ]] && cp -a /etc/ld.so.conf.d "$root/etc/"
+cp -L /etc/localtime "$root/etc/localtime" 2>/dev/null || true
+if [[ -d /etc/ssl ]]; then
+	mkdir -p "$root/etc/ssl/certs"
+	[[ -f /etc/ssl/openssl.cnf ]] && cp /etc/ssl/openssl.cnf "$root/etc/ssl/"
+	[[ -f /etc/ssl/certs/ca-certificates.crt ]] && cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+fi
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' >"$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+printf '127.0.0.1\tlocalhost\n' >"$root/etc/hosts"
+echo stockade-vm >"$root/etc/hostname"
+ldconfig -r "$root"

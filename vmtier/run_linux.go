@@ -1,0 +1,653 @@
+package vmtier
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/stockade/stockade/cgroup"
+	"github.com/stockade/stockade/internal/runlock"
+	"github.com/stockade/stockade/jail"
+	"golang.org/x/sys/unix"
+)
+
+// The VM tier's verdicts: how a run ends when its guest, not its payload,
+// failed. Each is an error (exit 125), never "ok"; the guest's own jail's
+// verdicts come back as the guest's jail made them.
+const (
+	VerdictPanic    jail.Verdict = "vm_panic"     // the guest kernel panicked
+	VerdictDied     jail.Verdict = "vm_died"      // the VMM exited or was killed before the guest answered
+	VerdictConsole  jail.Verdict = "vm_console"   // the guest wrote more to its console than the bound
+	VerdictNoAnswer jail.Verdict = "vm_no_answer" // the guest did not come up, or did not answer, in time
+)
+
+// EmulateEnv, set to 1, lets the VM tier run without /dev/kvm, as
+// --vm-emulate and a profile's vm_emulate = true do.
+const EmulateEnv = "STOCKADE_VM_EMULATE"
+
+// KernelEnv names the guest kernel (a bzImage, such as Debian's vmlinuz);
+// the default is vmlinuz in the VM tier's cache directory.
+const KernelEnv = "STOCKADE_VM_KERNEL"
+
+// CacheEnv names the directory the guest's initramfs is built into once
+// (default: the host's cache directory's vm/).
+const CacheEnv = "STOCKADE_VM_CACHE"
+
+// Bounds of the channel and the console.
+const (
+	maxPlan       = 256 << 20
+	consoleLimit  = 1 << 20 // bytes of console output before the run is ended as a flood
+	consoleKeep   = 8 << 10 // the console's last bytes, quoted in an error
+	maxStdin      = 16 << 20
+	maxROFile     = 16 << 20
+	guestOverhead = 256 << 20 // the guest kernel and init, over the jail's memory and the root
+	vmmOverhead   = 384 << 20 // QEMU itself (with a 64 MiB translation cache under TCG)
+)
+
+// Options are the host's side of the VM tier.
+type Options struct {
+	Binary  string // the stockade binary the guest runs as its init; "" is this executable
+	Kernel  string // the guest kernel; "" is $STOCKADE_VM_KERNEL, else CacheDir/vmlinuz
+	Cache   string // where the initramfs is built; "" is $STOCKADE_VM_CACHE, else Host.CacheDir/vm
+	QEMU    string // "" is qemu-system-x86_64 from PATH
+	Notices io.Writer
+	// BootAllowance is how long the guest has to come up and say hello;
+	// AnswerAllowance how long, over the Spec's timeout, it has to answer
+	// the plan. Zero is the defaults (longer under emulation).
+	BootAllowance, AnswerAllowance time.Duration
+
+	fault    string        // tests: Plan.Fault
+	onHello  func(pid int) // tests: called with the VMM's pid when the guest said hello
+	cgroupID func(string)  // tests: told the VMM's cgroup name
+	runDir   func(string)  // tests: told the run directory
+}
+
+// KVM reports whether /dev/kvm can be opened for use.
+func KVM() error {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// vmError is a failure of the VM tier, with its verdict.
+type vmError struct {
+	verdict jail.Verdict
+	msg     string
+}
+
+func (e *vmError) Error() string { return e.msg }
+
+func setupErr(format string, a ...any) error {
+	return &jail.SetupError{Step: "vm", Err: fmt.Errorf(format, a...), ExitCode: jail.ExitJailError}
+}
+
+// Run runs spec (Isolation "vm") in a guest of its own: QEMU, confined on
+// the host, boots the guest kernel with stockade as its init, and the
+// guest's ordinary jail runs the payload. It returns the Result of the
+// guest's jail, or one with a VM verdict and an error.
+func Run(ctx context.Context, spec jail.Spec, st jail.Streams, o Options) (*jail.Result, error) {
+	res, err := run(ctx, spec, st, o)
+	if err != nil {
+		r := jail.FailedResult(spec, err)
+		var ve *vmError
+		if errors.As(err, &ve) {
+			r.Verdict = ve.verdict
+		}
+		return r, err
+	}
+	return res, nil
+}
+
+func run(ctx context.Context, spec jail.Spec, st jail.Streams, o Options) (*jail.Result, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, setupErr("spec: %w", err)
+	}
+	if spec.Network.Enabled() {
+		return nil, setupErr(`isolation "vm": --allow-net is not available yet (the guest has no NIC and no channel to the host's proxy); run without network or with isolation "jail" (docs/isolation.md)`)
+	}
+	if spec.Rootfs != jail.RootfsHost {
+		return nil, setupErr(`isolation "vm": rootfs %q: the guest's root is built from the host's Python only for now; use rootfs "host" (docs/isolation.md)`, spec.Rootfs)
+	}
+	emulate := spec.VMEmulate || os.Getenv(EmulateEnv) == "1"
+	kvmErr := KVM()
+	if kvmErr != nil && !emulate {
+		return nil, setupErr(`isolation "vm": no KVM (%v): load kvm_intel or kvm_amd and let stockade open /dev/kvm (docs/isolation.md#enabling-kvm); or, for testing only, allow software emulation with --vm-emulate, vm_emulate = true or %s=1`, kvmErr, EmulateEnv)
+	}
+	if kvmErr != nil && o.Notices != nil {
+		fmt.Fprintln(o.Notices, "stockade: isolation vm: no /dev/kvm, the guest runs under software emulation (TCG): slow, for testing only")
+	}
+	t, err := resolve(spec, o)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := makePlan(spec, st, o)
+	if err != nil {
+		return nil, err
+	}
+	t.kvm = kvmErr == nil
+	return t.boot(ctx, spec, plan, st, o)
+}
+
+// tier is what one run's VM is made of.
+type tier struct {
+	qemu, kernel, initrd string
+	initrdSize           int64
+	kvm                  bool
+}
+
+func resolve(spec jail.Spec, o Options) (*tier, error) {
+	t := &tier{qemu: o.QEMU}
+	if t.qemu == "" {
+		q, err := exec.LookPath("qemu-system-x86_64")
+		if err != nil {
+			return nil, setupErr(`isolation "vm": no qemu-system-x86_64 (apt-get install qemu-system-x86)`)
+		}
+		t.qemu = q
+	}
+	cache := cacheDir(spec, o)
+	t.kernel = KernelPath(cache, o.Kernel)
+	if _, err := os.Stat(t.kernel); err != nil {
+		return nil, setupErr(`isolation "vm": guest kernel: %v (set %s to a vmlinuz, such as Debian's from linux-image-amd64; vmtest/run --fetch-kernel fetches one)`, err, KernelEnv)
+	}
+	bin := o.Binary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, setupErr("isolation vm: %w", err)
+		}
+	}
+	initrd, err := EnsureImage(cache, bin, t.kernel)
+	if err != nil {
+		return nil, setupErr(`isolation "vm": guest image: %w`, err)
+	}
+	fi, err := os.Stat(initrd)
+	if err != nil {
+		return nil, setupErr(`isolation "vm": guest image: %w`, err)
+	}
+	t.initrd, t.initrdSize = initrd, fi.Size()
+	return t, nil
+}
+
+// cacheDir is where the VM tier keeps its image (and, by default, kernel).
+func cacheDir(spec jail.Spec, o Options) string {
+	if o.Cache != "" {
+		return o.Cache
+	}
+	if v := os.Getenv(CacheEnv); v != "" {
+		return v
+	}
+	if spec.Host.CacheDir != "" {
+		return filepath.Join(spec.Host.CacheDir, "vm")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/cache/stockade/vm"
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "stockade", "vm")
+	}
+	return filepath.Join(os.TempDir(), "stockade-vm-"+strconv.Itoa(os.Geteuid()))
+}
+
+// KernelPath is the guest kernel the tier boots: given, else
+// $STOCKADE_VM_KERNEL, else vmlinuz in the cache directory.
+func KernelPath(cache, given string) string {
+	if given != "" {
+		return given
+	}
+	if v := os.Getenv(KernelEnv); v != "" {
+		return v
+	}
+	return filepath.Join(cache, "vmlinuz")
+}
+
+// makePlan reads what the guest cannot reach: stdin, the --workdir's
+// files, the files bound read-only.
+func makePlan(spec jail.Spec, st jail.Streams, o Options) (*Plan, error) {
+	p := &Plan{Spec: spec, Fault: o.fault}
+	p.Spec.Host = jail.Host{}
+	if st.Stdin != nil {
+		if fi, err := st.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice == 0 {
+			b, err := io.ReadAll(io.LimitReader(st.Stdin, maxStdin+1))
+			if err != nil {
+				return nil, setupErr("isolation vm: stdin: %w", err)
+			}
+			if len(b) > maxStdin {
+				return nil, setupErr("isolation vm: stdin: more than %d bytes", maxStdin)
+			}
+			p.Stdin = b
+		}
+	}
+	for i, b := range spec.ReadOnly {
+		fi, err := os.Stat(b.Source)
+		if err != nil {
+			return nil, setupErr("isolation vm: ro %s: %w", b.Source, err)
+		}
+		if !fi.Mode().IsRegular() || fi.Size() > maxROFile {
+			return nil, setupErr(`isolation "vm": ro %s: only regular files of at most %d bytes reach the guest for now, not directories`, b.Source, maxROFile)
+		}
+		data, err := os.ReadFile(b.Source)
+		if err != nil {
+			return nil, setupErr("isolation vm: ro %s: %w", b.Source, err)
+		}
+		if p.RO == nil {
+			p.RO = map[int][]byte{}
+		}
+		p.RO[i] = data
+	}
+	if spec.Workdir != "" {
+		files, err := readTree(spec.Workdir, spec.WorkSize)
+		if err != nil {
+			return nil, setupErr("isolation vm: --workdir %s: %w", spec.Workdir, err)
+		}
+		p.Work = files
+	}
+	return p, nil
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// boot runs the VMM and talks to the guest; everything it makes on the
+// host (the run directory with the channel's socket, the cgroup, QEMU's
+// process and namespaces) is gone when it returns.
+func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Streams, o Options) (*jail.Result, error) {
+	boot, answer := o.BootAllowance, o.AnswerAllowance
+	if boot == 0 {
+		boot = 20 * time.Second
+		if !t.kvm {
+			boot = 180 * time.Second
+		}
+	}
+	if answer == 0 {
+		answer = 15 * time.Second
+		if !t.kvm {
+			answer = 120 * time.Second
+		}
+	}
+	dir, err := os.MkdirTemp("", "stockade-vm-")
+	if err != nil {
+		return nil, setupErr("isolation vm: run directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if o.runDir != nil {
+		o.runDir(dir)
+	}
+	sock := filepath.Join(dir, "ctl")
+
+	vcpus := int(math.Ceil(spec.Cgroup.CPUs))
+	vcpus = max(1, min(vcpus, runtime.NumCPU()))
+	ramMiB := (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
+	args := []string{
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-machine", "q35", "-m", strconv.FormatInt(ramMiB, 10), "-smp", strconv.Itoa(vcpus),
+		"-kernel", t.kernel, "-initrd", t.initrd,
+		"-append", "console=ttyS0 rdinit=/usr/local/bin/stockade panic=-1 quiet loglevel=1 -- " + GuestArg,
+		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+		"-chardev", "socket,id=ctl,path=" + sock + ",server=on,wait=off", "-serial", "chardev:ctl",
+		"-nic", "none",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+	if t.kvm {
+		args = append(args, "-accel", "kvm", "-cpu", "host")
+	} else {
+		args = append(args, "-accel", "tcg,tb-size=64", "-cpu", "max")
+	}
+	cmd := exec.Command(t.qemu, args...)
+	// Its own namespaces: no network at all (not even the host's
+	// loopback), its own pids (QEMU is their init: its death ends every
+	// thread and child it has), mounts, IPC and host name. Pdeathsig: a
+	// stockade killed mid-run takes its VMM with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Pdeathsig: syscall.SIGKILL,
+		Setpgid:   true,
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, setupErr("isolation vm: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+
+	var grp *cgroup.Group
+	if !spec.Host.NoCgroup {
+		m, err := cgroup.NewManager(cgroup.Options{Parent: spec.Host.CgroupParent})
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return nil, setupErr("isolation vm: cgroup: %w", err)
+		}
+		defer m.Close()
+		id := "vm-" + newID()
+		// The cgroup is recorded in a run lock slot first, as the jail's
+		// are: a stockade SIGKILLed mid-run (its VMM dies with it, by
+		// Pdeathsig) leaves the group to the next run's sweep.
+		lock, err := runlock.Acquire(runlock.DefaultDir(), cleanStale, func(error) {})
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return nil, setupErr("isolation vm: run lock: %w", err)
+		}
+		leftover := false
+		defer func() {
+			if leftover {
+				lock.Abandon() // its record stays for the next sweep
+			} else {
+				_ = lock.Release()
+			}
+		}()
+		for _, d := range m.GroupDirs(id) {
+			if err := lock.Record("cgroup", d); err != nil {
+				pr.Close()
+				pw.Close()
+				return nil, setupErr("isolation vm: run lock: %w", err)
+			}
+		}
+		grp, err = m.Create(id, cgroup.Limits{
+			MemoryMax: ramMiB<<20 + vmmOverhead,
+			CPUs:      float64(vcpus),
+			PidsMax:   256,
+		})
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return nil, setupErr("isolation vm: cgroup: %w", err)
+		}
+		if o.cgroupID != nil {
+			o.cgroupID("stockade." + id)
+		}
+		defer func() {
+			_ = grp.Kill()
+			if grp.Delete() != nil {
+				leftover = true
+			}
+		}()
+		if fd, ok := grp.CgroupFD(); ok {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, setupErr("isolation vm: start %s: %w", t.qemu, err)
+	}
+	pw.Close()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	kill := func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+	}
+	defer kill()
+	if grp != nil && !cmd.SysProcAttr.UseCgroupFD {
+		// cgroup v1: no CLONE_INTO_CGROUP; placed before it boots.
+		if err := grp.AddProc(cmd.Process.Pid); err != nil {
+			return nil, setupErr("isolation vm: cgroup: %w", err)
+		}
+	}
+
+	con := newConsole()
+	conDone := make(chan struct{})
+	go func() { con.drain(pr); pr.Close(); close(conDone) }()
+
+	type answerT struct {
+		reply *Reply
+		err   error
+	}
+	answered := make(chan answerT, 1)
+	helloed := make(chan struct{})
+	go func() {
+		r, err := t.talk(sock, plan, helloed, exited, o, cmd.Process.Pid, spec)
+		answered <- answerT{r, err}
+	}()
+
+	bootTimer := time.NewTimer(boot)
+	defer bootTimer.Stop()
+	var answerTimer <-chan time.Time
+	for {
+		select {
+		case <-helloed:
+			helloed = nil
+			bootTimer.Stop()
+			answerTimer = time.After(spec.Timeout + answer)
+			continue
+		case a := <-answered:
+			if a.err != nil {
+				// The channel ended: the VMM's end tells why.
+				select {
+				case <-exited:
+				case <-time.After(2 * time.Second):
+				}
+				<-conDone
+				return nil, t.failure(con, exited, waitErr, a.err)
+			}
+			// The guest powers itself off; give it a moment, then kill.
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+			}
+			return t.finish(spec, a.reply, st)
+		case <-con.flood:
+			kill()
+			return nil, &vmError{VerdictConsole, fmt.Sprintf("isolation vm: the guest wrote more than %d bytes to its console; the VMM was killed", consoleLimit)}
+		case <-exited:
+			// Let the reader take what was sent before the end.
+			select {
+			case a := <-answered:
+				if a.err == nil {
+					return t.finish(spec, a.reply, st)
+				}
+			case <-time.After(2 * time.Second):
+			}
+			<-conDone
+			return nil, t.failure(con, exited, waitErr, errors.New("the VMM exited"))
+		case <-bootTimer.C:
+			kill()
+			return nil, &vmError{VerdictNoAnswer, fmt.Sprintf("isolation vm: the guest did not come up within %v; the VMM was killed%s", boot, con.quote())}
+		case <-answerTimer:
+			kill()
+			return nil, &vmError{VerdictNoAnswer, fmt.Sprintf("isolation vm: the guest did not answer within the timeout %v and %v; the VMM was killed%s", spec.Timeout, answer, con.quote())}
+		case <-ctx.Done():
+			kill()
+			r := jail.FailedResult(spec, context.Cause(ctx))
+			r.Verdict, r.ExitCode = jail.VerdictCancelled, jail.ExitCancelled
+			var cs jail.CancelSignal
+			if errors.As(context.Cause(ctx), &cs) {
+				r.ExitCode = jail.ExitSignalOffset + int(cs.Signal)
+			}
+			return r, nil
+		}
+	}
+}
+
+// cleanStale removes the cgroups a dead stockade's slot records; a slot
+// that records more (a jail's run directory) is left to the jail's own
+// sweep, which removes both, at the next jail run.
+func cleanStale(s runlock.Stale) error {
+	var groups []string
+	for _, e := range s.Entries {
+		if e.Kind != "cgroup" {
+			return fmt.Errorf("slot %d: %s %s is the jail's sweep's to remove", s.Slot, e.Kind, e.Path)
+		}
+		groups = append(groups, e.Path)
+	}
+	_, err := cgroup.RemoveStale(groups)
+	return err
+}
+
+// failure names how the guest ended without answering.
+func (t *tier) failure(con *console, exited <-chan struct{}, waitErr error, cause error) error {
+	select {
+	case <-exited:
+	default:
+		return &vmError{VerdictDied, fmt.Sprintf("isolation vm: the channel to the guest failed (%v)%s", cause, con.quote())}
+	}
+	if con.panicked() {
+		return &vmError{VerdictPanic, "isolation vm: the guest kernel panicked" + con.quote()}
+	}
+	how := "exited"
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			how = "was killed by " + unix.SignalName(ws.Signal())
+		} else {
+			how = "exited with status " + strconv.Itoa(ee.ExitCode())
+		}
+	}
+	return &vmError{VerdictDied, fmt.Sprintf("isolation vm: the VMM %s before the guest answered (%v)%s", how, cause, con.quote())}
+}
+
+// talk connects to the guest's channel, waits for its hello, sends the
+// plan and reads the reply.
+func (t *tier) talk(sock string, plan *Plan, helloed chan<- struct{}, exited <-chan struct{}, o Options, pid int, spec jail.Spec) (*Reply, error) {
+	var c net.Conn
+	for {
+		var err error
+		if c, err = net.Dial("unix", sock); err == nil {
+			break
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("connect: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	go func() { <-exited; c.Close() }()
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 64<<10)
+	if _, err := readFrame(r, 4<<10, 64<<10); err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	close(helloed)
+	if o.onHello != nil {
+		o.onHello(pid)
+	}
+	if err := writeFrame(c, plan, json.Marshal); err != nil {
+		return nil, fmt.Errorf("send the plan: %w", err)
+	}
+	// The reply's bound: both streams (JSON may escape a byte as six),
+	// /work's files (base64), and room for the rest.
+	limit := 12*spec.OutputLimit + 2*spec.WorkSize + 16<<20
+	b, err := readFrame(r, limit, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read the reply: %w", err)
+	}
+	var rep Reply
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("decode the reply: %w", err)
+	}
+	return &rep, nil
+}
+
+// finish hands the guest's Result on: its output to the streams, /work's
+// files into the --workdir.
+func (t *tier) finish(spec jail.Spec, rep *Reply, st jail.Streams) (*jail.Result, error) {
+	if rep.Result == nil {
+		return nil, setupErr("isolation vm: the guest could not run the plan: %s", rep.Error)
+	}
+	res := rep.Result
+	if st.Stdout != nil {
+		io.WriteString(st.Stdout, res.Stdout)
+	}
+	if st.Stderr != nil {
+		io.WriteString(st.Stderr, res.Stderr)
+	}
+	if rep.Error != "" {
+		res.Degraded = append(res.Degraded, rep.Error)
+	}
+	if spec.Workdir != "" && rep.Error == "" {
+		// What the guest made belongs to the directory's owner, as the
+		// jail tier's copy-back makes it.
+		uid, gid := -1, -1
+		var own unix.Stat_t
+		if unix.Stat(spec.Workdir, &own) == nil {
+			uid, gid = int(own.Uid), int(own.Gid)
+		}
+		if err := writeTree(spec.Workdir, rep.Work, uid, gid); err != nil {
+			res.Degraded = append(res.Degraded, "isolation vm: copy /work back: "+err.Error())
+		}
+	}
+	return res, nil
+}
+
+// console keeps the guest console's last bytes and counts them all.
+type console struct {
+	mu    sync.Mutex
+	tail  []byte
+	total int64
+	flood chan struct{}
+	seen  bool // "Kernel panic" went past
+}
+
+func newConsole() *console { return &console{flood: make(chan struct{})} }
+
+func (c *console) drain(r io.Reader) {
+	buf := make([]byte, 32<<10)
+	flooded := false
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			c.mu.Lock()
+			c.total += int64(n)
+			c.tail = append(c.tail, buf[:n]...)
+			if strings.Contains(string(c.tail), "Kernel panic") {
+				c.seen = true
+			}
+			if len(c.tail) > consoleKeep {
+				c.tail = append(c.tail[:0], c.tail[len(c.tail)-consoleKeep:]...)
+			}
+			over := c.total > consoleLimit
+			c.mu.Unlock()
+			if over && !flooded {
+				flooded = true
+				close(c.flood)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *console) panicked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
+}
+
+// quote is the console's last lines, for an error.
+func (c *console) quote() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := strings.TrimSpace(strings.ToValidUTF8(string(c.tail), "?"))
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > 12 {
+		lines = lines[len(lines)-12:]
+	}
+	return "; the console's last lines:\n" + strings.Join(lines, "\n")
+}
