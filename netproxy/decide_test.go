@@ -59,7 +59,7 @@ func TestDecide(t *testing.T) {
 		{method: "CONNECT", target: "user@example.com:443", status: 403, reason: "invalid host name"},
 		{method: "CONNECT", target: "[::1]:443", status: 403, reason: "loopback", never: true},
 		{method: "CONNECT", target: "[::ffff:127.0.0.1]:443", status: 403, reason: "mapped", never: true},
-		{method: "CONNECT", target: "[fe80::1%lo]:443", status: 403, reason: "zone"},
+		{method: "CONNECT", target: "[fe80::1%lo]:443", status: 403, reason: "zone", never: true},
 		{method: "CONNECT", target: "example.com", status: 400, reason: "HOST:PORT"},
 		{method: "CONNECT", target: "example.com:99999", status: 400, reason: "bad port"},
 		{method: "CONNECT", target: "127.0.0.1:443", status: 403, reason: "loopback", never: true},
