@@ -49,7 +49,7 @@ func TestDecide(t *testing.T) {
 		{method: "CONNECT", target: "example.com:443", resolves: []string{"ERR"}, status: 403, reason: "cannot resolve example.com"},
 		{method: "CONNECT", target: "example.com:443", resolves: []string{}, status: 403, reason: "cannot resolve example.com"},
 		{method: "CONNECT", target: "203.0.113.10:443"}, // 0.0.0.0/0
-		{method: "CONNECT", target: "169.254.169.254:80", status: 403, reason: "port 80 is not allowed for 169.254.169.254"},
+		{method: "CONNECT", target: "169.254.169.254:80", status: 403, reason: "port 80 is not allowed for 169.254.169.254", never: true},
 		{method: "CONNECT", target: "[2001:db8::1]:8443", status: 403, reason: "port 8443 is not allowed for 2001:db8::1"},
 		{method: "CONNECT", target: "example.com:8443", status: 403, reason: "port 8443 is not allowed"},
 		{method: "CONNECT", target: "example.com:80", status: 403, reason: "port 80 is not allowed"},
