@@ -142,9 +142,7 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 	id := RunID(tenant, key)
 	data, _ := json.Marshal(job{RunID: id, Tenant: tenant, Deadline: time.Now().Add(g.cfg.QueueWait.D()).UTC(), Request: body})
 	w.Header().Set(RunIDHeader, id)
-	pctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	ack, err := g.js.Publish(pctx, WorkSubject, data, jetstream.WithMsgID(id))
-	cancel()
+	ack, err := g.publish(r.Context(), id, data)
 	if err != nil {
 		g.refused.Add(1)
 		var apiErr *jetstream.APIError
@@ -161,6 +159,25 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 		g.submitted.Add(1)
 	}
 	g.wait(w, r, tenant, id, time.Now().Add(g.cfg.QueueWait.D()))
+}
+
+// errDupInProcess is JetStream's answer to a message id being stored
+// by another publish at this moment: the same run, resubmitted at once.
+const errDupInProcess = 10158
+
+// publish puts the run on the stream, once per id: a resubmission while
+// the first is being stored is asked again, then answers a duplicate.
+func (g *Backend) publish(ctx context.Context, id string, data []byte) (*jetstream.PubAck, error) {
+	for try := 0; ; try++ {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ack, err := g.js.Publish(pctx, WorkSubject, data, jetstream.WithMsgID(id))
+		cancel()
+		var apiErr *jetstream.APIError
+		if err == nil || try == 50 || !errors.As(err, &apiErr) || apiErr.ErrorCode != errDupInProcess {
+			return ack, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // poll is how often a waiting gateway looks for a run's result, claim
