@@ -123,13 +123,17 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 	if lost == 0 {
 		t.Error("no run answered host_lost")
 	}
-	for id, hosts := range f.auditStarts() {
-		if len(hosts) != 1 {
-			t.Errorf("run %s started on %v", id, hosts)
+	// An answered run started exactly once; a lost one at most once (its
+	// host may have died between the claim and the start), on its host.
+	starts := f.auditStarts()
+	for i, a := range answers {
+		hosts := starts[a.id]
+		switch {
+		case a.body["verdict"] == "ok" && len(hosts) != 1:
+			t.Errorf("run %s (ok) started on %v", keys[i], hosts)
+		case a.body["verdict"] == "host_lost" && (len(hosts) > 1 || len(hosts) == 1 && hosts[0] != victim.name):
+			t.Errorf("run %s (host_lost) started on %v", keys[i], hosts)
 		}
-	}
-	if len(f.auditStarts()) != len(keys) {
-		t.Errorf("%d runs started, want %d", len(f.auditStarts()), len(keys))
 	}
 	// The host comes back: a new incarnation takes work again, and its
 	// old runs stay lost.

@@ -38,7 +38,9 @@ import (
 // `stockade serve --cluster` (STOCKADE_BIN). The gateway's side is a
 // Backend in the test process, dialling into the bridge's namespace.
 
-const testGrace = 6 * time.Second
+// testGrace: half of it (a node's fence) outlasts a NATS leader election
+// (4 to 9 s in nats-server), so that a host lost breaks nothing else.
+const testGrace = 20 * time.Second
 
 type host struct {
 	name, ns, ip string
@@ -290,6 +292,8 @@ func (f *fixture) natsConf(h *host) string {
 listen: "%s:4222"
 tls: %s
 max_payload: 8MB
+ping_interval: "2s"
+ping_max: 2
 no_auth_user: ""
 jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }
 cluster { name: stockade-test, listen: "%s:6222", routes: [%s], tls: %s }

@@ -71,7 +71,10 @@ func StartNode(ctx context.Context, c Config, local Local) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: c, local: local, state: StateUp, incarnation: newIncarnation(), calls: make(chan struct{}, maxSessionCalls)}
-	nc, err := connect(c, "stockade-node-"+c.Node, c.Node,
+	// The URLs in their order: a node names its own host's server
+	// first, so that a partition that cuts another server off does not
+	// cut this node off with it.
+	nc, err := connect(c, "stockade-node-"+c.Node, c.Node, nats.DontRandomize(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { local.Logf("cluster: disconnected from NATS: %v", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { local.Logf("cluster: reconnected to NATS at %s", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { local.Logf("cluster: NATS: %v", err) }))
