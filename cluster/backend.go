@@ -69,7 +69,9 @@ func NewBackend(ctx context.Context, c Config) (*Backend, error) {
 	g.beat(bctx) // the first before any run is judged
 	go func() {
 		defer close(g.beatDone)
-		t := time.NewTicker(c.Grace.D() / 4)
+		// Often: a node is judged lost only once this beat is grace newer
+		// than its own, so the beat's lag adds to the time to host_lost.
+		t := time.NewTicker(min(c.Grace.D()/4, 500*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
@@ -408,6 +410,16 @@ func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant, node s
 	m, err := g.nc.RequestWithContext(ctx, NodeSubject(node), data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
+			// A drained host said so before it went; any other is lost.
+			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			e, herr := g.b.nodes.Get(hctx, node)
+			cancel()
+			var hb heartbeat
+			if herr == nil && json.Unmarshal(e.Value(), &hb) == nil && hb.State == StateStopped {
+				writeJSON(w, 410, errorBody("the session ended (shutdown): its host "+node+" was drained and stopped",
+					map[string]any{"state": "ended", "verdict": "shutdown", "node": node}))
+				return reply{}, false
+			}
 			writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": node}))
 			return reply{}, false
 		}

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/jail"
 )
 
 // These tests run a real cluster: hosts are network namespaces made here
@@ -444,4 +446,37 @@ func (f *fixture) auditStarts() map[string][]string {
 		}
 	}
 	return out
+}
+
+// leftEntries lists the run directories and stockade cgroups (of the
+// test's own cgroup, where the nodes run) whose names carry pid: what a
+// process of that pid left behind.
+func leftEntries(pid int) []string {
+	mark := "-" + strconv.Itoa(pid) + "-"
+	var left []string
+	ents, _ := os.ReadDir(jail.RunBase())
+	for _, e := range ents {
+		if strings.Contains(e.Name(), mark) {
+			left = append(left, "run dir "+e.Name())
+		}
+	}
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || strings.HasPrefix(parts[1], "name=") {
+			continue
+		}
+		mnt := "/sys/fs/cgroup"
+		if parts[1] != "" {
+			mnt += "/" + strings.Split(parts[1], ",")[0]
+		}
+		dir := filepath.Join(mnt, parts[2])
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && strings.Contains(d.Name(), mark) {
+				left = append(left, "cgroup "+p)
+			}
+			return nil
+		})
+	}
+	return left
 }

@@ -146,18 +146,25 @@ func (n *Node) Run(ctx context.Context, grace time.Duration) error {
 	return nil
 }
 
-// Close ends the node's NATS connection (after the server stopped: its
-// sessions then answer "no responders", lost).
+// Close ends the node's NATS connection, after the server stopped. A
+// drained node says so in its last heartbeat (state stopped), so that
+// gateways answer its sessions' owners "ended: shutdown", not "lost".
 func (n *Node) Close() {
 	if n.sub != nil {
 		n.sub.Unsubscribe()
+	}
+	if n.draining.Load() {
+		n.mu.Lock()
+		n.state = StateStopped
+		n.mu.Unlock()
+		n.putHeartbeat(context.Background())
 	}
 	n.nc.Drain()
 }
 
 func (n *Node) setState(s string) {
 	n.mu.Lock()
-	if n.state != StateFenced || s == StateUp {
+	if n.state != StateFenced && n.state != StateStopped || s == StateUp {
 		n.state = s
 	}
 	n.mu.Unlock()
