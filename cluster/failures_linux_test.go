@@ -97,7 +97,21 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 	for _, k := range keys {
 		claimedBy[k] = f.claimer(RunID("tenant-a", k))
 	}
+	killed := victim.serve.Cmd.Process.Pid
+	if held := leftEntries(killed); len(held) == 0 {
+		t.Fatal("the victim holds no run directory or cgroup before the kill: the check after it would prove nothing")
+	}
 	f.kill9(victim)
+	// The killed host leaves no run directory and no cgroup (a cgroup
+	// still holding a jail's process could not go).
+	deadline = time.Now().Add(proctest.Budget(t, 30*time.Second))
+	for left := leftEntries(killed); len(left) > 0; left = leftEntries(killed) {
+		if time.Now().After(deadline) {
+			t.Errorf("the killed host left: %v", left)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	wg.Wait()
 	lost := 0
 	for i, a := range answers {
@@ -135,21 +149,9 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 			t.Errorf("run %s (host_lost) started on %v", keys[i], hosts)
 		}
 	}
-	// The host comes back: its start sweeps what the killed one left (run
-	// directories, cgroups: a cgroup still holding a jail's process could
-	// not be removed), a new incarnation takes work again, and its old
-	// runs stay lost.
-	killed := victim.serve.Cmd.Process.Pid
-	t.Logf("the killed host left %d entries: %v", len(leftEntries(killed)), leftEntries(killed))
+	// The host comes back: a new incarnation takes work again, and its
+	// old runs stay lost.
 	f.startNode(victim)
-	deadline = time.Now().Add(proctest.Budget(t, 30*time.Second))
-	for left := leftEntries(killed); len(left) > 0; left = leftEntries(killed) {
-		if time.Now().After(deadline) {
-			t.Errorf("the killed host's leftovers after its restart: %v", left)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	var more []string
 	for i := range 6 {
 		more = append(more, fmt.Sprintf("after%d", i))
