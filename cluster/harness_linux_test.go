@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -105,7 +106,10 @@ func sh(t *testing.T, args ...string) {
 
 // newFixture makes n hosts, their NATS cluster and the gateway's
 // backend; the nodes are started by startNode.
-func newFixture(t *testing.T, n int) *fixture {
+func newFixture(t *testing.T, n int) *fixture { return newFixtureWith(t, n, nil) }
+
+// newFixtureWith is newFixture with the gateway's file changed by edit.
+func newFixtureWith(t *testing.T, n int, edit func(*Config)) *fixture {
 	bin, natsBin := needCluster(t)
 	tagb := make([]byte, 3)
 	rand.Read(tagb)
@@ -138,6 +142,9 @@ func newFixture(t *testing.T, n int) *fixture {
 	}
 	Dialer = nsDialer{ns: "/run/netns/" + f.hub}
 	f.gcfg = f.config("gateway", "")
+	if edit != nil {
+		edit(&f.gcfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 60*time.Second))
 	defer cancel()
 	var err error
@@ -305,6 +312,10 @@ authorization { users: [
 `, h.name, h.ip, tlsBlock, filepath.Join(h.dir, "js"), h.ip, strings.Join(quoteAll(routes), ", "), routeTLS, strings.Join(users, ",\n"))
 	for _, o := range f.hosts {
 		conf = strings.Replace(conf, "nodePerms("+o.name+")", nodePermissions(o.name), 1)
+	}
+	if len(f.hosts) == 1 {
+		// One server is no JetStream cluster.
+		conf = regexp.MustCompile(`(?m)^cluster \{.*\n`).ReplaceAllString(conf, "")
 	}
 	conf = strings.Replace(conf, "no_auth_user: \"\"\n", "", 1)
 	return conf
