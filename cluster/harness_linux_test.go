@@ -149,10 +149,15 @@ func newFixtureWith(t *testing.T, n int, edit func(*Config)) *fixture {
 	defer cancel()
 	var err error
 	for {
-		if f.g, err = NewBackend(ctx, f.gcfg); err == nil || ctx.Err() != nil {
+		// Until the JetStream cluster has elected its leader, a request
+		// goes unanswered: short tries.
+		try, stop := context.WithTimeout(ctx, 3*time.Second)
+		f.g, err = NewBackend(try, f.gcfg)
+		stop()
+		if err == nil || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(300 * time.Millisecond) // the JetStream cluster elects its leader
+		time.Sleep(300 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("gateway backend: %v", err)
