@@ -208,18 +208,28 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 // by another publish at this moment: the same run, resubmitted at once.
 const errDupInProcess = 10158
 
+// publishFor bounds how long a publish is tried again while JetStream
+// does not answer (a leader election, a NATS server restarting).
+const publishFor = 15 * time.Second
+
 // publish puts the run on the stream, once per id: a resubmission while
-// the first is being stored is asked again, then answers a duplicate.
+// the first is being stored is asked again, then answers a duplicate;
+// one JetStream did not answer is sent again (the id dedupes it) for up
+// to publishFor. A refusal (the queue is full) is answered at once.
 func (g *Backend) publish(ctx context.Context, id string, data []byte) (*jetstream.PubAck, error) {
+	end := time.Now().Add(publishFor)
 	for try := 0; ; try++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ack, err := g.js.Publish(pctx, WorkSubject, data, jetstream.WithMsgID(id))
 		cancel()
-		var apiErr *jetstream.APIError
-		if err == nil || try == 50 || !errors.As(err, &apiErr) || apiErr.ErrorCode != errDupInProcess {
+		if err == nil || ctx.Err() != nil || time.Now().After(end) {
 			return ack, err
 		}
-		time.Sleep(20 * time.Millisecond)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode != errDupInProcess {
+			return ack, err
+		}
+		time.Sleep(min(time.Duration(try+1)*20*time.Millisecond, 500*time.Millisecond))
 	}
 }
 
