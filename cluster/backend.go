@@ -392,7 +392,7 @@ func (g *Backend) nodes(ctx context.Context) map[string]heartbeat {
 		return out
 	}
 	for _, k := range keys {
-		if strings.HasPrefix(k, gatewayBeatPrefix) {
+		if strings.HasPrefix(k, gatewayBeatPrefix) || strings.Contains(k, ".ended.") {
 			continue
 		}
 		e, err := g.b.nodes.Get(ctx, k)
@@ -413,24 +413,39 @@ func (g *Backend) nodes(ctx context.Context) map[string]heartbeat {
 
 // forward sends one session request to node and writes its answer; a
 // node that is not there answers 410 lost at once.
-func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant, node string, body []byte) (reply, bool) {
+// heartbeatOf reads node's heartbeat now.
+func (g *Backend) heartbeatOf(ctx context.Context, node string) (heartbeat, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var hb heartbeat
+	e, err := g.b.nodes.Get(ctx, node)
+	return hb, err == nil && json.Unmarshal(e.Value(), &hb) == nil
+}
+
+// sessionGone answers for a session whose node no longer holds it: 410
+// ended with verdict shutdown when the node said why (drained, fenced),
+// else 410 lost.
+func (g *Backend) sessionGone(w http.ResponseWriter, rec sessionRec) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	e, err := g.b.nodes.Get(ctx, endedKey(rec.Node, rec.Incarnation))
+	cancel()
+	if rec.Incarnation != "" && err == nil {
+		writeJSON(w, 410, errorBody("the session ended (shutdown): "+string(e.Value()),
+			map[string]any{"state": "ended", "verdict": "shutdown", "node": rec.Node}))
+		return
+	}
+	writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": rec.Node}))
+}
+
+func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant string, rec sessionRec, body []byte) (reply, bool) {
+	node := rec.Node
 	data, _ := json.Marshal(call{Tenant: tenant, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body})
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout.D())
 	defer cancel()
 	m, err := g.nc.RequestWithContext(ctx, NodeSubject(node), data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			// A drained host said so before it went; any other is lost.
-			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			e, herr := g.b.nodes.Get(hctx, node)
-			cancel()
-			var hb heartbeat
-			if herr == nil && json.Unmarshal(e.Value(), &hb) == nil && hb.State == StateStopped {
-				writeJSON(w, 410, errorBody("the session ended (shutdown): its host "+node+" was drained and stopped",
-					map[string]any{"state": "ended", "verdict": "shutdown", "node": node}))
-				return reply{}, false
-			}
-			writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": node}))
+			g.sessionGone(w, rec)
 			return reply{}, false
 		}
 		unavailable(w, "the host holding this session did not answer: "+err.Error())
@@ -460,13 +475,13 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 	}
 	// The node with the most free slots that is up.
 	type cand struct {
-		name string
-		free int
+		name, incarnation string
+		free              int
 	}
 	var cs []cand
 	for name, hb := range g.nodes(r.Context()) {
 		if hb.State == StateUp {
-			cs = append(cs, cand{name, hb.Free})
+			cs = append(cs, cand{name, hb.Incarnation, hb.Free})
 		}
 	}
 	if len(cs) == 0 {
@@ -476,7 +491,7 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 	// Ties (sessions use no run slot) go to any of the freest, at random.
 	mrand.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].free > cs[j].free })
-	rp, ok := g.forward(w, r, tenant, cs[0].name, body)
+	rp, ok := g.forward(w, r, tenant, sessionRec{Node: cs[0].name, Tenant: tenant, Incarnation: cs[0].incarnation}, body)
 	if !ok {
 		return
 	}
@@ -486,12 +501,12 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 		}
 		if json.Unmarshal(rp.Body, &info) == nil && validKey(info.ID) {
 			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-			_, err := g.b.sessions.Put(ctx, info.ID, mustJSON(sessionRec{Node: cs[0].name, Tenant: tenant}))
+			_, err := g.b.sessions.Put(ctx, info.ID, mustJSON(sessionRec{Node: cs[0].name, Tenant: tenant, Incarnation: cs[0].incarnation}))
 			cancel()
 			if err != nil {
 				// Unreachable through the cluster: end it on its node.
 				del, _ := http.NewRequestWithContext(context.Background(), http.MethodDelete, "/v1/sessions/"+info.ID, nil)
-				g.forward(httpDiscard{}, del, tenant, cs[0].name, nil)
+				g.forward(httpDiscard{}, del, tenant, sessionRec{Node: cs[0].name, Tenant: tenant}, nil)
 				unavailable(w, "the session could not be recorded in the cluster: "+err.Error())
 				return
 			}
@@ -537,7 +552,13 @@ func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant str
 		writeJSON(w, 413, errorBody(fmt.Sprintf("body over the cluster's max_request (%d bytes)", g.cfg.MaxRequest), nil))
 		return
 	}
-	if rp, ok := g.forward(w, r, tenant, rec.Node, body); ok {
+	// A node that restarted (or came back from a fence) since the
+	// session was made does not hold it: say how it ended, unasked.
+	if hb, ok := g.heartbeatOf(r.Context(), rec.Node); ok && rec.Incarnation != "" && hb.Incarnation != rec.Incarnation {
+		g.sessionGone(w, rec)
+		return
+	}
+	if rp, ok := g.forward(w, r, tenant, rec, body); ok {
 		writeReply(w, rp)
 	}
 }

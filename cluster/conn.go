@@ -97,7 +97,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, b := range []jetstream.KeyValueConfig{
 		{Bucket: BucketClaims, TTL: c.ResultTTL.D(), MaxValueSize: 4096},
 		{Bucket: BucketResults, TTL: c.ResultTTL.D(), MaxValueSize: int32(min(c.MaxResult+4096, 1<<30))},
-		{Bucket: BucketNodes, MaxValueSize: 4096},
+		// A day: the heartbeat of a node gone that long, and what its
+		// sessions' ends were, go.
+		{Bucket: BucketNodes, TTL: 24 * time.Hour, MaxValueSize: 4096},
 		{Bucket: BucketSession, TTL: 24 * time.Hour, MaxValueSize: 4096},
 	} {
 		b.Replicas, b.Storage = c.Replicas, jetstream.FileStorage

@@ -72,4 +72,11 @@ func TestClusterDrainedHostEndsSessionsShutdown(t *testing.T) {
 	if st != 410 || m["state"] != "ended" || m["verdict"] != "shutdown" {
 		t.Errorf("the drained host's session: %d %v, want 410 ended shutdown", st, m)
 	}
+	// And so it says once the host is back (an upgrade's restart): the
+	// new process does not hold it, and does not answer 404 for it.
+	f.startNode(victim)
+	st, _, m = f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": "print(3)"})
+	if st != 410 || m["state"] != "ended" || m["verdict"] != "shutdown" {
+		t.Errorf("the drained host's session after its restart: %d %v, want 410 ended shutdown", st, m)
+	}
 }

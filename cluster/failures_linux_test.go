@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -231,6 +233,11 @@ func TestClusterSessionOnKilledHostAnswersLost(t *testing.T) {
 		t.Fatalf("exec after its host was killed: %d %v, want 410 lost", st, m)
 	}
 	t.Logf("410 lost in %v", took)
+	// Its host back: still lost, not the new process's 404.
+	f.startNode(f.hostNamed(node))
+	if st, m := exec("tenant-a", "print(x)"); st != 410 || m["state"] != "lost" {
+		t.Errorf("exec after its host came back: %d %v, want 410 lost", st, m)
+	}
 }
 
 func jsonUnmarshal(b []byte, v any) { _ = json.Unmarshal(b, v) }
@@ -299,6 +306,17 @@ func TestAttackNodeIdentityPublishesWork(t *testing.T) {
 	if nc, err := connect(bad, "wrong", h1.name); err == nil {
 		nc.Close()
 		t.Error("a wrong password was accepted")
+	}
+	// A client that trusts another CA does not take the servers for
+	// what they say they are.
+	other := c
+	other.CA = filepath.Join(t.TempDir(), "other-ca.pem")
+	if err := os.WriteFile(other.CA, otherCA(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := connect(other, "other-ca", h1.name); err == nil {
+		nc.Close()
+		t.Error("a server certificate of another CA was accepted")
 	}
 	plain, err := nats.Connect("nats://"+h1.ip+":4222", nats.UserInfo(c.User, c.Password), nats.SetCustomDialer(Dialer), nats.Timeout(3*time.Second))
 	if err == nil {

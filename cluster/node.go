@@ -156,7 +156,9 @@ func (n *Node) Close() {
 	if n.draining.Load() {
 		n.mu.Lock()
 		n.state = StateStopped
+		inc := n.incarnation
 		n.mu.Unlock()
+		n.sayEnded(inc, "its host was drained and stopped")
 		n.putHeartbeat(context.Background())
 	}
 	n.nc.Drain()
@@ -229,6 +231,9 @@ func (n *Node) heartbeats(ctx context.Context) {
 		case ok && state == StateFenced && !n.draining.Load():
 			n.mu.Lock()
 			old := n.incarnation
+			n.mu.Unlock()
+			n.sayEnded(old, "its host lost the cluster and fenced itself")
+			n.mu.Lock()
 			n.incarnation, n.state, n.stored = newIncarnation(), StateUp, false
 			n.mu.Unlock()
 			n.local.Logf("cluster: heartbeats stored again: back as incarnation %s (the runs of %s stay lost)", n.incarnation, old)
@@ -240,6 +245,15 @@ func (n *Node) heartbeats(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// sayEnded records that the sessions of incarnation inc ended with
+// verdict shutdown, and why, before a new incarnation answers for the
+// node: gateways answer them 410 ended, not lost.
+func (n *Node) sayEnded(inc, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.b.nodes.Put(ctx, endedKey(n.cfg.Node, inc), []byte(why))
 }
 
 func (n *Node) fence(since time.Duration) {
