@@ -233,16 +233,19 @@ func (g *Backend) publish(ctx context.Context, id string, data []byte) (*jetstre
 	}
 }
 
-// poll is how often a waiting gateway looks for a run's result, claim
-// and the claimer's heartbeat.
-const poll = 50 * time.Millisecond
+// A waiting gateway looks for a run's result, claim and the claimer's
+// heartbeat at first every pollMin, then less often, down to every
+// pollMax: a thousand runs waiting must not be a thousand reads each 50 ms.
+const (
+	pollMin = 20 * time.Millisecond
+	pollMax = 500 * time.Millisecond
+)
 
 // wait answers the run's result once stored; host_lost once the node
 // that claimed it has a heartbeat older than grace (or a newer
 // incarnation); expired when nobody claimed it by deadline.
 func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, deadline time.Time) {
-	t := time.NewTicker(poll)
-	defer t.Stop()
+	every := pollMin
 	for {
 		st := g.look(r.Context(), tenant, id)
 		switch {
@@ -272,8 +275,9 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 		select {
 		case <-r.Context().Done():
 			return // the caller left; the run goes on, its result fetchable
-		case <-t.C:
+		case <-time.After(every):
 		}
+		every = min(every*3/2, pollMax)
 	}
 }
 

@@ -61,6 +61,7 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 		keys = append(keys, fmt.Sprintf("r%d", i))
 	}
 	answers := make([]runAnswer, len(keys))
+	answered := make([]time.Time, len(keys))
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Add(1)
@@ -71,7 +72,7 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 				code = "print('short')"
 			}
 			st, h, m := f.do(ctx, "tenant-a", k, "POST", "/v1/run", map[string]any{"code": code})
-			answers[i] = runAnswer{st, h.Get(RunIDHeader), m}
+			answers[i], answered[i] = runAnswer{st, h.Get(RunIDHeader), m}, time.Now()
 		}()
 		if i == 5 {
 			time.Sleep(500 * time.Millisecond) // the long ones first
@@ -104,6 +105,7 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 		t.Fatal("the victim holds no run directory or cgroup before the kill: the check after it would prove nothing")
 	}
 	f.kill9(victim)
+	killedAt := time.Now()
 	// The killed host leaves no run directory and no cgroup (a cgroup
 	// still holding a jail's process could not go).
 	deadline = time.Now().Add(proctest.Budget(t, 30*time.Second))
@@ -121,6 +123,8 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 		switch {
 		case a.body["verdict"] == "host_lost":
 			lost++
+			// The time is make bench's to hold to grace + 1 s; here it is said.
+			t.Logf("run %s: host_lost %v after the kill (grace %v)", k, answered[i].Sub(killedAt).Round(time.Millisecond), testGrace)
 			if a.body["node"] != victim.name || claimedBy[k] != victim.name {
 				t.Errorf("run %s answered host_lost of %v, claimed by %q before the kill", k, a.body["node"], claimedBy[k])
 			}

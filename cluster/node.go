@@ -318,7 +318,7 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 		// Taken before (a redelivery) or expired by a gateway: not ours.
 		m.Ack()
 		return
-	case err != nil:
+	case err != nil && !n.claimLanded(j.RunID, cb):
 		// Not claimed: let it be redelivered (to anyone).
 		m.Nak()
 		return
@@ -331,6 +331,16 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 		defer n.inflight.Add(-1)
 		n.run(j)
 	}()
+}
+
+// claimLanded says whether a Create whose answer was lost (a timeout)
+// stored this node's claim after all: then the run is this node's, and
+// nobody else will ever start it.
+func (n *Node) claimLanded(id string, mine []byte) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := n.b.claims.Get(ctx, id)
+	return err == nil && bytes.Equal(e.Value(), mine)
 }
 
 func validKey(k string) bool {
