@@ -36,9 +36,9 @@ func NodeSubject(node string) string { return "stockade.node." + node + ".api" }
 // own replies (NATS permissions in docs/cluster.md).
 func InboxPrefix(role string) string { return "_INBOX_" + role }
 
-// Dialer, when not nil, dials the NATS servers (tests dial into a network
-// namespace).
-var Dialer nats.CustomDialer
+// dialer, when not nil, dials the NATS servers (the tests dial into a
+// network namespace of their own).
+var dialer nats.CustomDialer
 
 // connect opens the role's TLS connection.
 func connect(c Config, name, role string, extra ...nats.Option) (*nats.Conn, error) {
@@ -66,8 +66,8 @@ func connect(c Config, name, role string, extra ...nats.Option) (*nats.Conn, err
 	} else if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
 	}
-	if Dialer != nil {
-		opts = append(opts, nats.SetCustomDialer(Dialer))
+	if dialer != nil {
+		opts = append(opts, nats.SetCustomDialer(dialer))
 	}
 	opts = append(opts, extra...)
 	nc, err := nats.Connect(strings.Join(c.URLs, ","), opts...)

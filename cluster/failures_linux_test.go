@@ -322,7 +322,7 @@ func TestAttackNodeIdentityPublishesWork(t *testing.T) {
 		nc.Close()
 		t.Error("a server certificate of another CA was accepted")
 	}
-	plain, err := nats.Connect("nats://"+h1.ip+":4222", nats.UserInfo(c.User, c.Password), nats.SetCustomDialer(Dialer), nats.Timeout(3*time.Second))
+	plain, err := nats.Connect("nats://"+h1.ip+":4222", nats.UserInfo(c.User, c.Password), nats.SetCustomDialer(dialer), nats.Timeout(3*time.Second))
 	if err == nil {
 		plain.Close()
 		t.Error("a client without TLS was accepted")

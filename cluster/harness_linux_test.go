@@ -140,7 +140,7 @@ func newFixtureWith(t *testing.T, n int, edit func(*Config)) *fixture {
 	for _, h := range f.hosts {
 		f.startNATS(h)
 	}
-	Dialer = nsDialer{ns: "/run/netns/" + f.hub}
+	dialer = nsDialer{ns: "/run/netns/" + f.hub}
 	f.gcfg = f.config("gateway", "")
 	if edit != nil {
 		edit(&f.gcfg)

@@ -49,7 +49,6 @@ type Node struct {
 	incarnation string
 	lastStored  time.Time // when the last heartbeat that was stored was sent
 	stored      bool      // a heartbeat of this incarnation is stored
-	fenced      chan struct{}
 
 	running  sync.WaitGroup
 	inflight atomic.Int64
