@@ -149,8 +149,11 @@ func (g *Backend) Serve(w http.ResponseWriter, r *http.Request, tenant, idempote
 		g.createSession(w, r, tenant)
 	case strings.HasPrefix(p, "/v1/sessions/"):
 		g.sessionCall(w, r, tenant)
+	case p == "/v1/sessions" && r.Method == http.MethodGet:
+		g.listSessions(w, r, tenant)
 	case p == "/v1/sessions":
-		writeJSON(w, 501, errorBody("listing sessions is not offered through the cluster yet", nil))
+		w.Header().Set("Allow", "GET, POST")
+		writeJSON(w, 405, errorBody("GET or POST /v1/sessions", nil))
 	default:
 		writeJSON(w, 404, errorBody("no such endpoint: "+p, nil))
 	}
@@ -517,6 +520,60 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 		}
 	}
 	writeReply(w, rp)
+}
+
+// listSessions is GET /v1/sessions through the cluster: every node not
+// lost is asked for the tenant's sessions, at once, and the lists are
+// joined. A node that does not answer in time is left out (its sessions
+// answer lost).
+func (g *Backend) listSessions(w http.ResponseWriter, r *http.Request, tenant string) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	data, _ := json.Marshal(call{Tenant: tenant, Method: http.MethodGet, Path: "/v1/sessions", Query: r.URL.RawQuery})
+	type part struct {
+		sessions []json.RawMessage
+		err      string
+	}
+	var names []string
+	for name, hb := range g.nodes(ctx) {
+		if hb.State != "lost" && hb.State != StateStopped {
+			names = append(names, name)
+		}
+	}
+	parts := make(chan part, len(names))
+	for _, name := range names {
+		go func() {
+			m, err := g.nc.RequestWithContext(ctx, NodeSubject(name), data)
+			if err != nil {
+				parts <- part{err: name + ": " + err.Error()}
+				return
+			}
+			var rp reply
+			var list struct {
+				Sessions []json.RawMessage `json:"sessions"`
+			}
+			if json.Unmarshal(m.Data, &rp) != nil || rp.Status != 200 || json.Unmarshal(rp.Body, &list) != nil {
+				parts <- part{err: name + ": a malformed answer"}
+				return
+			}
+			parts <- part{sessions: list.Sessions}
+		}()
+	}
+	all := []json.RawMessage{}
+	var missing []string
+	for range names {
+		p := <-parts
+		all = append(all, p.sessions...)
+		if p.err != "" {
+			missing = append(missing, p.err)
+		}
+	}
+	body := map[string]any{"sessions": all}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		body["unreachable"] = missing
+	}
+	writeJSON(w, 200, mustJSON(body))
 }
 
 type httpDiscard struct{}

@@ -223,6 +223,17 @@ func TestClusterSessionOnKilledHostAnswersLost(t *testing.T) {
 	if st, m := exec("tenant-a", "x = 41\nprint(x + 1)"); st != 200 || !strings.Contains(fmt.Sprint(m["stdout"]), "42") {
 		t.Fatalf("exec: %d %v", st, m)
 	}
+	// Listed for its tenant (from every host at once), for no other.
+	for tenant, want := range map[string]int{"tenant-a": 1, "tenant-b": 0} {
+		st, _, m := f.do(ctx, tenant, "", "GET", "/v1/sessions", nil)
+		list, _ := m["sessions"].([]any)
+		if st != 200 || len(list) != want {
+			t.Errorf("%s's sessions: %d %v, want %d", tenant, st, m, want)
+		}
+		if want == 1 && (len(list) != 1 || list[0].(map[string]any)["session_id"] != id) {
+			t.Errorf("%s's sessions: %v, want %s", tenant, list, id)
+		}
+	}
 	// Refused by the gateway, before the request reaches the node (whose
 	// server, owner check and all, would refuse it again: its own 404
 	// says "no session ...").
