@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// bound reads the whole body before anything is forwarded, as the server
+// reads its own: a Content-Length over --max-body is refused before a
+// byte is read (413), a body without one is read to one byte past the
+// bound and no further, and the whole body must arrive within
+// --body-timeout (408), so that a slow caller holds a gateway's
+// connection, never a node's. Then the tenant's policy is applied to a
+// body that starts work. It answers and returns false when the request
+// goes no further.
+func (g *Gateway) bound(w http.ResponseWriter, r *http.Request, t *Tenant) bool {
+	max := g.cfg.MaxBody
+	if r.ContentLength > max {
+		g.counts.tooLarge.Add(1)
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than %d bytes (--max-body)", r.ContentLength, max))
+		return false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	_ = rc.SetReadDeadline(time.Time{})
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		writeError(w, http.StatusRequestTimeout, fmt.Sprintf("request body not received within %v", g.cfg.BodyTimeout))
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+		return false
+	case int64(len(body)) > max:
+		g.counts.tooLarge.Add(1)
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes (--max-body)", max))
+		return false
+	}
+	if startsWork(r) {
+		if body, err = applyPolicy(t, body); err != nil {
+			var pe *policyError
+			if errors.As(err, &pe) {
+				g.counts.policyRefused.Add(1)
+				writeError(w, pe.status, pe.msg)
+				return false
+			}
+			writeError(w, http.StatusBadRequest, err.Error())
+			return false
+		}
+	}
+	if r.URL.Path == "/v1/mcp" && (len(t.Profiles) > 0 || len(t.Limits) > 0) {
+		// MCP's tool calls name profiles and limits inside JSON-RPC,
+		// where this gateway does not apply them: a tenant with a
+		// policy is refused rather than let past it.
+		g.counts.policyRefused.Add(1)
+		writeError(w, http.StatusForbidden, fmt.Sprintf("tenant %s has a profile or limits policy, which /v1/mcp cannot apply: use /v1/run and /v1/sessions", t.Name))
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	r.TransferEncoding = nil
+	return true
+}
+
+// startsWork says whether the request makes a jail, and so carries a
+// profile and limits the tenant's policy governs.
+func startsWork(r *http.Request) bool {
+	return r.Method == http.MethodPost && (r.URL.Path == "/v1/run" || r.URL.Path == "/v1/sessions")
+}

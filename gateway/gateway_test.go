@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type nopCloser struct{ io.Reader }
+
+func (nopCloser) Close() error { return nil }
+
+type recordingWriter struct {
+	header http.Header
+	code   int
+}
+
+func (r *recordingWriter) Header() http.Header         { return r.header }
+func (r *recordingWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (r *recordingWriter) WriteHeader(code int)        { r.code = code }
+
+func mustRequest(t *testing.T, method, url, token string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return req
+}
+
+// A tenant's policy: a profile it may not use is 403, a limit above its
+// cap 422, a limit it leaves out gets the cap, a tighter one stays, the
+// rest of the body goes on as it came.
+func TestTenantPolicy(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	for _, tc := range []struct {
+		name, body string
+		code       int
+		profile    string
+		limits     map[string]any
+	}{
+		{"default profile and caps", `{"code":"print('<b>')"}`, 200, "python", map[string]any{"memory": "256M", "timeout": "10s"}},
+		{"tighter kept", `{"code":"1","profile":"data","limits":{"memory":"64M","pids":8}}`, 200, "data", map[string]any{"memory": "64M", "timeout": "10s", "pids": float64(8)}},
+		{"other profile", `{"code":"1","profile":"net"}`, 403, "", nil},
+		{"looser memory", `{"code":"1","limits":{"memory":"1G"}}`, 422, "", nil},
+		{"looser timeout", `{"code":"1","limits":{"timeout":"1m"}}`, 422, "", nil},
+		{"unknown limit", `{"code":"1","limits":{"root":"/"}}`, 422, "", nil},
+		{"not json", `code=1`, 400, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tg.backend.callCount()
+			code, body := tg.do(t, c, "POST", "/v1/run", tokenBob, tc.body, nil)
+			if code != tc.code {
+				t.Fatalf("%d %s, want %d", code, body, tc.code)
+			}
+			if code != 200 {
+				if tg.backend.callCount() != before {
+					t.Fatal("a refused request reached the backend")
+				}
+				return
+			}
+			var got struct {
+				Code    string         `json:"code"`
+				Profile string         `json:"profile"`
+				Limits  map[string]any `json:"limits"`
+			}
+			if err := json.Unmarshal(tg.backend.last().body, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Profile != tc.profile {
+				t.Errorf("profile %q, want %q", got.Profile, tc.profile)
+			}
+			for k, v := range tc.limits {
+				if got.Limits[k] != v {
+					t.Errorf("limits.%s = %v, want %v (all: %v)", k, got.Limits[k], v, got.Limits)
+				}
+			}
+			if got.Code == "" {
+				t.Error("the code did not go on")
+			}
+		})
+	}
+	// Alice has no policy: her body goes on byte for byte.
+	body := `{"code":"1", "limits":{"memory":"64G"}}`
+	if code, _ := tg.do(t, c, "POST", "/v1/run", tokenAlice, body, nil); code != 200 || string(tg.backend.last().body) != body {
+		t.Fatalf("alice's body was changed: %q", tg.backend.last().body)
+	}
+	// A tenant with a policy is kept off /v1/mcp, which it cannot apply.
+	if code, _ := tg.do(t, c, "POST", "/v1/mcp", tokenBob, `{}`, nil); code != 403 {
+		t.Fatalf("bob's /v1/mcp: %d, want 403", code)
+	}
+}
+
+// One audit line per request, naming the tenant and never the token.
+func TestAuditNamesTenant(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	tg.do(t, c, "POST", "/v1/run", tokenAlice, `{"code":"1"}`, nil)
+	tg.do(t, c, "GET", "/v1/sessions", tokenBob, "", nil)
+	tg.do(t, c, "GET", "/v1/sessions", tokenAlice+"x", "", nil)
+	tg.do(t, c, "GET", "/v1/sessions/s1/files/secret/data.csv", tokenAlice, "", nil)
+	// The gateway's Serve has returned from each handler before the
+	// answer is read; the lines are there.
+	log := tg.audit.String()
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d audit lines for 4 requests:\n%s", len(lines), log)
+	}
+	want := []struct {
+		tenant, route string
+		status        float64
+	}{
+		{"alice", "/v1/run", 200}, {"bob", "/v1/sessions", 200}, {"", "/v1/sessions", 401}, {"alice", "/v1/sessions/s1/files/...", 404},
+	}
+	for i, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("line %d %q: %v", i, l, err)
+		}
+		if rec["tenant"] != want[i].tenant || rec["route"] != want[i].route || rec["status"] != want[i].status {
+			t.Errorf("line %d: %v, want tenant %q route %q status %v", i, rec, want[i].tenant, want[i].route, want[i].status)
+		}
+	}
+	for _, secret := range []string{tokenAlice, tokenBob, "secret", "data.csv"} {
+		if strings.Contains(log, secret) {
+			t.Errorf("the audit log holds %q", secret)
+		}
+	}
+}
+
+// /v1/health answers anyone (a load balancer's check); /v1/metrics only
+// a tenant allowed to, with the gateway's counters and the backend's.
+func TestHealthAndMetrics(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	if code, body := tg.do(t, c, "GET", "/v1/health", "", "", nil); code != 200 || !strings.Contains(body, `"ok":true`) {
+		t.Fatalf("health: %d %s", code, body)
+	}
+	if code, _ := tg.do(t, c, "GET", "/v1/metrics", "", "", nil); code != 401 {
+		t.Fatalf("metrics without a token: %d", code)
+	}
+	if code, _ := tg.do(t, c, "GET", "/v1/metrics", tokenAlice, "", nil); code != 403 {
+		t.Fatalf("metrics for alice: %d, want 403", code)
+	}
+	tg.do(t, c, "POST", "/v1/run", tokenAlice, `{"code":"1"}`, nil)
+	code, body := tg.do(t, c, "GET", "/v1/metrics", tokenOps, "", nil)
+	if code != 200 {
+		t.Fatalf("metrics for ops: %d %s", code, body)
+	}
+	for _, want := range []string{"stockade_gateway_unauthorized_total 1\n", "stockade_gateway_forwarded_total 1\n", "stockade_gateway_tenants 3\n", "stockade_cluster_fake 1\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+// An operator's SIGHUP reloads the tenants file: a token added works, a
+// token removed stops working, without a restart.
+func TestSIGHUPReloadsTenants(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reloaded := make(chan error, 4)
+	tg.g.ReloadOnSIGHUP(ctx, func(err error) { reloaded <- err })
+	carol := strings.Repeat("d4", 20)
+	next := strings.Replace(testTenants, `tokens = ["`+tokenAlice+`"]`, `tokens = ["`+carol+`"]`, 1)
+	if err := os.WriteFile(tg.g.cfg.TenantsFile, []byte(next), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-reloaded:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no reload within 30 s of SIGHUP")
+	}
+	if code, _ := tg.do(t, c, "GET", "/v1/sessions", carol, "", nil); code != 200 {
+		t.Fatalf("the added token: %d", code)
+	}
+	if code, _ := tg.do(t, c, "GET", "/v1/sessions", tokenAlice, "", nil); code != 401 {
+		t.Fatalf("the removed token: %d, want 401", code)
+	}
+}
