@@ -181,8 +181,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !g.bound(rec, r, t) {
 		return
 	}
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/sessions" && !g.underQuota(rec, r, t) {
+		return
+	}
 	g.counts.forwarded.Add(1)
-	g.backend.Serve(rec, r, *t, key)
+	g.backend.Serve(rec, r, t.Name, key)
 }
 
 // authenticate names the caller's tenant: by a verified client

@@ -196,3 +196,27 @@ func TestSIGHUPReloadsTenants(t *testing.T) {
 		t.Fatalf("the removed token: %d, want 401", code)
 	}
 }
+
+// A tenant holding its max_sessions gets 429 for one more; the backend
+// is asked for no session past the quota.
+func TestSessionQuota(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	for i := 0; i < 2; i++ {
+		if code, body := tg.do(t, c, "POST", "/v1/sessions", tokenBob, `{}`, nil); code != 201 {
+			t.Fatalf("bob's session %d: %d %s", i, code, body)
+		}
+	}
+	if code, body := tg.do(t, c, "POST", "/v1/sessions", tokenBob, `{}`, nil); code != 429 {
+		t.Fatalf("bob's third session (max_sessions 2): %d %s, want 429", code, body)
+	}
+	if n := len(tg.backend.sessions); n != 2 {
+		t.Fatalf("the backend holds %d sessions, want 2", n)
+	}
+	// Alice has no quota.
+	for i := 0; i < 3; i++ {
+		if code, _ := tg.do(t, c, "POST", "/v1/sessions", tokenAlice, `{}`, nil); code != 201 {
+			t.Fatalf("alice's session %d: %d", i, code)
+		}
+	}
+}

@@ -130,32 +130,40 @@ type fakeCall struct {
 	body                      []byte
 }
 
-func (f *fakeBackend) Serve(w http.ResponseWriter, r *http.Request, t Tenant, key string) {
+func (f *fakeBackend) Serve(w http.ResponseWriter, r *http.Request, tenant, key string) {
 	body, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sessions == nil {
 		f.sessions = map[string]string{}
 	}
-	f.calls = append(f.calls, fakeCall{r.Method, r.URL.Path, t.Name, key, body})
+	f.calls = append(f.calls, fakeCall{r.Method, r.URL.Path, tenant, key, body})
 	w.Header().Set("Content-Type", "application/json")
 	switch {
+	case r.Method == "GET" && r.URL.Path == "/v1/sessions":
+		list := []map[string]string{}
+		for id, owner := range f.sessions {
+			if owner == tenant {
+				list = append(list, map[string]string{"session_id": id})
+			}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"sessions": list})
 	case r.Method == "POST" && r.URL.Path == "/v1/sessions":
 		f.next++
 		id := fmt.Sprintf("s%d", f.next)
-		f.sessions[id] = t.Name
+		f.sessions[id] = tenant
 		w.WriteHeader(201)
 		_ = json.NewEncoder(w).Encode(map[string]string{"session_id": id})
 	case strings.HasPrefix(r.URL.Path, "/v1/sessions/"):
 		id, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/sessions/"), "/")
-		if f.sessions[id] != t.Name {
+		if f.sessions[id] != tenant {
 			w.WriteHeader(404)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("no session %q", id)})
 			return
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"verdict": "ok", "stdout": "2\n"})
 	default:
-		_ = json.NewEncoder(w).Encode(map[string]any{"verdict": "ok", "tenant": t.Name})
+		_ = json.NewEncoder(w).Encode(map[string]any{"verdict": "ok", "tenant": tenant})
 	}
 }
 
