@@ -17,6 +17,11 @@ STATICCHECK := build/tools/staticcheck-$(STATICCHECK_VERSION)
 # checks the import blocks (standard library apart, sorted, none unused).
 GOIMPORTS_VERSION := v0.52.0
 GOIMPORTS := build/tools/goimports-$(GOIMPORTS_VERSION)
+# nats-server for the cluster's tests (real servers, real TLS), by its
+# module version, cached under build/nats: make test passes it to the
+# tests, which fail without it there (and skip without it elsewhere).
+NATS_SERVER_VERSION := v2.15.3
+NATS_SERVER := build/nats/nats-server-$(NATS_SERVER_VERSION)
 FUZZTIME ?= 5s
 # make install's prefix; the built binary and stockade(1) name DOCDIR, where
 # the documentation is installed, in --help.
@@ -67,6 +72,11 @@ $(STATICCHECK):
 	GOBIN=$(CURDIR)/build/tools $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv build/tools/staticcheck $@
 
+$(NATS_SERVER):
+	@mkdir -p build/nats
+	GOFLAGS= GOBIN=$(CURDIR)/build/nats $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
+	mv build/nats/nats-server $@
+
 $(GOIMPORTS):
 	@mkdir -p build/tools
 	GOBIN=$(CURDIR)/build/tools $(GO) install golang.org/x/tools/cmd/goimports@$(GOIMPORTS_VERSION)
@@ -76,8 +86,8 @@ $(GOIMPORTS):
 # cleanly elsewhere. One package at a time (-p 1): the timing bounds of the
 # limit tests assume the two cores are not shared with another package's
 # jails.
-test: build
-	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_ROOTFS_CACHE=$(CURDIR)/build/rootfs-cache $(GO) test -p 1 -count=1 -timeout 20m ./...
+test: build $(NATS_SERVER)
+	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_NATS_SERVER=$(CURDIR)/$(NATS_SERVER) STOCKADE_ROOTFS_CACHE=$(CURDIR)/build/rootfs-cache $(GO) test -p 1 -count=1 -timeout 20m ./...
 
 # The Python client (clients/python) against a real stockade serve, with
 # Debian's pytest. Every exit but 0 fails, pytest's 5 (no test ran) too.

@@ -168,7 +168,12 @@ type AuditEntry struct {
 	Time      time.Time `json:"time"`
 	UID       uint32    `json:"uid"`
 	PID       int32     `json:"pid"`
-	Profile   string    `json:"profile"`
+	// A run a cluster node took from the queue: the tenant the gateway
+	// named, and the cluster's id of the run (the gateway's answer names
+	// it; RunID stays this server's own).
+	Tenant       string `json:"tenant,omitempty"`
+	ClusterRunID string `json:"cluster_run_id,omitempty"`
+	Profile      string `json:"profile"`
 	// argv is logged by its hash and size only: the caller chooses it,
 	// up to --max-body, and one log line must not carry megabytes.
 	CodeSHA256 string      `json:"code_sha256,omitempty"`

@@ -56,6 +56,7 @@ func (s *Server) runID() string {
 func auditEntry(event, id string, caller peer, req *RunRequest, spec jail.Spec, use PoolUse) AuditEntry {
 	e := AuditEntry{Event: event, RunID: id, Time: time.Now().UTC(), UID: caller.uid, PID: caller.pid, Profile: req.Profile,
 		Files: len(req.Files), Limits: limitsOf(spec), Pool: use}
+	e.Tenant, e.ClusterRunID = caller.tenant, caller.clusterRun
 	if req.Code != nil {
 		h := sha256.New()
 		hashString(h, *req.Code)

@@ -195,8 +195,12 @@ func (s *Server) runContext(r *http.Request) (ctx context.Context, stop func()) 
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	stopKill := context.AfterFunc(s.runs, func() { cancel(context.Cause(s.runs)) })
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
-	stopWatch, err := watchHangup(c, func() { cancel(errCallerGone) })
-	if err != nil {
+	stopWatch, err := func() {}, error(nil)
+	if c == nil {
+		// In process (ServeTenant): no connection, no half-close.
+		stopReq := context.AfterFunc(r.Context(), func() { cancel(errCallerGone) })
+		stopWatch = func() { stopReq() }
+	} else if stopWatch, err = watchHangup(c, func() { cancel(errCallerGone) }); err != nil {
 		// Fail towards cancelling: net/http's watch, half-close and all.
 		s.logf("%v: a half-close will cancel this run", err)
 		stopReq := context.AfterFunc(r.Context(), func() { cancel(errCallerGone) })

@@ -177,6 +177,12 @@ type Server struct {
 	runMu    sync.Mutex
 	closing  bool
 	inflight sync.WaitGroup
+
+	// The /v1 handler, made once: Serve's socket and ServeTenant (a
+	// cluster node's requests, cluster_linux.go) share it.
+	muxOnce   sync.Once
+	mux       http.Handler
+	tenantIDs tenants
 }
 
 // closeFailed reports a jail's close that left something behind. The
@@ -301,6 +307,10 @@ type ctxKey struct{}
 type peer struct {
 	uid, gid uint32
 	pid      int32
+	// tenant, for a request a cluster node serves in process
+	// (ServeTenant): the gateway's word, its uid a number of its own;
+	// clusterRun is then the cluster's id of the run.
+	tenant, clusterRun string
 }
 
 func peerOf(c net.Conn) (peer, error) {
@@ -334,14 +344,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for _, p := range s.pools {
 		go p.refill(poolCtx, s.cfg.Notices)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/run", s.admitted("POST", "POST /v1/run", s.handleRun))
-	mux.HandleFunc("/v1/health", s.handleHealth)
-	s.routeSessions(mux)
-	mux.Handle("/v1/mcp", s.mcpHandler(mux))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, /v1/sessions, /v1/mcp, GET /v1/health, /v1/metrics)"})
-	})
+	mux := s.handler()
 	janitorCtx, stopJanitor := context.WithCancel(context.Background())
 	defer stopJanitor()
 	go s.janitor(janitorCtx)
@@ -413,6 +416,22 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// handler is the server's /v1 routes.
+func (s *Server) handler() http.Handler {
+	s.muxOnce.Do(func() {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/v1/run", s.admitted("POST", "POST /v1/run", s.handleRun))
+		mux.HandleFunc("/v1/health", s.handleHealth)
+		s.routeSessions(mux)
+		mux.Handle("/v1/mcp", s.mcpHandler(mux))
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			s.writeError(w, &apiError{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, /v1/sessions, /v1/mcp, GET /v1/health, /v1/metrics)"})
+		})
+		s.mux = mux
+	})
+	return s.mux
+}
+
 // writeError answers e. Every write the server makes has a deadline (this
 // one, or ndjson's per line): without it a caller that never reads holds
 // its handler, and with it its run slot, for as long as it likes.
@@ -428,6 +447,9 @@ func (s *Server) admitPeer(r *http.Request) (peer, *apiError) {
 	p, ok := r.Context().Value(ctxKey{}).(peer)
 	if !ok {
 		return p, &apiError{Status: 403, Msg: "caller unknown: no SO_PEERCRED on this connection"}
+	}
+	if p.tenant != "" {
+		return p, nil
 	}
 	if len(s.cfg.AllowUIDs) == 0 || p.uid == uint32(os.Getuid()) {
 		return p, nil

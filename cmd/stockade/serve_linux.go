@@ -59,6 +59,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per run: a FILE (appended; reopened on SIGHUP, for logrotate), "-" for stderr, "" for none`},
 			&cli.BoolFlag{Name: "audit-required", Usage: "no run without its audit line: a start line is written before the code reaches the jail, and a run whose line cannot be written is refused (503)"},
 		}, append(sessionFlags(),
+			&cli.StringFlag{Name: "cluster", Usage: "join the NATS JetStream cluster this JSON FILE names (docs/cluster.md): take runs from its queue while a slot is free, answer its gateways' session requests"},
 			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: $STOCKADE_CGROUP_PARENT, else stockade's own cgroup)"})...),
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
@@ -101,6 +102,9 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				}
 			}()
 			fmt.Fprintf(stderr, "stockade serve: listening on %s (pool %d per profile, %d at once)\n", ln.Addr(), cfg.Pool, cfg.Concurrency)
+			if f := c.String("cluster"); f != "" {
+				return serveCluster(ctx, f, srv, ln, cfg.Grace, fail)
+			}
 			if err := srv.Serve(ctx, ln); err != nil {
 				return fail(err)
 			}

@@ -1,0 +1,494 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Backend is what a gateway forwards each authenticated request to.
+type Backend struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	b   buckets
+
+	hostLost, expired, submitted, duplicates, refused atomic.Int64
+}
+
+// NewBackend connects as the gateway, makes (or updates) the stream, the
+// consumer and the buckets, and binds them.
+func NewBackend(ctx context.Context, c Config) (*Backend, error) {
+	if err := c.Validate(false); err != nil {
+		return nil, err
+	}
+	nc, err := connect(c, "stockade-gateway", "gateway")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := Setup(sctx, js, c); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	b, err := bind(sctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &Backend{cfg: c, nc: nc, js: js, b: b}, nil
+}
+
+// Close ends the connection.
+func (g *Backend) Close() { g.nc.Close() }
+
+// RunIDHeader names the cluster's id of a run in every answer about it.
+const RunIDHeader = "Stockade-Run-Id"
+
+// RunID is the id of a run: derived from (tenant, key) when the caller
+// gave an Idempotency-Key, so that a resubmission is the same run.
+func RunID(tenant, key string) string {
+	if key == "" {
+		b := make([]byte, 16)
+		rand.Read(b)
+		return hex.EncodeToString(b)
+	}
+	h := sha256.Sum256([]byte(tenant + "\x00" + key))
+	return hex.EncodeToString(h[:16])
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func unavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, 503, errorBody(msg, nil))
+}
+
+// Serve answers one /v1 request of tenant: POST /v1/run, GET
+// /v1/runs/{id}, and the session routes.
+func (g *Backend) Serve(w http.ResponseWriter, r *http.Request, tenant, idempotencyKey string) {
+	p := r.URL.Path
+	switch {
+	case p == "/v1/run":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			writeJSON(w, 405, errorBody("POST /v1/run", nil))
+			return
+		}
+		g.submit(w, r, tenant, idempotencyKey)
+	case strings.HasPrefix(p, "/v1/runs/"):
+		g.getRun(w, r, tenant, strings.TrimPrefix(p, "/v1/runs/"))
+	case p == "/v1/sessions" && r.Method == http.MethodPost:
+		g.createSession(w, r, tenant)
+	case strings.HasPrefix(p, "/v1/sessions/"):
+		g.sessionCall(w, r, tenant)
+	case p == "/v1/sessions":
+		writeJSON(w, 501, errorBody("listing sessions is not offered through the cluster yet", nil))
+	default:
+		writeJSON(w, 404, errorBody("no such endpoint: "+p, nil))
+	}
+}
+
+// readBounded reads r's body, at most max bytes.
+func readBounded(r *http.Request, max int64) ([]byte, bool, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return nil, false, err
+	}
+	return b, int64(len(b)) <= max, nil
+}
+
+func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key string) {
+	if r.URL.Query().Has("stream") {
+		writeJSON(w, 501, errorBody("streamed runs (?stream=1) are not offered through the cluster yet", nil))
+		return
+	}
+	body, ok, err := readBounded(r, g.cfg.MaxRequest)
+	switch {
+	case err != nil:
+		writeJSON(w, 400, errorBody("reading the body: "+err.Error(), nil))
+		return
+	case !ok:
+		writeJSON(w, 413, errorBody(fmt.Sprintf("body over the cluster's max_request (%d bytes)", g.cfg.MaxRequest), nil))
+		return
+	case !json.Valid(body):
+		writeJSON(w, 400, errorBody("the body is not JSON", nil))
+		return
+	}
+	id := RunID(tenant, key)
+	data, _ := json.Marshal(job{RunID: id, Tenant: tenant, Deadline: time.Now().Add(g.cfg.QueueWait.D()).UTC(), Request: body})
+	w.Header().Set(RunIDHeader, id)
+	pctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	ack, err := g.js.Publish(pctx, WorkSubject, data, jetstream.WithMsgID(id))
+	cancel()
+	if err != nil {
+		g.refused.Add(1)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) {
+			unavailable(w, "the cluster's queue refused the run (full: queue_max): "+apiErr.Description)
+			return
+		}
+		unavailable(w, "the cluster's queue cannot be reached: "+err.Error())
+		return
+	}
+	if ack.Duplicate {
+		g.duplicates.Add(1)
+	} else {
+		g.submitted.Add(1)
+	}
+	g.wait(w, r, tenant, id, time.Now().Add(g.cfg.QueueWait.D()))
+}
+
+// poll is how often a waiting gateway looks for a run's result, claim
+// and the claimer's heartbeat.
+const poll = 50 * time.Millisecond
+
+// wait answers the run's result once stored; host_lost once the node
+// that claimed it has a heartbeat older than grace (or a newer
+// incarnation); expired when nobody claimed it by deadline.
+func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, deadline time.Time) {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		st := g.look(r.Context(), tenant, id)
+		switch {
+		case st.result != nil:
+			g.writeResult(w, id, st.result)
+			return
+		case st.lost != "":
+			g.hostLost.Add(1)
+			writeJSON(w, 200, lostBody(id, st.claim.Node, st.lost))
+			return
+		case st.claim == nil && time.Now().After(deadline):
+			// Take the claim ourselves, so that no node starts it after
+			// this answer.
+			cb, _ := json.Marshal(claim{Node: expiredBy, Tenant: tenant, At: time.Now().UTC()})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := g.b.claims.Create(ctx, id, cb)
+			cancel()
+			if err == nil {
+				g.expired.Add(1)
+				eb := errorBody(fmt.Sprintf("waited in the cluster's queue over queue_wait (%v); never started", g.cfg.QueueWait.D()),
+					map[string]any{"verdict": "expired", "run_id": id})
+				g.b.results.Put(context.Background(), id, mustJSON(result{Tenant: tenant, Status: 200, ContentType: "application/json", Body: eb}))
+				writeJSON(w, 200, eb)
+				return
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return // the caller left; the run goes on, its result fetchable
+		case <-t.C:
+		}
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func lostBody(id, node, why string) []byte {
+	return errorBody("the host running it stopped answering ("+why+"); it may have had effects; not retried",
+		map[string]any{"verdict": "host_lost", "run_id": id, "node": node})
+}
+
+func (g *Backend) writeResult(w http.ResponseWriter, id string, res *result) {
+	if res.RetryAfter != "" {
+		w.Header().Set("Retry-After", res.RetryAfter)
+	}
+	w.Header().Set(RunIDHeader, id)
+	body := []byte(res.Body)
+	// The run's own answer, with the cluster's id of it added.
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) == nil && m != nil {
+		if _, has := m["run_id"]; !has {
+			m["run_id"], _ = json.Marshal(id)
+		}
+		if _, has := m["node"]; !has && res.Node != "" {
+			m["node"], _ = json.Marshal(res.Node)
+		}
+		body, _ = json.Marshal(m)
+	}
+	writeJSON(w, res.Status, body)
+}
+
+// runState is what the cluster says of a run now.
+type runState struct {
+	result *result
+	claim  *claim
+	lost   string // why its claimer is lost
+}
+
+func (g *Backend) look(ctx context.Context, tenant, id string) runState {
+	var st runState
+	if !validKey(id) {
+		return st
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if e, err := g.b.results.Get(ctx, id); err == nil {
+		var res result
+		if json.Unmarshal(e.Value(), &res) == nil && res.Tenant == tenant {
+			st.result = &res
+		}
+		return st
+	}
+	e, err := g.b.claims.Get(ctx, id)
+	if err != nil {
+		return st
+	}
+	var c claim
+	if json.Unmarshal(e.Value(), &c) != nil || c.Tenant != tenant {
+		return st
+	}
+	st.claim = &c
+	if c.Node == expiredBy {
+		return st
+	}
+	// The claimer's heartbeat, read from the cluster now (never a cached
+	// watch: one goes stale while NATS restarts and calls live hosts lost).
+	he, err := g.b.nodes.Get(ctx, c.Node)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		st.lost = "no heartbeat of " + c.Node
+	case err != nil:
+		// NATS itself is not answering: that says nothing of the host.
+	default:
+		var hb heartbeat
+		json.Unmarshal(he.Value(), &hb)
+		if age := time.Since(he.Created()); age > g.cfg.Grace.D() {
+			st.lost = fmt.Sprintf("no heartbeat of %s for %v, over the grace of %v", c.Node, age.Round(time.Millisecond), g.cfg.Grace.D())
+		} else if hb.Incarnation != c.Incarnation {
+			st.lost = c.Node + " restarted (or fenced and came back) since it took the run"
+		}
+	}
+	return st
+}
+
+func (g *Backend) getRun(w http.ResponseWriter, r *http.Request, tenant, id string) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		writeJSON(w, 405, errorBody("GET /v1/runs/{id}", nil))
+		return
+	}
+	st := g.look(r.Context(), tenant, id)
+	switch {
+	case st.result != nil:
+		g.writeResult(w, id, st.result)
+	case st.lost != "":
+		writeJSON(w, 200, lostBody(id, st.claim.Node, st.lost))
+	case st.claim != nil:
+		writeJSON(w, 202, mustJSON(map[string]any{"run_id": id, "state": "running", "node": st.claim.Node}))
+	default:
+		writeJSON(w, 404, errorBody("no such run (unknown, another tenant's, still queued, or past result_ttl)", map[string]any{"run_id": id}))
+	}
+}
+
+// nodes reads every heartbeat, now.
+func (g *Backend) nodes(ctx context.Context) map[string]heartbeat {
+	out := map[string]heartbeat{}
+	keys, err := g.b.nodes.Keys(ctx)
+	if err != nil {
+		return out
+	}
+	for _, k := range keys {
+		e, err := g.b.nodes.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var hb heartbeat
+		if json.Unmarshal(e.Value(), &hb) != nil {
+			continue
+		}
+		if time.Since(e.Created()) > g.cfg.Grace.D() {
+			hb.State = "lost"
+		}
+		out[k] = hb
+	}
+	return out
+}
+
+// forward sends one session request to node and writes its answer; a
+// node that is not there answers 410 lost at once.
+func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant, node string, body []byte) (reply, bool) {
+	data, _ := json.Marshal(call{Tenant: tenant, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body})
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout.D())
+	defer cancel()
+	m, err := g.nc.RequestWithContext(ctx, NodeSubject(node), data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": node}))
+			return reply{}, false
+		}
+		unavailable(w, "the host holding this session did not answer: "+err.Error())
+		return reply{}, false
+	}
+	var rp reply
+	if json.Unmarshal(m.Data, &rp) != nil {
+		writeJSON(w, 502, errorBody("a malformed answer from "+node, nil))
+		return reply{}, false
+	}
+	return rp, true
+}
+
+func writeReply(w http.ResponseWriter, rp reply) {
+	for k, v := range rp.Header {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(rp.Status)
+	w.Write(rp.Body)
+}
+
+func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant string) {
+	body, ok, err := readBounded(r, g.cfg.MaxRequest)
+	if err != nil || !ok {
+		writeJSON(w, 413, errorBody(fmt.Sprintf("body over the cluster's max_request (%d bytes)", g.cfg.MaxRequest), nil))
+		return
+	}
+	// The node with the most free slots that is up.
+	type cand struct {
+		name string
+		free int
+	}
+	var cs []cand
+	for name, hb := range g.nodes(r.Context()) {
+		if hb.State == StateUp {
+			cs = append(cs, cand{name, hb.Free})
+		}
+	}
+	if len(cs) == 0 {
+		unavailable(w, "no host of the cluster is up")
+		return
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		return cs[i].free > cs[j].free || cs[i].free == cs[j].free && cs[i].name < cs[j].name
+	})
+	rp, ok := g.forward(w, r, tenant, cs[0].name, body)
+	if !ok {
+		return
+	}
+	if rp.Status/100 == 2 {
+		var info struct {
+			ID string `json:"session_id"`
+		}
+		if json.Unmarshal(rp.Body, &info) == nil && validKey(info.ID) {
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			_, err := g.b.sessions.Put(ctx, info.ID, mustJSON(sessionRec{Node: cs[0].name, Tenant: tenant}))
+			cancel()
+			if err != nil {
+				// Unreachable through the cluster: end it on its node.
+				del, _ := http.NewRequestWithContext(context.Background(), http.MethodDelete, "/v1/sessions/"+info.ID, nil)
+				g.forward(httpDiscard{}, del, tenant, cs[0].name, nil)
+				unavailable(w, "the session could not be recorded in the cluster: "+err.Error())
+				return
+			}
+		}
+	}
+	writeReply(w, rp)
+}
+
+type httpDiscard struct{}
+
+func (httpDiscard) Header() http.Header         { return http.Header{} }
+func (httpDiscard) Write(p []byte) (int, error) { return len(p), nil }
+func (httpDiscard) WriteHeader(int)             {}
+
+func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant string) {
+	if r.URL.Query().Has("stream") {
+		writeJSON(w, 501, errorBody("streamed execs (?stream=1) are not offered through the cluster yet", nil))
+		return
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/sessions/"), "/")
+	notFound := func() { writeJSON(w, 404, errorBody("no such session", nil)) }
+	if !validKey(id) || !safePath(r.URL.Path) {
+		notFound()
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	e, err := g.b.sessions.Get(ctx, id)
+	cancel()
+	var rec sessionRec
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		notFound()
+		return
+	case err != nil:
+		unavailable(w, "the cluster cannot be reached: "+err.Error())
+		return
+	case json.Unmarshal(e.Value(), &rec) != nil || rec.Tenant != tenant:
+		notFound() // another tenant's is not there for this one
+		return
+	}
+	body, ok, err := readBounded(r, g.cfg.MaxRequest)
+	if err != nil || !ok {
+		writeJSON(w, 413, errorBody(fmt.Sprintf("body over the cluster's max_request (%d bytes)", g.cfg.MaxRequest), nil))
+		return
+	}
+	if rp, ok := g.forward(w, r, tenant, rec.Node, body); ok {
+		writeReply(w, rp)
+	}
+}
+
+// Metrics writes the cluster's lines in Prometheus' text format.
+func (g *Backend) Metrics(w io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s, err := g.js.Stream(ctx, StreamName); err == nil {
+		if info, err := s.Info(ctx); err == nil {
+			fmt.Fprintf(w, "# TYPE stockade_cluster_queue_messages gauge\nstockade_cluster_queue_messages %d\n", info.State.Msgs)
+		}
+		if c, err := s.Consumer(ctx, ConsumerName); err == nil {
+			if ci, err := c.Info(ctx); err == nil {
+				fmt.Fprintf(w, "# TYPE stockade_cluster_queue_pending gauge\nstockade_cluster_queue_pending %d\n", ci.NumPending)
+				fmt.Fprintf(w, "# TYPE stockade_cluster_queue_ack_pending gauge\nstockade_cluster_queue_ack_pending %d\n", ci.NumAckPending)
+			}
+		}
+	}
+	states := map[string]int{StateUp: 0, StateDraining: 0, StateFenced: 0, "lost": 0}
+	free, ready := 0, 0
+	for _, hb := range g.nodes(ctx) {
+		states[hb.State]++
+		if hb.State == StateUp {
+			free += hb.Free
+			ready += hb.PoolReady
+		}
+	}
+	fmt.Fprintf(w, "# TYPE stockade_cluster_nodes gauge\n")
+	for _, s := range []string{StateUp, StateDraining, StateFenced, "lost"} {
+		fmt.Fprintf(w, "stockade_cluster_nodes{state=%q} %d\n", s, states[s])
+	}
+	fmt.Fprintf(w, "# TYPE stockade_cluster_free_slots gauge\nstockade_cluster_free_slots %d\n", free)
+	fmt.Fprintf(w, "# TYPE stockade_cluster_pool_ready gauge\nstockade_cluster_pool_ready %d\n", ready)
+	for _, c := range []struct {
+		name string
+		v    *atomic.Int64
+	}{{"runs_submitted", &g.submitted}, {"runs_duplicate", &g.duplicates}, {"runs_refused", &g.refused},
+		{"runs_host_lost", &g.hostLost}, {"runs_expired", &g.expired}} {
+		fmt.Fprintf(w, "# TYPE stockade_cluster_%s_total counter\nstockade_cluster_%s_total %s\n", c.name, c.name, strconv.FormatInt(c.v.Load(), 10))
+	}
+}

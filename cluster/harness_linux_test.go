@@ -1,0 +1,443 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
+)
+
+// These tests run a real cluster: hosts are network namespaces made here
+// (a veth each to a bridge in a namespace of the test's own), each with
+// one nats-server (STOCKADE_NATS_SERVER, which make test sets; the three
+// form a JetStream cluster over mutual-TLS routes) and one real
+// `stockade serve --cluster` (STOCKADE_BIN). The gateway's side is a
+// Backend in the test process, dialling into the bridge's namespace.
+
+const testGrace = 6 * time.Second
+
+type host struct {
+	name, ns, ip string
+	dir          string
+	nats         *proctest.Proc
+	serve        *proctest.Proc
+	serveLog     *lockedBuf
+}
+
+type fixture struct {
+	t       *testing.T
+	tag     string
+	hub     string
+	dir     string
+	hosts   []*host
+	ca      string
+	g       *Backend
+	gcfg    Config
+	bin     string
+	natsBin string
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func needCluster(t *testing.T) (bin, natsBin string) {
+	t.Helper()
+	testenv.NeedRoot(t, "makes network namespaces and starts real jails")
+	bin = testenv.NeedBinary(t, "the hosts run a real stockade serve --cluster")
+	natsBin = os.Getenv("STOCKADE_NATS_SERVER")
+	if natsBin == "" {
+		t.Skip("set STOCKADE_NATS_SERVER to a nats-server (make test installs one into build/nats)")
+	}
+	if _, err := os.Stat(natsBin); err != nil {
+		t.Fatalf("STOCKADE_NATS_SERVER: %v", err)
+	}
+	return bin, natsBin
+}
+
+func sh(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// newFixture makes n hosts, their NATS cluster and the gateway's
+// backend; the nodes are started by startNode.
+func newFixture(t *testing.T, n int) *fixture {
+	bin, natsBin := needCluster(t)
+	tagb := make([]byte, 3)
+	rand.Read(tagb)
+	tag := hex.EncodeToString(tagb)
+	f := &fixture{t: t, tag: tag, hub: "sch" + tag, dir: t.TempDir(), bin: bin, natsBin: natsBin}
+	os.Chmod(f.dir, 0o755)
+	t.Cleanup(f.cleanup)
+	sh(t, "ip", "netns", "add", f.hub)
+	sh(t, "ip", "-n", f.hub, "link", "set", "lo", "up")
+	sh(t, "ip", "-n", f.hub, "link", "add", "br0", "type", "bridge")
+	sh(t, "ip", "-n", f.hub, "addr", "add", "10.77.0.1/24", "dev", "br0")
+	sh(t, "ip", "-n", f.hub, "link", "set", "br0", "up")
+	var ips []string
+	for i := range n {
+		h := &host{name: fmt.Sprintf("h%d", i+1), ns: fmt.Sprintf("sc%s%d", tag, i+1), ip: fmt.Sprintf("10.77.0.%d", 11+i)}
+		h.dir = filepath.Join(f.dir, h.name)
+		os.MkdirAll(h.dir, 0o755)
+		sh(t, "ip", "netns", "add", h.ns)
+		sh(t, "ip", "-n", h.ns, "link", "set", "lo", "up")
+		sh(t, "ip", "-n", h.ns, "link", "add", "eth0", "type", "veth", "peer", "name", "vb"+h.name, "netns", f.hub)
+		sh(t, "ip", "-n", f.hub, "link", "set", "vb"+h.name, "master", "br0", "up")
+		sh(t, "ip", "-n", h.ns, "addr", "add", h.ip+"/24", "dev", "eth0")
+		sh(t, "ip", "-n", h.ns, "link", "set", "eth0", "up")
+		f.hosts = append(f.hosts, h)
+		ips = append(ips, h.ip)
+	}
+	f.certs(ips)
+	for _, h := range f.hosts {
+		f.startNATS(h)
+	}
+	Dialer = nsDialer{ns: "/run/netns/" + f.hub}
+	f.gcfg = f.config("gateway", "")
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 60*time.Second))
+	defer cancel()
+	var err error
+	for {
+		if f.g, err = NewBackend(ctx, f.gcfg); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(300 * time.Millisecond) // the JetStream cluster elects its leader
+	}
+	if err != nil {
+		t.Fatalf("gateway backend: %v", err)
+	}
+	return f
+}
+
+func (f *fixture) cleanup() {
+	if f.g != nil {
+		f.g.Close()
+	}
+	for _, h := range f.hosts {
+		for _, p := range []*proctest.Proc{h.serve, h.nats} {
+			if p != nil {
+				p.Kill()
+			}
+		}
+	}
+	for _, h := range f.hosts {
+		exec.Command("ip", "netns", "del", h.ns).Run()
+	}
+	exec.Command("ip", "netns", "del", f.hub).Run()
+	if f.t.Failed() {
+		for _, h := range f.hosts {
+			if h.serveLog != nil {
+				f.t.Logf("%s's serve log:\n%s", h.name, tailOf(h.serveLog.String(), 6000))
+			}
+			if h.nats != nil {
+				f.t.Logf("%s's nats-server log:\n%s", h.name, tailOf(h.nats.Stderr(), 3000))
+			}
+		}
+	}
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// nsDialer dials from inside a network namespace: the socket is made on
+// a thread that entered it, and then works from any thread.
+type nsDialer struct{ ns string }
+
+func (d nsDialer) Dial(network, addr string) (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Not unlocked on failure: the thread, in a foreign namespace,
+		// then ends with the goroutine.
+		self, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer self.Close()
+		target, err := os.Open(d.ns)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c, err := net.DialTimeout(network, addr, 3*time.Second)
+		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- res{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// certs makes a CA, the servers' certificate (for clients and routes:
+// server and client auth, every host's address) and writes them.
+func (f *fixture) certs(ips []string) {
+	t := f.t
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stockade test CA " + f.tag},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	write := func(name string, blocks ...*pem.Block) {
+		var b bytes.Buffer
+		for _, bl := range blocks {
+			pem.Encode(&b, bl)
+		}
+		if err := os.WriteFile(filepath.Join(f.dir, name), b.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	f.ca = filepath.Join(f.dir, "ca.pem")
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	write("server.pem", &pem.Block{Type: "CERTIFICATE", Bytes: der})
+	write("server-key.pem", &pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+// password of a role in the test's NATS users.
+func (f *fixture) password(role string) string { return "pw-" + role + "-" + f.tag }
+
+// natsConf is one server's configuration: TLS on the client port, mutual
+// TLS on the routes, JetStream, and one user per role, scoped.
+func (f *fixture) natsConf(h *host) string {
+	var routes []string
+	for _, o := range f.hosts {
+		if o != h {
+			routes = append(routes, fmt.Sprintf("tls://%s:6222", o.ip))
+		}
+	}
+	tlsBlock := fmt.Sprintf(`{ cert_file: %q, key_file: %q, ca_file: %q, timeout: 5 }`,
+		filepath.Join(f.dir, "server.pem"), filepath.Join(f.dir, "server-key.pem"), f.ca)
+	routeTLS := strings.Replace(tlsBlock, "timeout: 5", "timeout: 5, verify: true", 1)
+	var users []string
+	users = append(users, fmt.Sprintf(`{ user: gateway, password: %q, permissions: {
+      publish: { allow: ["stockade.work", "stockade.node.*.api", "$JS.API.>", "$KV.>"] },
+      subscribe: { allow: ["_INBOX_gateway.>"] } } }`, f.password("gateway")))
+	for _, o := range f.hosts {
+		users = append(users, fmt.Sprintf(`{ user: %s, password: %q, permissions: nodePerms(%s) }`, o.name, f.password(o.name), o.name))
+	}
+	// nats-server has no functions: each node's block is spelled out.
+	conf := fmt.Sprintf(`server_name: %s
+listen: "%s:4222"
+tls: %s
+max_payload: 8MB
+no_auth_user: ""
+jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }
+cluster { name: stockade-test, listen: "%s:6222", routes: [%s], tls: %s }
+authorization { users: [
+%s
+] }
+`, h.name, h.ip, tlsBlock, filepath.Join(h.dir, "js"), h.ip, strings.Join(quoteAll(routes), ", "), routeTLS, strings.Join(users, ",\n"))
+	for _, o := range f.hosts {
+		conf = strings.Replace(conf, "nodePerms("+o.name+")", nodePermissions(o.name), 1)
+	}
+	conf = strings.Replace(conf, "no_auth_user: \"\"\n", "", 1)
+	return conf
+}
+
+// nodePermissions is what a node's identity may do (docs/cluster.md has
+// the same block).
+func nodePermissions(node string) string {
+	return fmt.Sprintf(`{
+      publish: { allow: ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.STOCKADE_WORK.nodes",
+        "$JS.API.CONSUMER.MSG.NEXT.STOCKADE_WORK.nodes", "$JS.ACK.STOCKADE_WORK.nodes.>",
+        "$JS.API.DIRECT.GET.KV_stockade_claims.>", "$JS.API.STREAM.MSG.GET.KV_stockade_claims",
+        "$KV.stockade_claims.>", "$KV.stockade_results.>", "$KV.stockade_nodes.%[1]s"] },
+      subscribe: { allow: ["_INBOX_%[1]s.>", "stockade.node.%[1]s.api"] },
+      allow_responses: true }`, node)
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, x := range s {
+		out[i] = fmt.Sprintf("%q", x)
+	}
+	return out
+}
+
+func (f *fixture) startNATS(h *host) {
+	conf := filepath.Join(h.dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(f.natsConf(h)), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+h.ns, f.natsBin, "-c", conf)
+	p, err := proctest.Start(cmd)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	h.nats = p
+	deadline := time.Now().Add(proctest.Budget(f.t, 20*time.Second))
+	for {
+		c, err := (nsDialer{ns: "/run/netns/" + h.ns}).Dial("tcp", h.ip+":4222")
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("nats-server on %s: not listening: %v\n%s", h.name, err, p.Stderr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// config is a role's cluster file contents.
+func (f *fixture) config(role, node string) Config {
+	var urls []string
+	for _, h := range f.hosts {
+		urls = append(urls, "tls://"+h.ip+":4222")
+	}
+	c := Config{URLs: urls, CA: f.ca, User: role, Password: f.password(role), Node: node,
+		Grace: Duration(testGrace), QueueWait: Duration(60 * time.Second), Replicas: min(3, len(f.hosts)),
+		RequestTimeout: Duration(60 * time.Second)}
+	return c
+}
+
+// startNode starts `stockade serve --cluster` on h and waits for its
+// first heartbeat.
+func (f *fixture) startNode(h *host, args ...string) {
+	t := f.t
+	c := f.config(h.name, h.name)
+	c.URLs = append([]string{"tls://" + h.ip + ":4222"}, c.URLs...)
+	b, _ := json.Marshal(c)
+	file := filepath.Join(h.dir, "cluster.json")
+	os.WriteFile(file, b, 0o600)
+	h.serveLog = &lockedBuf{}
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.ns, f.bin, "serve", "--socket", filepath.Join(h.dir, "s.sock"),
+		"--cluster", file, "--audit-log", filepath.Join(h.dir, "audit.log"), "--audit-required",
+		"--concurrency", "2", "--pool", "1", "--grace", "5s"}, args...)...)
+	cmd.Stdout, cmd.Stderr = h.serveLog, h.serveLog
+	p, err := proctest.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.serve = p
+	deadline := time.Now().Add(proctest.Budget(t, 60*time.Second))
+	for !strings.Contains(h.serveLog.String(), "taking work") || f.heartbeat(h.name).State != StateUp {
+		select {
+		case <-p.Done():
+			t.Fatalf("%s's serve ended: %s", h.name, h.serveLog.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's serve: no heartbeat: %s", h.name, h.serveLog.String())
+		}
+	}
+}
+
+func (f *fixture) heartbeat(node string) heartbeat {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var hb heartbeat
+	if e, err := f.g.b.nodes.Get(ctx, node); err == nil {
+		json.Unmarshal(e.Value(), &hb)
+		if time.Since(e.Created()) > f.gcfg.Grace.D() {
+			hb.State = "lost"
+		}
+	}
+	return hb
+}
+
+// do is one request through the backend, as a gateway would make it.
+func (f *fixture) do(ctx context.Context, tenant, key, method, path string, body any) (int, http.Header, map[string]any) {
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	r := httptest.NewRequest(method, path, rd).WithContext(ctx)
+	w := httptest.NewRecorder()
+	f.g.Serve(w, r, tenant, key)
+	var m map[string]any
+	json.Unmarshal(w.Body.Bytes(), &m)
+	return w.Code, w.Header(), m
+}
+
+// auditStarts is the union of the hosts' audit logs: cluster run id ->
+// the hosts whose audit has a start line for it.
+func (f *fixture) auditStarts() map[string][]string {
+	out := map[string][]string{}
+	for _, h := range f.hosts {
+		b, _ := os.ReadFile(filepath.Join(h.dir, "audit.log"))
+		for _, line := range strings.Split(string(b), "\n") {
+			var e struct {
+				Event string `json:"event"`
+				ID    string `json:"cluster_run_id"`
+			}
+			if json.Unmarshal([]byte(line), &e) == nil && e.Event == "start" && e.ID != "" {
+				out[e.ID] = append(out[e.ID], h.name)
+			}
+		}
+	}
+	return out
+}
