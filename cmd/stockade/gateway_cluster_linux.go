@@ -2,12 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 
+	"github.com/stockade/stockade/cluster"
 	"github.com/stockade/stockade/gateway"
 )
 
-// clusterBackend is the cluster a gateway forwards to.
+// clusterBackend is the cluster a gateway forwards to: the cluster file's
+// NATS, as the gateway's role.
 func clusterBackend(ctx context.Context, file string) (gateway.Backend, func(), error) {
-	return nil, nil, errors.New("gateway: this build has no cluster backend")
+	cfg, err := cluster.Load(file, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := cluster.NewBackend(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, b.Close, nil
 }
