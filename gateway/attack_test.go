@@ -202,9 +202,11 @@ func TestAttackPlainHTTPListener(t *testing.T) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
 	fmt.Fprintf(conn, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 2\r\n\r\n{}", tokenAlice)
+	// Go's TLS server answers a plain request with a fixed 400 (it saw
+	// "POST" where a ClientHello belongs); nothing of the gateway ran.
 	line, _ := bufio.NewReader(conn).ReadString('\n')
-	if strings.Contains(line, " 200 ") {
-		t.Fatalf("a plain HTTP request was answered %q", line)
+	if !strings.HasPrefix(line, "HTTP/1.0 400 ") {
+		t.Fatalf("a plain HTTP request was answered %q, want the TLS listener's HTTP/1.0 400", line)
 	}
 	if n := tg.backend.callCount(); n != 0 {
 		t.Fatalf("a plain HTTP request reached the backend (%d calls)", n)
@@ -262,7 +264,9 @@ func TestAttackClientCertOtherCA(t *testing.T) {
 // A body over --max-body is refused before a byte of it is forwarded:
 // by its Content-Length, or, sent chunked, once it passes the bound.
 func TestAttackOversizeBody(t *testing.T) {
-	tg := startGateway(t, func(c *Config) { c.MaxBody = 1 << 20 })
+	// The body's deadline is far past the test's: an answer in time is
+	// one that did not wait for the body.
+	tg := startGateway(t, func(c *Config) { c.MaxBody, c.BodyTimeout = 1<<20, time.Hour })
 	c := tg.client(t, nil)
 	big := `{"code":"` + strings.Repeat("x", 1<<20) + `"}`
 	if code, body := tg.do(t, c, "POST", "/v1/run", tokenAlice, big, nil); code != 413 {
@@ -282,6 +286,12 @@ func TestAttackOversizeBody(t *testing.T) {
 	}
 	if n := tg.backend.callCount(); n != 0 {
 		t.Fatalf("%d oversize bodies reached the backend", n)
+	}
+	// Refused by its Content-Length alone: the 413 comes though the body
+	// is never sent (a gateway that read first would wait for it).
+	head := fmt.Sprintf("POST /v1/run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", tokenAlice, (1<<20)+1)
+	if line := tg.raw(t, head); !strings.Contains(line, " 413 ") {
+		t.Fatalf("a Content-Length over --max-body, its body not sent: %q, want 413 at once", line)
 	}
 	ok := `{"code":"` + strings.Repeat("x", 1000) + `"}`
 	if code, _ := tg.do(t, c, "POST", "/v1/run", tokenAlice, ok, nil); code != 200 || string(tg.backend.last().body) != ok {
@@ -318,5 +328,27 @@ func TestAttackIdempotencyKey(t *testing.T) {
 	}
 	if got := tg.backend.last().key; got != key {
 		t.Fatalf("the backend got key %q, want %q", got, key)
+	}
+}
+
+// TLS below 1.2 is refused in the handshake.
+func TestAttackOldTLSRefused(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	tc := c.Transport.(*http.Transport).TLSClientConfig
+	tc.MinVersion, tc.MaxVersion = tls.VersionTLS10, tls.VersionTLS11
+	req := mustRequest(t, "GET", "https://"+tg.addr+"/v1/health", "")
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("TLS 1.1 was answered %d", resp.StatusCode)
+	}
+	tc.MaxVersion = tls.VersionTLS13
+	if resp, err := c.Do(mustRequest(t, "GET", "https://"+tg.addr+"/v1/health", "")); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.TLS.Version != tls.VersionTLS13 {
+			t.Fatalf("negotiated %x, want TLS 1.3 when the client has it", resp.TLS.Version)
+		}
 	}
 }
