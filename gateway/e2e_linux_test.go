@@ -89,22 +89,37 @@ authorization { users: [ { user: gateway, password: %q }, { user: n1, password: 
 	if code != 201 || json.Unmarshal([]byte(body), &made) != nil || made.SessionID == "" {
 		t.Fatalf("a session through the gateway: %d %s", code, body)
 	}
-	exec := "/v1/sessions/" + made.SessionID + "/exec"
-	if code, body := tg.do(t, c, "POST", exec, tokenAlice, `{"code":"x = 40"}`, nil); code != 200 {
+	execPath := "/v1/sessions/" + made.SessionID + "/exec"
+	if code, body := tg.do(t, c, "POST", execPath, tokenAlice, `{"code":"x = 40"}`, nil); code != 200 {
 		t.Fatalf("the session's first exec: %d %s", code, body)
 	}
-	if code, body := tg.do(t, c, "POST", exec, tokenAlice, `{"code":"print(x + 2)"}`, nil); code != 200 || !strings.Contains(body, `"stdout":"42\n"`) {
+	if code, body := tg.do(t, c, "POST", execPath, tokenAlice, `{"code":"print(x + 2)"}`, nil); code != 200 || !strings.Contains(body, `"stdout":"42\n"`) {
 		t.Fatalf("the session's second exec: %d %s", code, body)
 	}
 	// Bob, a valid tenant, is told there is no such session.
-	if code, body := tg.do(t, c, "POST", exec, tokenBob, `{"code":"print(x)"}`, nil); code != 404 {
+	if code, body := tg.do(t, c, "POST", execPath, tokenBob, `{"code":"print(x)"}`, nil); code != 404 {
 		t.Fatalf("bob's exec in alice's session: %d %s, want 404", code, body)
 	}
-	if code, _ := tg.do(t, c, "POST", exec, "", `{"code":"print(x)"}`, nil); code != 401 {
+	if code, _ := tg.do(t, c, "POST", execPath, "", `{"code":"print(x)"}`, nil); code != 401 {
 		t.Fatalf("no token: %d, want 401", code)
 	}
 	if code, body := tg.do(t, c, "DELETE", "/v1/sessions/"+made.SessionID, tokenAlice, "", nil); code != 200 {
 		t.Fatalf("ending the session: %d %s", code, body)
+	}
+	// The Python client, from $STOCKADE_URL and $STOCKADE_TOKEN: a run
+	// and a session's two cells, through the same gateway.
+	py := exec.Command("/usr/bin/python3", "-c", `
+from stockade import Client
+c = Client(ca_file=`+fmt.Sprintf("%q", caFile)+`, timeout=120)
+print(c.run("print(6 * 7)").stdout.strip())
+with c.session() as s:
+    s.run("y = 20")
+    print(s.run("print(y + 1)").stdout.strip())
+`)
+	py.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot(t), "clients", "python"),
+		"STOCKADE_URL=https://"+tg.addr, "STOCKADE_TOKEN="+tokenAlice)
+	if o := proctest.Run(t, py, proctest.Budget(t, 180*time.Second)); o.Code() != 0 || strings.Fields(o.Stdout)[0] != "42" || !strings.Contains(o.Stdout, "21") {
+		t.Fatalf("the Python client through the gateway: exit %d\n%s\n%s", o.Code(), o.Stdout, o.Stderr)
 	}
 	code, body = tg.do(t, c, "GET", "/v1/metrics", tokenOps, "", nil)
 	if code != 200 || !strings.Contains(body, "stockade_gateway_forwarded_total") || !strings.Contains(body, "stockade_cluster_") {
@@ -114,6 +129,15 @@ authorization { users: [ { user: gateway, password: %q }, { user: n1, password: 
 	if !strings.Contains(string(log), `"tenant":"bob"`) || strings.Contains(string(log), tokenAlice) {
 		t.Fatalf("the gateway's audit log:\n%s", log)
 	}
+}
+
+// repoRoot is the repository's top directory (the test runs in gateway/).
+func repoRoot(t *testing.T) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(wd)
 }
 
 func freePort(t *testing.T) int {
