@@ -55,14 +55,6 @@ func (g *Gateway) bound(w http.ResponseWriter, r *http.Request, t *Tenant) bool 
 			return false
 		}
 	}
-	if r.URL.Path == "/v1/mcp" && (len(t.Profiles) > 0 || len(t.Limits) > 0) {
-		// MCP's tool calls name profiles and limits inside JSON-RPC,
-		// where this gateway does not apply them: a tenant with a
-		// policy is refused rather than let past it.
-		g.counts.policyRefused.Add(1)
-		writeError(w, http.StatusForbidden, fmt.Sprintf("tenant %s has a profile or limits policy, which /v1/mcp cannot apply: use /v1/run and /v1/sessions", t.Name))
-		return false
-	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.Header.Set("Content-Length", strconv.Itoa(len(body)))

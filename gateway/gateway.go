@@ -29,6 +29,8 @@ type Config struct {
 	BodyTimeout time.Duration
 	// Audit gets one JSON line per request, naming the tenant.
 	Audit io.Writer
+	// Version is stockade's, in MCP's server information.
+	Version string
 }
 
 // Defaults are the server's own: the same body bound and deadline as
@@ -54,7 +56,8 @@ type Gateway struct {
 	tenants atomic.Pointer[Tenants]
 	audit   *slog.Logger
 	counts  counters
-	mu      sync.Mutex // reloads
+	mcp     http.Handler // POST /v1/mcp
+	mu      sync.Mutex   // reloads
 }
 
 // New checks cfg, loads the tenants file and the certificates, and
@@ -87,6 +90,7 @@ func New(cfg Config, backend Backend) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, backend: backend, tls: tc, audit: slog.New(slog.NewJSONHandler(cfg.Audit, nil))}
 	g.tenants.Store(ts)
+	g.mcp = g.mcpHandler()
 	return g, nil
 }
 
@@ -181,11 +185,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !g.bound(rec, r, t) {
 		return
 	}
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/sessions" && !g.underQuota(rec, r, t) {
+	if r.URL.Path == "/v1/mcp" {
+		g.mcp.ServeHTTP(rec, withTenant(r, t))
+		return
+	}
+	g.forward(rec, r, t, key)
+}
+
+// forward hands an admitted request to the backend as tenant t, holding
+// the tenant to its session quota first.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, t *Tenant, key string) {
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/sessions" && !g.underQuota(w, r, t) {
 		return
 	}
 	g.counts.forwarded.Add(1)
-	g.backend.Serve(rec, r, t.Name, key)
+	g.backend.Serve(w, r, t.Name, key)
 }
 
 // authenticate names the caller's tenant: by a verified client

@@ -95,9 +95,36 @@ func TestTenantPolicy(t *testing.T) {
 	if code, _ := tg.do(t, c, "POST", "/v1/run", tokenAlice, body, nil); code != 200 || string(tg.backend.last().body) != body {
 		t.Fatalf("alice's body was changed: %q", tg.backend.last().body)
 	}
-	// A tenant with a policy is kept off /v1/mcp, which it cannot apply.
-	if code, _ := tg.do(t, c, "POST", "/v1/mcp", tokenBob, `{}`, nil); code != 403 {
-		t.Fatalf("bob's /v1/mcp: %d, want 403", code)
+}
+
+// POST /v1/mcp is the gateway's: a tool's request goes through the same
+// policy and the same backend as the tenant's own, as the tenant.
+func TestMCPThroughPolicy(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(6*7)"}}}`
+	hdr := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+	code, body := tg.do(t, c, "POST", "/v1/mcp", tokenBob, call, hdr)
+	if code != 200 || !strings.Contains(body, `"result"`) {
+		t.Fatalf("bob's run_python over MCP: %d %s", code, body)
+	}
+	got := tg.backend.last()
+	if got.path != "/v1/run" || got.tenant != "bob" {
+		t.Fatalf("the tool's request reached the backend as %s %s for %q", got.method, got.path, got.tenant)
+	}
+	var run struct {
+		Profile string         `json:"profile"`
+		Limits  map[string]any `json:"limits"`
+	}
+	if err := json.Unmarshal(got.body, &run); err != nil {
+		t.Fatal(err)
+	}
+	if run.Profile != "python" || run.Limits["memory"] != "256M" || run.Limits["timeout"] != "10s" {
+		t.Fatalf("the tool's run went on with profile %q, limits %v: bob's policy was not applied", run.Profile, run.Limits)
+	}
+	// Without a token there is no MCP either.
+	if code, _ := tg.do(t, c, "POST", "/v1/mcp", "", call, hdr); code != 401 {
+		t.Fatalf("/v1/mcp without a token: %d", code)
 	}
 }
 

@@ -25,12 +25,12 @@ func (g *Gateway) underQuota(w http.ResponseWriter, r *http.Request, t *Tenant) 
 		return false
 	}
 	list.TLS, list.RemoteAddr, list.Body = r.TLS, r.RemoteAddr, http.NoBody
-	rec := &bufferWriter{header: http.Header{}}
+	rec := &bufferWriter{header: http.Header{}, max: 16 << 20}
 	g.backend.Serve(rec, list, t.Name, "")
 	var answer struct {
 		Sessions []json.RawMessage `json:"sessions"`
 	}
-	if rec.status() != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &answer) != nil {
+	if rec.status() != http.StatusOK || rec.overflow || json.Unmarshal(rec.body.Bytes(), &answer) != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot count tenant %s's sessions for its quota (the backend answered %d)", t.Name, rec.status()))
 		return false
@@ -47,15 +47,21 @@ func (g *Gateway) underQuota(w http.ResponseWriter, r *http.Request, t *Tenant) 
 // bufferWriter is an answer kept in memory: the backend's to a question
 // the gateway asks on its own.
 type bufferWriter struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
+	header   http.Header
+	code     int
+	body     bytes.Buffer
+	max      int  // bytes kept at most
+	overflow bool // more came
 }
 
 func (b *bufferWriter) Header() http.Header { return b.header }
 func (b *bufferWriter) Write(p []byte) (int, error) {
-	if b.body.Len()+len(p) > 16<<20 {
-		return 0, fmt.Errorf("a session list over 16 MiB")
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	if b.body.Len()+len(p) > b.max {
+		b.overflow = true
+		return 0, fmt.Errorf("an answer over %d bytes", b.max)
 	}
 	return b.body.Write(p)
 }

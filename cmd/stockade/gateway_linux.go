@@ -37,7 +37,7 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			signal.Ignore(syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca")}
+			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), Version: version}
 			var err error
 			if cfg.MaxBody, err = profiles.ParseSize(c.String("max-body")); err != nil {
 				return fail(fmt.Errorf("--max-body: %w", err))
