@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,7 +55,7 @@ func TestTenantPolicy(t *testing.T) {
 		{"other profile", `{"code":"1","profile":"net"}`, 403, "", nil},
 		{"looser memory", `{"code":"1","limits":{"memory":"1G"}}`, 422, "", nil},
 		{"looser timeout", `{"code":"1","limits":{"timeout":"1m"}}`, 422, "", nil},
-		{"unknown limit", `{"code":"1","limits":{"root":"/"}}`, 422, "", nil},
+		{"unknown limit", `{"code":"1","limits":{"root":"/"}}`, 400, "", nil},
 		{"not json", `code=1`, 400, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,5 +246,34 @@ func TestSessionQuota(t *testing.T) {
 		if code, _ := tg.do(t, c, "POST", "/v1/sessions", tokenAlice, `{}`, nil); code != 201 {
 			t.Fatalf("alice's session %d: %d", i, code)
 		}
+	}
+}
+
+// The tenants file docs/gateway.md shows is one the gateway takes, and
+// says what the page says of it.
+func TestDocsTenantsFileLoads(t *testing.T) {
+	doc, err := os.ReadFile("../docs/gateway.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```toml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("no ```toml block in docs/gateway.md")
+	}
+	ts, err := parseTenants("docs/gateway.md", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := ts.ByCertName("bob.clients.example.com")
+	if ts.Len() != 3 || bob == nil || bob.MaxSessions != 4 || !slices.Equal(bob.Profiles, []string{"python", "data"}) {
+		t.Fatalf("the example's tenants: %d, bob %+v", ts.Len(), bob)
+	}
+	got, err := tightenLimits(bob, map[string]any{"memory": "128M"})
+	if err != nil || got["memory"] != "128M" || got["timeout"] != "1m0s" || got["cpus"] != float64(1) {
+		t.Fatalf("bob's limits for a request of 128M: %v, %v", got, err)
+	}
+	if _, err := tightenLimits(bob, map[string]any{"memory": "1G"}); err == nil || !strings.Contains(err.Error(), "above the ceiling") {
+		t.Fatalf("1G against bob's 512M: %v", err)
 	}
 }

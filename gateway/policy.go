@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -25,62 +24,9 @@ var (
 	requestOrigin = profiles.Origin{File: "request"}
 )
 
-// limitAliases are older names of request limits (as the server's).
-var limitAliases = map[string]profiles.Field{"output_limit": profiles.FieldOutput}
-
-// layerOf turns a request's "limits" object into a profile layer; a key
-// that is no tightenable limit, or a value profiles refuses, is an error.
-func layerOf(name string, limits map[string]any, o profiles.Origin) (*profiles.Profile, error) {
-	layer := &profiles.Profile{Name: name}
-	keyOf := map[profiles.Field]string{}
-	var errs []error
-	for _, key := range slices.Sorted(maps.Keys(limits)) {
-		f, ok := limitAliases[key]
-		if !ok {
-			if f, ok = profiles.LimitField(key); !ok || !slices.Contains(profiles.TightenableFields(), f) {
-				return nil, fmt.Errorf("limits.%s: unknown limit", key)
-			}
-		}
-		if other, dup := keyOf[f]; dup {
-			return nil, fmt.Errorf("limits.%s: the same limit as limits.%s; give one", key, other)
-		}
-		keyOf[f] = key
-		v, err := tomlValue(limits[key])
-		if err != nil {
-			errs = append(errs, &profiles.Error{Origin: o, Field: string(f), Msg: err.Error()})
-			continue
-		}
-		if err := layer.SetValue(f, v, o); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return layer, errors.Join(errs...)
-}
-
-// tomlValue is a JSON (or TOML) value as the profile decoder takes it: a
-// whole number an int64, another a float64.
-func tomlValue(v any) (any, error) {
-	switch x := v.(type) {
-	case json.Number:
-		if n, err := x.Int64(); err == nil {
-			return n, nil
-		}
-		f, err := x.Float64()
-		if err != nil {
-			return nil, fmt.Errorf("%s is not a number a limit can take", x)
-		}
-		return f, nil
-	case int:
-		return int64(x), nil
-	case nil:
-		return nil, errors.New("must be a value, not null")
-	}
-	return v, nil
-}
-
 // capsLayer is the tenant's caps as a profile layer.
 func capsLayer(t *Tenant) (*profiles.Profile, error) {
-	return layerOf("tenant "+t.Name, t.Limits, tenantOrigin)
+	return profiles.LimitsLayer("tenant "+t.Name, t.Limits, tenantOrigin)
 }
 
 // tightenLimits lays a request's limits over the tenant's caps, tighten
@@ -91,7 +37,7 @@ func tightenLimits(t *Tenant, req map[string]any) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	over, err := layerOf("request", req, requestOrigin)
+	over, err := profiles.LimitsLayer("request", req, requestOrigin)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +109,11 @@ func applyPolicy(t *Tenant, body []byte) ([]byte, error) {
 			}
 		}
 		tight, err := tightenLimits(t, limits)
-		if err != nil {
+		var ke *profiles.LimitKeyError
+		switch {
+		case errors.As(err, &ke):
+			return nil, &policyError{400, ke.Msg}
+		case err != nil:
 			return nil, &policyError{422, oneLine(err)}
 		}
 		doc["limits"], _ = json.Marshal(tight)
