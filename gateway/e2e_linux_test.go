@@ -129,6 +129,36 @@ with c.session() as s:
 	if !strings.Contains(string(log), `"tenant":"bob"`) || strings.Contains(string(log), tokenAlice) {
 		t.Fatalf("the gateway's audit log:\n%s", log)
 	}
+
+	// An operator's SIGHUP: alice's token replaced by carol's in the
+	// tenants file, the audit log rotated away; the gateway takes both
+	// without a restart.
+	carol := strings.Repeat("e5", 20)
+	next := strings.Replace(testTenants, tokenAlice, carol, 1)
+	if err := os.WriteFile(tenants, []byte(next), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(audit, audit+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if !gw.Await(proctest.Budget(t, 30*time.Second), "tenants reloaded") {
+		t.Fatalf("no reload after SIGHUP:\n%s", gw.Stdout())
+	}
+	if code, _ := tg.do(t, c, "GET", "/v1/health", "", "", nil); code != 200 {
+		t.Fatalf("health after SIGHUP: %d", code)
+	}
+	if code, body := tg.do(t, c, "POST", "/v1/run", carol, `{"code":"print(1)"}`, nil); code != 200 {
+		t.Fatalf("the token added before SIGHUP: %d %s", code, body)
+	}
+	if code, _ := tg.do(t, c, "POST", "/v1/run", tokenAlice, `{"code":"print(1)"}`, nil); code != 401 {
+		t.Fatalf("the token removed before SIGHUP: %d, want 401", code)
+	}
+	if log, err := os.ReadFile(audit); err != nil || !strings.Contains(string(log), `"tenant":"alice"`) {
+		t.Fatalf("the audit log was not reopened on SIGHUP: %v\n%s", err, log)
+	}
 }
 
 // repoRoot is the repository's top directory (the test runs in gateway/).

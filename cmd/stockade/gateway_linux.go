@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/stockade/stockade/gateway"
@@ -30,7 +31,7 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "max-body", Value: profiles.FormatSize(d.MaxBody), Usage: "largest request body forwarded (413 past it, before it is forwarded)"},
 			&cli.StringFlag{Name: "body-timeout", Value: flagDuration(d.BodyTimeout), Usage: "how long a request body may take to arrive before 408"},
 			&cli.StringFlag{Name: "grace", Value: "30s", Usage: "on SIGTERM, how long requests in flight may finish"},
-			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per request, naming the tenant: a FILE (appended), "-" for stderr`},
+			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per request, naming the tenant: a FILE (appended, 0600; reopened on SIGHUP, for logrotate), "-" for stderr`},
 		},
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
@@ -49,16 +50,16 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return fail(fmt.Errorf("--grace: %w", err))
 			}
+			var auditFile *reopenable
 			switch a := c.String("audit-log"); a {
 			case "-":
 				cfg.Audit = stderr
 			default:
-				f, err := os.OpenFile(a, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
-				if err != nil {
+				if auditFile, err = openReopenable(a); err != nil {
 					return fail(fmt.Errorf("--audit-log: %w", err))
 				}
-				defer f.Close()
-				cfg.Audit = f
+				defer auditFile.Close()
+				cfg.Audit = auditFile
 			}
 			// The certificate, key and tenants are checked before the
 			// cluster is dialled: a gateway without TLS never gets as far.
@@ -77,7 +78,14 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return fail(err)
 			}
+			// SIGHUP: the tenants file is read again, and the audit log
+			// reopened, as logrotate's postrotate expects.
 			g.ReloadOnSIGHUP(ctx, func(err error) {
+				if auditFile != nil {
+					if rerr := auditFile.Reopen(); rerr != nil {
+						fmt.Fprintf(stderr, "stockade gateway: --audit-log: %v (still writing to the old file)\n", rerr)
+					}
+				}
 				if err != nil {
 					fmt.Fprintf(stderr, "stockade gateway: %v\n", err)
 					return
@@ -100,3 +108,44 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 
 // noBackend stands in while the gateway's own configuration is checked.
 type noBackend struct{ gateway.Backend }
+
+// reopenable is an append-only file that SIGHUP reopens by its path.
+type reopenable struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+}
+
+func openReopenable(path string) (*reopenable, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &reopenable{path: path, f: f}, nil
+}
+
+func (r *reopenable) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Write(p)
+}
+
+// Reopen opens the path again (a new file, after a rotation); on failure
+// the old file stays.
+func (r *reopenable) Reopen() error {
+	f, err := os.OpenFile(r.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	old := r.f
+	r.f = f
+	r.mu.Unlock()
+	return old.Close()
+}
+
+func (r *reopenable) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Close()
+}
