@@ -253,6 +253,12 @@ func TestAttackClientCertOtherCA(t *testing.T) {
 	if got := tg.backend.last(); got.tenant != "alice" {
 		t.Fatalf("a certificate for alice came through as tenant %q", got.tenant)
 	}
+	// A SAN names the tenant as well as a CN does.
+	certPEM, keyPEM = tg.ca.issue(t, "workload-7", true, "alice.clients.test")
+	bySAN, _ := tls.X509KeyPair(certPEM, keyPEM)
+	if code, body := tg.do(t, tg.client(t, &bySAN), "GET", "/v1/sessions", "", "", nil); code != 200 || tg.backend.last().tenant != "alice" {
+		t.Fatalf("alice's name in a SAN: %d %s, tenant %q", code, body, tg.backend.last().tenant)
+	}
 	// A certificate of the trusted CA for a name no tenant has: 401.
 	certPEM, keyPEM = tg.ca.issue(t, "mallory.clients.test", true)
 	nobody, _ := tls.X509KeyPair(certPEM, keyPEM)

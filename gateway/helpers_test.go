@@ -52,7 +52,7 @@ func newCA(t *testing.T, name string) *testCA {
 
 // issue makes a leaf certificate: a server's for 127.0.0.1 and
 // localhost, or a client's with cn.
-func (ca *testCA) issue(t *testing.T, cn string, client bool) (certPEM, keyPEM []byte) {
+func (ca *testCA) issue(t *testing.T, cn string, client bool, sans ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -66,6 +66,7 @@ func (ca *testCA) issue(t *testing.T, cn string, client bool) (certPEM, keyPEM [
 	}
 	if client {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		tmpl.DNSNames = sans
 	} else {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.DNSNames = []string{"localhost"}
