@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"sort"
 	"strconv"
@@ -28,6 +29,12 @@ type Backend struct {
 	b   buckets
 
 	hostLost, expired, submitted, duplicates, refused atomic.Int64
+
+	// The gateway's own beat in the nodes bucket: the clock a node's
+	// heartbeat is judged by (see look).
+	beatKey  string
+	stopBeat context.CancelFunc
+	beatDone chan struct{}
 }
 
 // NewBackend connects as the gateway, makes (or updates) the stream, the
@@ -56,11 +63,47 @@ func NewBackend(ctx context.Context, c Config) (*Backend, error) {
 		nc.Close()
 		return nil, err
 	}
-	return &Backend{cfg: c, nc: nc, js: js, b: b}, nil
+	g := &Backend{cfg: c, nc: nc, js: js, b: b, beatKey: gatewayBeatPrefix + RunID("", ""), beatDone: make(chan struct{})}
+	var bctx context.Context
+	bctx, g.stopBeat = context.WithCancel(context.Background())
+	g.beat(bctx) // the first before any run is judged
+	go func() {
+		defer close(g.beatDone)
+		// Often: a node is judged lost only once this beat is grace newer
+		// than its own, so the beat's lag adds to the time to host_lost.
+		t := time.NewTicker(min(c.Grace.D()/4, 500*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-bctx.Done():
+				return
+			case <-t.C:
+				g.beat(bctx)
+			}
+		}
+	}()
+	return g, nil
+}
+
+// gatewayBeatPrefix starts the gateways' keys in the nodes bucket (a
+// node's name has no dot).
+const gatewayBeatPrefix = "gw."
+
+func (g *Backend) beat(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Grace.D()/4)
+	defer cancel()
+	g.b.nodes.Put(ctx, g.beatKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 }
 
 // Close ends the connection.
-func (g *Backend) Close() { g.nc.Close() }
+func (g *Backend) Close() {
+	g.stopBeat()
+	<-g.beatDone
+	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	g.b.nodes.Purge(dctx, g.beatKey)
+	cancel()
+	g.nc.Close()
+}
 
 // RunIDHeader names the cluster's id of a run in every answer about it.
 const RunIDHeader = "Stockade-Run-Id"
@@ -142,9 +185,7 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 	id := RunID(tenant, key)
 	data, _ := json.Marshal(job{RunID: id, Tenant: tenant, Deadline: time.Now().Add(g.cfg.QueueWait.D()).UTC(), Request: body})
 	w.Header().Set(RunIDHeader, id)
-	pctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	ack, err := g.js.Publish(pctx, WorkSubject, data, jetstream.WithMsgID(id))
-	cancel()
+	ack, err := g.publish(r.Context(), id, data)
 	if err != nil {
 		g.refused.Add(1)
 		var apiErr *jetstream.APIError
@@ -161,6 +202,25 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 		g.submitted.Add(1)
 	}
 	g.wait(w, r, tenant, id, time.Now().Add(g.cfg.QueueWait.D()))
+}
+
+// errDupInProcess is JetStream's answer to a message id being stored
+// by another publish at this moment: the same run, resubmitted at once.
+const errDupInProcess = 10158
+
+// publish puts the run on the stream, once per id: a resubmission while
+// the first is being stored is asked again, then answers a duplicate.
+func (g *Backend) publish(ctx context.Context, id string, data []byte) (*jetstream.PubAck, error) {
+	for try := 0; ; try++ {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ack, err := g.js.Publish(pctx, WorkSubject, data, jetstream.WithMsgID(id))
+		cancel()
+		var apiErr *jetstream.APIError
+		if err == nil || try == 50 || !errors.As(err, &apiErr) || apiErr.ErrorCode != errDupInProcess {
+			return ack, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // poll is how often a waiting gateway looks for a run's result, claim
@@ -271,17 +331,22 @@ func (g *Backend) look(ctx context.Context, tenant, id string) runState {
 		return st
 	}
 	// The claimer's heartbeat, read from the cluster now (never a cached
-	// watch: one goes stale while NATS restarts and calls live hosts lost).
+	// watch: one goes stale while NATS restarts and calls live hosts
+	// lost). It is judged against this gateway's own last stored beat as
+	// well as the clock: while NATS stores nothing (an election, a
+	// restart) every heartbeat ages, and none of that is a host's fault.
 	he, err := g.b.nodes.Get(ctx, c.Node)
+	ge, gerr := g.b.nodes.Get(ctx, g.beatKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		st.lost = "no heartbeat of " + c.Node
-	case err != nil:
+	case err != nil || gerr != nil:
 		// NATS itself is not answering: that says nothing of the host.
 	default:
 		var hb heartbeat
 		json.Unmarshal(he.Value(), &hb)
-		if age := time.Since(he.Created()); age > g.cfg.Grace.D() {
+		age, behind := time.Since(he.Created()), ge.Created().Sub(he.Created())
+		if age > g.cfg.Grace.D() && behind > g.cfg.Grace.D() {
 			st.lost = fmt.Sprintf("no heartbeat of %s for %v, over the grace of %v", c.Node, age.Round(time.Millisecond), g.cfg.Grace.D())
 		} else if hb.Incarnation != c.Incarnation {
 			st.lost = c.Node + " restarted (or fenced and came back) since it took the run"
@@ -317,6 +382,9 @@ func (g *Backend) nodes(ctx context.Context) map[string]heartbeat {
 		return out
 	}
 	for _, k := range keys {
+		if strings.HasPrefix(k, gatewayBeatPrefix) {
+			continue
+		}
 		e, err := g.b.nodes.Get(ctx, k)
 		if err != nil {
 			continue
@@ -342,6 +410,16 @@ func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant, node s
 	m, err := g.nc.RequestWithContext(ctx, NodeSubject(node), data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
+			// A drained host said so before it went; any other is lost.
+			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			e, herr := g.b.nodes.Get(hctx, node)
+			cancel()
+			var hb heartbeat
+			if herr == nil && json.Unmarshal(e.Value(), &hb) == nil && hb.State == StateStopped {
+				writeJSON(w, 410, errorBody("the session ended (shutdown): its host "+node+" was drained and stopped",
+					map[string]any{"state": "ended", "verdict": "shutdown", "node": node}))
+				return reply{}, false
+			}
 			writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": node}))
 			return reply{}, false
 		}
@@ -385,9 +463,9 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 		unavailable(w, "no host of the cluster is up")
 		return
 	}
-	sort.Slice(cs, func(i, j int) bool {
-		return cs[i].free > cs[j].free || cs[i].free == cs[j].free && cs[i].name < cs[j].name
-	})
+	// Ties (sessions use no run slot) go to any of the freest, at random.
+	mrand.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].free > cs[j].free })
 	rp, ok := g.forward(w, r, tenant, cs[0].name, body)
 	if !ok {
 		return

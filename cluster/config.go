@@ -19,7 +19,8 @@ import (
 
 // Config is the cluster file, JSON, read strictly.
 type Config struct {
-	// URLs of the NATS servers, tls:// only.
+	// URLs of the NATS servers, tls:// only. A node tries them in this
+	// order: its own host's server first.
 	URLs []string `json:"urls"`
 	// CA verifies the NATS servers; Cert and Key, when given, are this
 	// process's client certificate (NATS servers that verify clients).
@@ -34,7 +35,9 @@ type Config struct {
 	// and its subject stockade.node.<name>.api.
 	Node string `json:"node,omitempty"`
 	// Grace: a node whose heartbeat is older is lost to the gateways; a
-	// node that cannot store one for Grace/2 fences itself.
+	// node that cannot store one for Grace/2 fences itself. Grace/2 must
+	// outlast a NATS leader election (up to about 10 s), or a node fences
+	// while the cluster merely elects.
 	Grace Duration `json:"grace,omitempty"`
 	// QueueMax bounds the runs waiting in the stream (past it: 503).
 	QueueMax int64 `json:"queue_max,omitempty"`
@@ -78,7 +81,7 @@ var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // The defaults of what the file leaves out.
 const (
-	DefaultGrace      = 10 * time.Second
+	DefaultGrace      = 30 * time.Second
 	DefaultQueueMax   = 10000
 	DefaultQueueWait  = 60 * time.Second
 	DefaultMaxRequest = 4 << 20

@@ -104,6 +104,19 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
 			return fmt.Errorf("cluster: bucket %s: %w", b.Bucket, err)
 		}
+		// Reads go to the stream's leader: a direct get may be answered
+		// by a replica behind it, which would not yet know a session just
+		// made, or would show a heartbeat older than it is.
+		s, err := js.Stream(ctx, "KV_"+b.Bucket)
+		if err != nil {
+			return fmt.Errorf("cluster: bucket %s: %w", b.Bucket, err)
+		}
+		if cfg := s.CachedInfo().Config; cfg.AllowDirect {
+			cfg.AllowDirect = false
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("cluster: bucket %s: reads from its leader: %w", b.Bucket, err)
+			}
+		}
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
+	"github.com/stockade/stockade/jail"
 )
 
 // These tests run a real cluster: hosts are network namespaces made here
@@ -38,7 +41,9 @@ import (
 // `stockade serve --cluster` (STOCKADE_BIN). The gateway's side is a
 // Backend in the test process, dialling into the bridge's namespace.
 
-const testGrace = 6 * time.Second
+// testGrace: half of it (a node's fence) outlasts a NATS leader election
+// (4 to 9 s in nats-server), so that a host lost breaks nothing else.
+const testGrace = 20 * time.Second
 
 type host struct {
 	name, ns, ip string
@@ -101,7 +106,10 @@ func sh(t *testing.T, args ...string) {
 
 // newFixture makes n hosts, their NATS cluster and the gateway's
 // backend; the nodes are started by startNode.
-func newFixture(t *testing.T, n int) *fixture {
+func newFixture(t *testing.T, n int) *fixture { return newFixtureWith(t, n, nil) }
+
+// newFixtureWith is newFixture with the gateway's file changed by edit.
+func newFixtureWith(t *testing.T, n int, edit func(*Config)) *fixture {
 	bin, natsBin := needCluster(t)
 	tagb := make([]byte, 3)
 	rand.Read(tagb)
@@ -134,6 +142,9 @@ func newFixture(t *testing.T, n int) *fixture {
 	}
 	Dialer = nsDialer{ns: "/run/netns/" + f.hub}
 	f.gcfg = f.config("gateway", "")
+	if edit != nil {
+		edit(&f.gcfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 60*time.Second))
 	defer cancel()
 	var err error
@@ -290,6 +301,8 @@ func (f *fixture) natsConf(h *host) string {
 listen: "%s:4222"
 tls: %s
 max_payload: 8MB
+ping_interval: "2s"
+ping_max: 2
 no_auth_user: ""
 jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }
 cluster { name: stockade-test, listen: "%s:6222", routes: [%s], tls: %s }
@@ -299,6 +312,10 @@ authorization { users: [
 `, h.name, h.ip, tlsBlock, filepath.Join(h.dir, "js"), h.ip, strings.Join(quoteAll(routes), ", "), routeTLS, strings.Join(users, ",\n"))
 	for _, o := range f.hosts {
 		conf = strings.Replace(conf, "nodePerms("+o.name+")", nodePermissions(o.name), 1)
+	}
+	if len(f.hosts) == 1 {
+		// One server is no JetStream cluster.
+		conf = regexp.MustCompile(`(?m)^cluster \{.*\n`).ReplaceAllString(conf, "")
 	}
 	conf = strings.Replace(conf, "no_auth_user: \"\"\n", "", 1)
 	return conf
@@ -440,4 +457,37 @@ func (f *fixture) auditStarts() map[string][]string {
 		}
 	}
 	return out
+}
+
+// leftEntries lists the run directories and stockade cgroups (of the
+// test's own cgroup, where the nodes run) whose names carry pid: what a
+// process of that pid left behind.
+func leftEntries(pid int) []string {
+	mark := "-" + strconv.Itoa(pid) + "-"
+	var left []string
+	ents, _ := os.ReadDir(jail.RunBase())
+	for _, e := range ents {
+		if strings.Contains(e.Name(), mark) {
+			left = append(left, "run dir "+e.Name())
+		}
+	}
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || strings.HasPrefix(parts[1], "name=") {
+			continue
+		}
+		mnt := "/sys/fs/cgroup"
+		if parts[1] != "" {
+			mnt += "/" + strings.Split(parts[1], ",")[0]
+		}
+		dir := filepath.Join(mnt, parts[2])
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && strings.Contains(d.Name(), mark) {
+				left = append(left, "cgroup "+p)
+			}
+			return nil
+		})
+	}
+	return left
 }

@@ -71,7 +71,10 @@ func StartNode(ctx context.Context, c Config, local Local) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: c, local: local, state: StateUp, incarnation: newIncarnation(), calls: make(chan struct{}, maxSessionCalls)}
-	nc, err := connect(c, "stockade-node-"+c.Node, c.Node,
+	// The URLs in their order: a node names its own host's server
+	// first, so that a partition that cuts another server off does not
+	// cut this node off with it.
+	nc, err := connect(c, "stockade-node-"+c.Node, c.Node, nats.DontRandomize(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { local.Logf("cluster: disconnected from NATS: %v", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { local.Logf("cluster: reconnected to NATS at %s", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { local.Logf("cluster: NATS: %v", err) }))
@@ -143,18 +146,25 @@ func (n *Node) Run(ctx context.Context, grace time.Duration) error {
 	return nil
 }
 
-// Close ends the node's NATS connection (after the server stopped: its
-// sessions then answer "no responders", lost).
+// Close ends the node's NATS connection, after the server stopped. A
+// drained node says so in its last heartbeat (state stopped), so that
+// gateways answer its sessions' owners "ended: shutdown", not "lost".
 func (n *Node) Close() {
 	if n.sub != nil {
 		n.sub.Unsubscribe()
+	}
+	if n.draining.Load() {
+		n.mu.Lock()
+		n.state = StateStopped
+		n.mu.Unlock()
+		n.putHeartbeat(context.Background())
 	}
 	n.nc.Drain()
 }
 
 func (n *Node) setState(s string) {
 	n.mu.Lock()
-	if n.state != StateFenced || s == StateUp {
+	if n.state != StateFenced && n.state != StateStopped || s == StateUp {
 		n.state = s
 	}
 	n.mu.Unlock()

@@ -42,6 +42,9 @@ const (
 	StateUp       = "up"
 	StateDraining = "draining"
 	StateFenced   = "fenced"
+	// StateStopped: drained and stopped; its sessions ended with verdict
+	// shutdown.
+	StateStopped = "stopped"
 )
 
 // heartbeat is a node's value in stockade_nodes.

@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/internal/proctest"
+)
+
+// Done-when 5, the drain (one host; not yet the rolling drain of every
+// host nor the NATS restart): SIGTERM to a host with a run in flight and a
+// session: the run finishes and answers ok, the host takes nothing new,
+// later runs go elsewhere, and once it stopped its session answers 410
+// ended with verdict shutdown, never lost and never ok.
+func TestClusterDrainedHostEndsSessionsShutdown(t *testing.T) {
+	f := newFixture(t, 2)
+	for _, h := range f.hosts {
+		f.startNode(h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 3*time.Minute))
+	defer cancel()
+	sid, node := f.newSession(ctx, "tenant-a")
+	victim := f.hostNamed(node)
+	if st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": "print(1)"}); st != 200 {
+		t.Fatalf("exec: %d %v", st, m)
+	}
+	// Runs until one is in flight on the victim.
+	results := make(chan runAnswer, 8)
+	var onVictim string
+	for i := 0; i < 8 && onVictim == ""; i++ {
+		k := fmt.Sprintf("d%d", i)
+		go func() {
+			st, h, m := f.do(ctx, "tenant-a", k, "POST", "/v1/run", map[string]any{"code": "import time; time.sleep(3); print('drained')"})
+			results <- runAnswer{st, h.Get(RunIDHeader), m}
+		}()
+		deadline := time.Now().Add(proctest.Budget(t, 30*time.Second))
+		for f.claimer(RunID("tenant-a", k)) == "" && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if f.claimer(RunID("tenant-a", k)) == victim.name {
+			onVictim = RunID("tenant-a", k)
+		}
+	}
+	if onVictim == "" {
+		t.Fatal("no run landed on the victim")
+	}
+	syscall.Kill(victim.serve.Cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-victim.serve.Done():
+	case <-time.After(proctest.Budget(t, 60*time.Second)):
+		t.Fatalf("the drained host did not stop:\n%s", victim.serveLog.String())
+	}
+	// Its run finished in the grace and answered ok.
+	st, _, m := f.do(ctx, "tenant-a", "", "GET", "/v1/runs/"+onVictim, nil)
+	if st != 200 || m["verdict"] != "ok" || m["stdout"] != "drained\n" {
+		t.Errorf("the run in flight on the drained host: %d %v", st, m)
+	}
+	if hb := f.heartbeat(victim.name); hb.State != StateStopped {
+		t.Errorf("the drained host's last heartbeat: %+v, want state stopped", hb)
+	}
+	// New runs go to the other host.
+	got := f.submitAll(ctx, "tenant-a", []string{"after1", "after2"}, func(string) string { return "print('x')" })
+	for _, a := range got {
+		if a.body["verdict"] != "ok" || a.body["node"] == victim.name {
+			t.Errorf("a run after the drain: %d %v", a.status, a.body)
+		}
+	}
+	st, _, m = f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": "print(2)"})
+	if st != 410 || m["state"] != "ended" || m["verdict"] != "shutdown" {
+		t.Errorf("the drained host's session: %d %v, want 410 ended shutdown", st, m)
+	}
+}
