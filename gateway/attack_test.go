@@ -358,3 +358,16 @@ func TestAttackOldTLSRefused(t *testing.T) {
 		}
 	}
 }
+
+// A body that stalls is cut off at --body-timeout (408) and never
+// forwarded: a slow caller holds a gateway's connection, not a node's.
+func TestAttackSlowBody(t *testing.T) {
+	tg := startGateway(t, func(c *Config) { c.BodyTimeout = 300 * time.Millisecond })
+	line := tg.raw(t, "POST /v1/run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+tokenAlice+"\r\nContent-Length: 100\r\n\r\n{\"code\"")
+	if !strings.Contains(line, " 408 ") {
+		t.Fatalf("a body that stopped after 7 of 100 bytes: %q, want 408", line)
+	}
+	if n := tg.backend.callCount(); n != 0 {
+		t.Fatalf("a stalled body reached the backend (%d calls)", n)
+	}
+}

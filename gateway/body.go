@@ -21,28 +21,34 @@ import (
 // goes no further.
 func (g *Gateway) bound(w http.ResponseWriter, r *http.Request, t *Tenant) bool {
 	max := g.cfg.MaxBody
-	if r.ContentLength > max {
-		g.counts.tooLarge.Add(1)
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than %d bytes (--max-body)", r.ContentLength, max))
+	rc := http.NewResponseController(w)
+	// refuse answers a body not read to its end, and ends the connection:
+	// net/http would otherwise read the rest of a small body before the
+	// answer, with no deadline, for a caller that may never send it. A
+	// deadline in the past makes that read fail at once.
+	refuse := func(status int, msg string) bool {
+		_ = rc.SetReadDeadline(time.Unix(1, 0))
+		w.Header().Set("Connection", "close")
+		writeError(w, status, msg)
 		return false
 	}
-	rc := http.NewResponseController(w)
+	if r.ContentLength > max {
+		g.counts.tooLarge.Add(1)
+		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than %d bytes (--max-body)", r.ContentLength, max))
+	}
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-	_ = rc.SetReadDeadline(time.Time{})
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
-		writeError(w, http.StatusRequestTimeout, fmt.Sprintf("request body not received within %v", g.cfg.BodyTimeout))
-		return false
+		return refuse(http.StatusRequestTimeout, fmt.Sprintf("request body not received within %v", g.cfg.BodyTimeout))
 	case err != nil:
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
-		return false
+		return refuse(http.StatusBadRequest, "read body: "+err.Error())
 	case int64(len(body)) > max:
 		g.counts.tooLarge.Add(1)
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes (--max-body)", max))
-		return false
+		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes (--max-body)", max))
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if startsWork(r) {
 		if body, err = applyPolicy(t, body); err != nil {
 			var pe *policyError
