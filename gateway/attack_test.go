@@ -371,3 +371,24 @@ func TestAttackSlowBody(t *testing.T) {
 		t.Fatalf("a stalled body reached the backend (%d calls)", n)
 	}
 }
+
+// A caller without a token that announces a body and never sends it is
+// answered 401 at once, its connection ended: net/http would otherwise
+// wait, without a deadline, to read the body it never sends, and
+// anyone could hold the gateway's connections that way.
+func TestAttackUnauthenticatedStalledBody(t *testing.T) {
+	tg := startGateway(t, nil)
+	for _, tc := range []struct{ name, head, want string }{
+		{"no token", "POST /v1/run HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", " 401 "},
+		{"bad key", "POST /v1/run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + tokenAlice + "\r\nIdempotency-Key: a b\r\nContent-Length: 100\r\n\r\n", " 400 "},
+		{"health", "GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", " 200 "},
+		{"metrics", "GET /v1/metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + tokenAlice + "\r\nContent-Length: 100\r\n\r\n", " 403 "},
+		{"no route", "POST /nowhere HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + tokenAlice + "\r\nContent-Length: 100\r\n\r\n", " 404 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if line := tg.raw(t, tc.head); !strings.Contains(line, tc.want) {
+				t.Fatalf("%q, want %s at once", line, tc.want)
+			}
+		})
+	}
+}

@@ -22,14 +22,9 @@ import (
 func (g *Gateway) bound(w http.ResponseWriter, r *http.Request, t *Tenant) bool {
 	max := g.cfg.MaxBody
 	rc := http.NewResponseController(w)
-	// refuse answers a body not read to its end, and ends the connection:
-	// net/http would otherwise read the rest of a small body before the
-	// answer, with no deadline, for a caller that may never send it. A
-	// deadline in the past makes that read fail at once.
+	// A body not read to its end ends the connection (reject).
 	refuse := func(status int, msg string) bool {
-		_ = rc.SetReadDeadline(time.Unix(1, 0))
-		w.Header().Set("Connection", "close")
-		writeError(w, status, msg)
+		reject(w, status, msg)
 		return false
 	}
 	if r.ContentLength > max {

@@ -156,30 +156,32 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.TLS == nil {
 		// Unreachable through Serve; a handler mounted elsewhere must
 		// not serve tokens in the clear either.
-		writeError(rec, http.StatusForbidden, "HTTPS only")
+		reject(rec, http.StatusForbidden, "HTTPS only")
 		return
 	}
 	if r.URL.Path == "/v1/health" {
+		ignoreBody(rec, r)
 		g.health(rec, r)
 		return
 	}
 	if t == nil {
 		g.counts.unauthorized.Add(1)
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="stockade"`)
-		writeError(rec, http.StatusUnauthorized, "a valid bearer token or client certificate is required")
+		reject(rec, http.StatusUnauthorized, "a valid bearer token or client certificate is required")
 		return
 	}
 	if r.URL.Path == "/v1/metrics" {
+		ignoreBody(rec, r)
 		g.metrics(rec, r, t)
 		return
 	}
 	if !strings.HasPrefix(r.URL.Path, "/v1/") {
-		writeError(rec, http.StatusNotFound, fmt.Sprintf("no route %s (the API is under /v1/)", r.URL.Path))
+		reject(rec, http.StatusNotFound, fmt.Sprintf("no route %s (the API is under /v1/)", r.URL.Path))
 		return
 	}
 	key, err := idempotencyKey(r)
 	if err != nil {
-		writeError(rec, http.StatusBadRequest, err.Error())
+		reject(rec, http.StatusBadRequest, err.Error())
 		return
 	}
 	if !g.bound(rec, r, t) {
@@ -200,6 +202,26 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, t *Tenant, key
 	}
 	g.counts.forwarded.Add(1)
 	g.backend.Serve(w, r, t.Name, key)
+}
+
+// reject answers a request whose body was not read, and ends its
+// connection: net/http would otherwise read the rest of a small body
+// before the answer, with no deadline, for a caller that may never send
+// it (and a caller without a token could hold connections that way). A
+// read deadline in the past makes that read fail at once.
+func reject(w http.ResponseWriter, status int, msg string) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+	w.Header().Set("Connection", "close")
+	writeError(w, status, msg)
+}
+
+// ignoreBody is reject's first half for a route that answers without a
+// body: one that came anyway is not read, and ends the connection.
+func ignoreBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // authenticate names the caller's tenant: by a verified client
