@@ -149,8 +149,11 @@ func (g *Backend) Serve(w http.ResponseWriter, r *http.Request, tenant, idempote
 		g.createSession(w, r, tenant)
 	case strings.HasPrefix(p, "/v1/sessions/"):
 		g.sessionCall(w, r, tenant)
+	case p == "/v1/sessions" && r.Method == http.MethodGet:
+		g.listSessions(w, r, tenant)
 	case p == "/v1/sessions":
-		writeJSON(w, 501, errorBody("listing sessions is not offered through the cluster yet", nil))
+		w.Header().Set("Allow", "GET, POST")
+		writeJSON(w, 405, errorBody("GET or POST /v1/sessions", nil))
 	default:
 		writeJSON(w, 404, errorBody("no such endpoint: "+p, nil))
 	}
@@ -208,31 +211,44 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 // by another publish at this moment: the same run, resubmitted at once.
 const errDupInProcess = 10158
 
+// publishFor bounds how long a publish is tried again while JetStream
+// does not answer (a leader election, a NATS server restarting).
+const publishFor = 15 * time.Second
+
 // publish puts the run on the stream, once per id: a resubmission while
-// the first is being stored is asked again, then answers a duplicate.
+// the first is being stored is asked again, then answers a duplicate;
+// one JetStream did not answer is sent again (the id dedupes it) for up
+// to publishFor. A refusal (the queue is full) is answered at once.
 func (g *Backend) publish(ctx context.Context, id string, data []byte) (*jetstream.PubAck, error) {
+	end := time.Now().Add(publishFor)
 	for try := 0; ; try++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ack, err := g.js.Publish(pctx, WorkSubject, data, jetstream.WithMsgID(id))
 		cancel()
-		var apiErr *jetstream.APIError
-		if err == nil || try == 50 || !errors.As(err, &apiErr) || apiErr.ErrorCode != errDupInProcess {
+		if err == nil || ctx.Err() != nil || time.Now().After(end) {
 			return ack, err
 		}
-		time.Sleep(20 * time.Millisecond)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode != errDupInProcess {
+			return ack, err
+		}
+		time.Sleep(min(time.Duration(try+1)*20*time.Millisecond, 500*time.Millisecond))
 	}
 }
 
-// poll is how often a waiting gateway looks for a run's result, claim
-// and the claimer's heartbeat.
-const poll = 50 * time.Millisecond
+// A waiting gateway looks for a run's result, claim and the claimer's
+// heartbeat at first every pollMin, then less often, down to every
+// pollMax: a thousand runs waiting must not be a thousand reads each 50 ms.
+const (
+	pollMin = 20 * time.Millisecond
+	pollMax = 500 * time.Millisecond
+)
 
 // wait answers the run's result once stored; host_lost once the node
 // that claimed it has a heartbeat older than grace (or a newer
 // incarnation); expired when nobody claimed it by deadline.
 func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, deadline time.Time) {
-	t := time.NewTicker(poll)
-	defer t.Stop()
+	every := pollMin
 	for {
 		st := g.look(r.Context(), tenant, id)
 		switch {
@@ -262,8 +278,9 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 		select {
 		case <-r.Context().Done():
 			return // the caller left; the run goes on, its result fetchable
-		case <-t.C:
+		case <-time.After(every):
 		}
+		every = min(every*3/2, pollMax)
 	}
 }
 
@@ -382,7 +399,7 @@ func (g *Backend) nodes(ctx context.Context) map[string]heartbeat {
 		return out
 	}
 	for _, k := range keys {
-		if strings.HasPrefix(k, gatewayBeatPrefix) {
+		if strings.HasPrefix(k, gatewayBeatPrefix) || strings.Contains(k, ".ended.") {
 			continue
 		}
 		e, err := g.b.nodes.Get(ctx, k)
@@ -403,24 +420,39 @@ func (g *Backend) nodes(ctx context.Context) map[string]heartbeat {
 
 // forward sends one session request to node and writes its answer; a
 // node that is not there answers 410 lost at once.
-func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant, node string, body []byte) (reply, bool) {
+// heartbeatOf reads node's heartbeat now.
+func (g *Backend) heartbeatOf(ctx context.Context, node string) (heartbeat, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var hb heartbeat
+	e, err := g.b.nodes.Get(ctx, node)
+	return hb, err == nil && json.Unmarshal(e.Value(), &hb) == nil
+}
+
+// sessionGone answers for a session whose node no longer holds it: 410
+// ended with verdict shutdown when the node said why (drained, fenced),
+// else 410 lost.
+func (g *Backend) sessionGone(w http.ResponseWriter, rec sessionRec) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	e, err := g.b.nodes.Get(ctx, endedKey(rec.Node, rec.Incarnation))
+	cancel()
+	if rec.Incarnation != "" && err == nil {
+		writeJSON(w, 410, errorBody("the session ended (shutdown): "+string(e.Value()),
+			map[string]any{"state": "ended", "verdict": "shutdown", "node": rec.Node}))
+		return
+	}
+	writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": rec.Node}))
+}
+
+func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant string, rec sessionRec, body []byte) (reply, bool) {
+	node := rec.Node
 	data, _ := json.Marshal(call{Tenant: tenant, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body})
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout.D())
 	defer cancel()
 	m, err := g.nc.RequestWithContext(ctx, NodeSubject(node), data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			// A drained host said so before it went; any other is lost.
-			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			e, herr := g.b.nodes.Get(hctx, node)
-			cancel()
-			var hb heartbeat
-			if herr == nil && json.Unmarshal(e.Value(), &hb) == nil && hb.State == StateStopped {
-				writeJSON(w, 410, errorBody("the session ended (shutdown): its host "+node+" was drained and stopped",
-					map[string]any{"state": "ended", "verdict": "shutdown", "node": node}))
-				return reply{}, false
-			}
-			writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": node}))
+			g.sessionGone(w, rec)
 			return reply{}, false
 		}
 		unavailable(w, "the host holding this session did not answer: "+err.Error())
@@ -450,13 +482,13 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 	}
 	// The node with the most free slots that is up.
 	type cand struct {
-		name string
-		free int
+		name, incarnation string
+		free              int
 	}
 	var cs []cand
 	for name, hb := range g.nodes(r.Context()) {
 		if hb.State == StateUp {
-			cs = append(cs, cand{name, hb.Free})
+			cs = append(cs, cand{name, hb.Incarnation, hb.Free})
 		}
 	}
 	if len(cs) == 0 {
@@ -466,7 +498,7 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 	// Ties (sessions use no run slot) go to any of the freest, at random.
 	mrand.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].free > cs[j].free })
-	rp, ok := g.forward(w, r, tenant, cs[0].name, body)
+	rp, ok := g.forward(w, r, tenant, sessionRec{Node: cs[0].name, Tenant: tenant, Incarnation: cs[0].incarnation}, body)
 	if !ok {
 		return
 	}
@@ -476,18 +508,72 @@ func (g *Backend) createSession(w http.ResponseWriter, r *http.Request, tenant s
 		}
 		if json.Unmarshal(rp.Body, &info) == nil && validKey(info.ID) {
 			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-			_, err := g.b.sessions.Put(ctx, info.ID, mustJSON(sessionRec{Node: cs[0].name, Tenant: tenant}))
+			_, err := g.b.sessions.Put(ctx, info.ID, mustJSON(sessionRec{Node: cs[0].name, Tenant: tenant, Incarnation: cs[0].incarnation}))
 			cancel()
 			if err != nil {
 				// Unreachable through the cluster: end it on its node.
 				del, _ := http.NewRequestWithContext(context.Background(), http.MethodDelete, "/v1/sessions/"+info.ID, nil)
-				g.forward(httpDiscard{}, del, tenant, cs[0].name, nil)
+				g.forward(httpDiscard{}, del, tenant, sessionRec{Node: cs[0].name, Tenant: tenant}, nil)
 				unavailable(w, "the session could not be recorded in the cluster: "+err.Error())
 				return
 			}
 		}
 	}
 	writeReply(w, rp)
+}
+
+// listSessions is GET /v1/sessions through the cluster: every node not
+// lost is asked for the tenant's sessions, at once, and the lists are
+// joined. A node that does not answer in time is left out (its sessions
+// answer lost).
+func (g *Backend) listSessions(w http.ResponseWriter, r *http.Request, tenant string) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	data, _ := json.Marshal(call{Tenant: tenant, Method: http.MethodGet, Path: "/v1/sessions", Query: r.URL.RawQuery})
+	type part struct {
+		sessions []json.RawMessage
+		err      string
+	}
+	var names []string
+	for name, hb := range g.nodes(ctx) {
+		if hb.State != "lost" && hb.State != StateStopped {
+			names = append(names, name)
+		}
+	}
+	parts := make(chan part, len(names))
+	for _, name := range names {
+		go func() {
+			m, err := g.nc.RequestWithContext(ctx, NodeSubject(name), data)
+			if err != nil {
+				parts <- part{err: name + ": " + err.Error()}
+				return
+			}
+			var rp reply
+			var list struct {
+				Sessions []json.RawMessage `json:"sessions"`
+			}
+			if json.Unmarshal(m.Data, &rp) != nil || rp.Status != 200 || json.Unmarshal(rp.Body, &list) != nil {
+				parts <- part{err: name + ": a malformed answer"}
+				return
+			}
+			parts <- part{sessions: list.Sessions}
+		}()
+	}
+	all := []json.RawMessage{}
+	var missing []string
+	for range names {
+		p := <-parts
+		all = append(all, p.sessions...)
+		if p.err != "" {
+			missing = append(missing, p.err)
+		}
+	}
+	body := map[string]any{"sessions": all}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		body["unreachable"] = missing
+	}
+	writeJSON(w, 200, mustJSON(body))
 }
 
 type httpDiscard struct{}
@@ -527,7 +613,13 @@ func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant str
 		writeJSON(w, 413, errorBody(fmt.Sprintf("body over the cluster's max_request (%d bytes)", g.cfg.MaxRequest), nil))
 		return
 	}
-	if rp, ok := g.forward(w, r, tenant, rec.Node, body); ok {
+	// A node that restarted (or came back from a fence) since the
+	// session was made does not hold it: say how it ended, unasked.
+	if hb, ok := g.heartbeatOf(r.Context(), rec.Node); ok && rec.Incarnation != "" && hb.Incarnation != rec.Incarnation {
+		g.sessionGone(w, rec)
+		return
+	}
+	if rp, ok := g.forward(w, r, tenant, rec, body); ok {
 		writeReply(w, rp)
 	}
 }

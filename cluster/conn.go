@@ -36,9 +36,9 @@ func NodeSubject(node string) string { return "stockade.node." + node + ".api" }
 // own replies (NATS permissions in docs/cluster.md).
 func InboxPrefix(role string) string { return "_INBOX_" + role }
 
-// Dialer, when not nil, dials the NATS servers (tests dial into a network
-// namespace).
-var Dialer nats.CustomDialer
+// dialer, when not nil, dials the NATS servers (the tests dial into a
+// network namespace of their own).
+var dialer nats.CustomDialer
 
 // connect opens the role's TLS connection.
 func connect(c Config, name, role string, extra ...nats.Option) (*nats.Conn, error) {
@@ -66,8 +66,8 @@ func connect(c Config, name, role string, extra ...nats.Option) (*nats.Conn, err
 	} else if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
 	}
-	if Dialer != nil {
-		opts = append(opts, nats.SetCustomDialer(Dialer))
+	if dialer != nil {
+		opts = append(opts, nats.SetCustomDialer(dialer))
 	}
 	opts = append(opts, extra...)
 	nc, err := nats.Connect(strings.Join(c.URLs, ","), opts...)
@@ -97,7 +97,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, b := range []jetstream.KeyValueConfig{
 		{Bucket: BucketClaims, TTL: c.ResultTTL.D(), MaxValueSize: 4096},
 		{Bucket: BucketResults, TTL: c.ResultTTL.D(), MaxValueSize: int32(min(c.MaxResult+4096, 1<<30))},
-		{Bucket: BucketNodes, MaxValueSize: 4096},
+		// A day: the heartbeat of a node gone that long, and what its
+		// sessions' ends were, go.
+		{Bucket: BucketNodes, TTL: 24 * time.Hour, MaxValueSize: 4096},
 		{Bucket: BucketSession, TTL: 24 * time.Hour, MaxValueSize: 4096},
 	} {
 		b.Replicas, b.Storage = c.Replicas, jetstream.FileStorage

@@ -140,7 +140,7 @@ func newFixtureWith(t *testing.T, n int, edit func(*Config)) *fixture {
 	for _, h := range f.hosts {
 		f.startNATS(h)
 	}
-	Dialer = nsDialer{ns: "/run/netns/" + f.hub}
+	dialer = nsDialer{ns: "/run/netns/" + f.hub}
 	f.gcfg = f.config("gateway", "")
 	if edit != nil {
 		edit(&f.gcfg)
@@ -149,10 +149,15 @@ func newFixtureWith(t *testing.T, n int, edit func(*Config)) *fixture {
 	defer cancel()
 	var err error
 	for {
-		if f.g, err = NewBackend(ctx, f.gcfg); err == nil || ctx.Err() != nil {
+		// Until the JetStream cluster has elected its leader, a request
+		// goes unanswered: short tries.
+		try, stop := context.WithTimeout(ctx, 3*time.Second)
+		f.g, err = NewBackend(try, f.gcfg)
+		stop()
+		if err == nil || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(300 * time.Millisecond) // the JetStream cluster elects its leader
+		time.Sleep(300 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("gateway backend: %v", err)
@@ -328,7 +333,7 @@ func nodePermissions(node string) string {
       publish: { allow: ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.STOCKADE_WORK.nodes",
         "$JS.API.CONSUMER.MSG.NEXT.STOCKADE_WORK.nodes", "$JS.ACK.STOCKADE_WORK.nodes.>",
         "$JS.API.DIRECT.GET.KV_stockade_claims.>", "$JS.API.STREAM.MSG.GET.KV_stockade_claims",
-        "$KV.stockade_claims.>", "$KV.stockade_results.>", "$KV.stockade_nodes.%[1]s"] },
+        "$KV.stockade_claims.>", "$KV.stockade_results.>", "$KV.stockade_nodes.%[1]s", "$KV.stockade_nodes.%[1]s.ended.*"] },
       subscribe: { allow: ["_INBOX_%[1]s.>", "stockade.node.%[1]s.api"] },
       allow_responses: true }`, node)
 }
@@ -490,4 +495,17 @@ func leftEntries(pid int) []string {
 		})
 	}
 	return left
+}
+
+// otherCA is a CA certificate (PEM) that signed nothing of the fixture's.
+func otherCA(t *testing.T) []byte {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(9), Subject: pkix.Name{CommonName: "another CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

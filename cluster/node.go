@@ -49,7 +49,6 @@ type Node struct {
 	incarnation string
 	lastStored  time.Time // when the last heartbeat that was stored was sent
 	stored      bool      // a heartbeat of this incarnation is stored
-	fenced      chan struct{}
 
 	running  sync.WaitGroup
 	inflight atomic.Int64
@@ -156,7 +155,9 @@ func (n *Node) Close() {
 	if n.draining.Load() {
 		n.mu.Lock()
 		n.state = StateStopped
+		inc := n.incarnation
 		n.mu.Unlock()
+		n.sayEnded(inc, "its host was drained and stopped")
 		n.putHeartbeat(context.Background())
 	}
 	n.nc.Drain()
@@ -229,6 +230,9 @@ func (n *Node) heartbeats(ctx context.Context) {
 		case ok && state == StateFenced && !n.draining.Load():
 			n.mu.Lock()
 			old := n.incarnation
+			n.mu.Unlock()
+			n.sayEnded(old, "its host lost the cluster and fenced itself")
+			n.mu.Lock()
 			n.incarnation, n.state, n.stored = newIncarnation(), StateUp, false
 			n.mu.Unlock()
 			n.local.Logf("cluster: heartbeats stored again: back as incarnation %s (the runs of %s stay lost)", n.incarnation, old)
@@ -240,6 +244,15 @@ func (n *Node) heartbeats(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// sayEnded records that the sessions of incarnation inc ended with
+// verdict shutdown, and why, before a new incarnation answers for the
+// node: gateways answer them 410 ended, not lost.
+func (n *Node) sayEnded(inc, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.b.nodes.Put(ctx, endedKey(n.cfg.Node, inc), []byte(why))
 }
 
 func (n *Node) fence(since time.Duration) {
@@ -304,7 +317,7 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 		// Taken before (a redelivery) or expired by a gateway: not ours.
 		m.Ack()
 		return
-	case err != nil:
+	case err != nil && !n.claimLanded(j.RunID, cb):
 		// Not claimed: let it be redelivered (to anyone).
 		m.Nak()
 		return
@@ -317,6 +330,16 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 		defer n.inflight.Add(-1)
 		n.run(j)
 	}()
+}
+
+// claimLanded says whether a Create whose answer was lost (a timeout)
+// stored this node's claim after all: then the run is this node's, and
+// nobody else will ever start it.
+func (n *Node) claimLanded(id string, mine []byte) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := n.b.claims.Get(ctx, id)
+	return err == nil && bytes.Equal(e.Value(), mine)
 }
 
 func validKey(k string) bool {

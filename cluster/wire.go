@@ -59,9 +59,15 @@ type heartbeat struct {
 
 // sessionRec is a session's value in stockade_sessions.
 type sessionRec struct {
-	Node   string `json:"node"`
-	Tenant string `json:"tenant"`
+	Node        string `json:"node"`
+	Tenant      string `json:"tenant"`
+	Incarnation string `json:"incarnation"` // the node's when the session was made
 }
+
+// endedKey is the key in stockade_nodes where a node says why the
+// sessions of one of its incarnations ended (drained, fenced): a session
+// of an incarnation without it was lost.
+func endedKey(node, incarnation string) string { return node + ".ended." + incarnation }
 
 // call is a session request to a node, and reply its answer.
 type call struct {
