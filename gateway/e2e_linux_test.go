@@ -121,6 +121,27 @@ with c.session() as s:
 	if o := proctest.Run(t, py, proctest.Budget(t, 180*time.Second)); o.Code() != 0 || strings.Fields(o.Stdout)[0] != "42" || !strings.Contains(o.Stdout, "21") {
 		t.Fatalf("the Python client through the gateway: exit %d\n%s\n%s", o.Code(), o.Stdout, o.Stderr)
 	}
+	// Bob's max_sessions (2) is held across the cluster: the gateway
+	// counts his sessions through it.
+	var bobs []string
+	for i := 0; i < 2; i++ {
+		code, body := tg.do(t, c, "POST", "/v1/sessions", tokenBob, `{}`, nil)
+		var s struct {
+			SessionID string `json:"session_id"`
+		}
+		if code != 201 || json.Unmarshal([]byte(body), &s) != nil {
+			t.Fatalf("bob's session %d: %d %s", i, code, body)
+		}
+		bobs = append(bobs, s.SessionID)
+	}
+	if code, body := tg.do(t, c, "POST", "/v1/sessions", tokenBob, `{}`, nil); code != 429 {
+		t.Fatalf("bob's third session (max_sessions 2): %d %s, want 429", code, body)
+	}
+	for _, id := range bobs {
+		if code, body := tg.do(t, c, "DELETE", "/v1/sessions/"+id, tokenBob, "", nil); code != 200 {
+			t.Fatalf("ending bob's session: %d %s", code, body)
+		}
+	}
 	code, body = tg.do(t, c, "GET", "/v1/metrics", tokenOps, "", nil)
 	if code != 200 || !strings.Contains(body, "stockade_gateway_forwarded_total") || !strings.Contains(body, "stockade_cluster_") {
 		t.Fatalf("metrics: %d %s", code, body)
