@@ -207,8 +207,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, t *Tenant, key
 // reject answers a request whose body was not read, and ends its
 // connection: net/http would otherwise read the rest of a small body
 // before the answer, with no deadline, for a caller that may never send
-// it (and a caller without a token could hold connections that way). A
-// read deadline in the past makes that read fail at once.
+// it (and a caller without a token could hold connections that way).
+// Connection: close spares that read; a read deadline in the past makes
+// any read that happens anyway fail at once.
 func reject(w http.ResponseWriter, status int, msg string) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
 	w.Header().Set("Connection", "close")
