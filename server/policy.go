@@ -1,12 +1,8 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"strings"
 
 	"github.com/stockade/stockade/api"
@@ -22,70 +18,19 @@ import (
 // "request: limits.memory: ...".
 var requestOrigin = profiles.Origin{File: "request"}
 
-// limitAliases are older names of request limits.
-var limitAliases = map[string]profiles.Field{"output_limit": profiles.FieldOutput}
-
-// limitsLayer is the profile layer the limits make, each value decoded as a
-// profile file's is. A key that names no limit is a 400; a value the
-// profile refuses, a 422.
+// limitsLayer is the profile layer the limits make, each value decoded as
+// a profile file's is (profiles.LimitsLayer). A key that names no limit is
+// a 400; a value the profile refuses, a 422.
 func limitsLayer(l api.Limits) (*profiles.Profile, error) {
-	layer := &profiles.Profile{Name: "request"}
-	var errs []string
-	keyOf := map[profiles.Field]string{}
-	for _, key := range slices.Sorted(maps.Keys(l)) {
-		f, ok := limitAliases[key]
-		if !ok {
-			if f, ok = profiles.LimitField(key); !ok || !slices.Contains(profiles.TightenableFields(), f) {
-				return nil, badRequest("limits.%s: unknown limit (a request may set %s)", key, limitNames())
-			}
-		}
-		// A name and its alias are one limit: given both, one would
-		// silently win, as a key given twice in a file may not.
-		if other, dup := keyOf[f]; dup {
-			return nil, badRequest("limits.%s: the same limit as limits.%s; give one", key, other)
-		}
-		keyOf[f] = key
-		v, err := tomlValue(l[key])
-		if err == nil {
-			err = layer.SetValue(f, v, requestOrigin)
-		} else {
-			err = &profiles.Error{Origin: requestOrigin, Field: string(f), Msg: err.Error()}
-		}
-		if err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	if len(errs) > 0 {
-		return nil, &api.Error{Status: 422, Msg: strings.Join(errs, "; ")}
+	layer, err := profiles.LimitsLayer("request", l, requestOrigin)
+	var ke *profiles.LimitKeyError
+	switch {
+	case errors.As(err, &ke):
+		return nil, badRequest("%s", ke.Msg)
+	case err != nil:
+		return nil, &api.Error{Status: 422, Msg: joinErrors(err)}
 	}
 	return layer, nil
-}
-
-// tomlValue is a JSON value as the profile decoder takes a TOML one: a
-// number an int64 when it is whole, else a float64.
-func tomlValue(v any) (any, error) {
-	switch x := v.(type) {
-	case json.Number:
-		if n, err := x.Int64(); err == nil {
-			return n, nil
-		}
-		f, err := x.Float64()
-		if err != nil {
-			return nil, fmt.Errorf("%s is not a number a limit can take", x)
-		}
-		return f, nil
-	case nil:
-		return nil, errors.New("must be a value, not null")
-	}
-	return v, nil
-}
-
-func limitNames() string {
-	var names []string
-	for _, f := range profiles.TightenableFields() {
-		names = append(names, strings.TrimPrefix(string(f), "limits."))
-	}
-	return strings.Join(names, ", ")
 }
 
 // LimitsOf is the limits a profile layer sets (a client's flags, say), in

@@ -37,6 +37,10 @@ func serveCommand(io.Writer) *cli.Command {
 	return linuxOnly("serve", "serve runs over HTTP/1.1 + JSON on a unix socket, from a pool of prepared jails")
 }
 
+func gatewayCommand(io.Writer) *cli.Command {
+	return linuxOnly("gateway", "serve the /v1 API over HTTPS to tenants, in front of a cluster of stockade serve --cluster nodes")
+}
+
 func mcpCommand(*os.File, io.Writer, io.Writer) *cli.Command {
 	return linuxOnly("mcp", "serve the Model Context Protocol on stdio: run_python and sessions, in jails")
 }

@@ -111,6 +111,7 @@ func newApp(stdin *os.File, stdout, stderr io.Writer) *cli.App {
 			doctorCommand(stdout),
 			rootfsCommand(stdout, stderr),
 			serveCommand(stderr),
+			gatewayCommand(stderr),
 			mcpCommand(stdin, stdout, stderr),
 			completionCommand(stdout),
 		},

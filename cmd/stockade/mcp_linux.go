@@ -129,7 +129,7 @@ func mcpBackend(ctx context.Context, c *cli.Context, opts *mcp.Options, stderr i
 	fmt.Fprintf(stderr, "stockade mcp: using the server at %s\n", sock)
 	opts.Profile, opts.Limits = c.String("profile"), server.LimitsOf(layer)
 	opts.PoolMissed = poolMissNotice(c, stderr)
-	return mcpRemote(cl), func() {}, nil
+	return mcp.Remote(cl), func() {}, nil
 }
 
 // poolMissNotice says once on stderr that the limit flags this process
@@ -241,7 +241,7 @@ func ownPool(c *cli.Context, stderr io.Writer) (mcp.Backend, func(), error) {
 		done()
 		return nil, nil, err
 	}
-	return mcpRemote(cl), done, nil
+	return mcp.Remote(cl), done, nil
 }
 
 // checkLoopback admits "" (stdio) or a loopback address: TCP carries no

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
-from . import results
+from . import _http, results
 from .errors import ProtocolError, for_status, refusal_message
 
 DEFAULT_SOCKET = "/run/stockade/stockade.sock"
@@ -22,6 +22,28 @@ Answer = Tuple[int, Dict[str, str], bytes]
 def socket_path(socket: Optional[str]) -> str:
     """The argument, then $STOCKADE_SOCKET, then the server's default."""
     return socket or os.environ.get("STOCKADE_SOCKET") or DEFAULT_SOCKET
+
+
+def endpoint(socket: Optional[str], url: Optional[str], token: Optional[str],
+             ca_file: Optional[str]) -> "_http.Endpoint":
+    """Where a client sends its requests: the socket given, else the url
+    given, else $STOCKADE_URL (with $STOCKADE_TOKEN), else the socket of
+    $STOCKADE_SOCKET or the server's default. A token goes to a gateway
+    only, over https: with a socket it is refused, not dropped."""
+    if socket and url:
+        raise ValueError("give socket= or url=, not both")
+    if socket:
+        if token is not None or ca_file is not None:
+            raise ValueError("token= and ca_file= are for url= (a gateway), not a unix socket")
+        return socket
+    url = url or os.environ.get("STOCKADE_URL")
+    if not url:
+        if token is not None or ca_file is not None:
+            raise ValueError("token= and ca_file= are for url= (a gateway), not a unix socket")
+        return socket_path(None)
+    if token is None:
+        token = os.environ.get("STOCKADE_TOKEN")
+    return _http.Remote(url, token, ca_file)
 
 
 @dataclass

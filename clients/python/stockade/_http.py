@@ -1,7 +1,7 @@
-"""HTTP/1.1 over the server's unix socket: http.client for the blocking
-client, asyncio streams for the async one. One connection per request: a
-unix socket's connect costs microseconds, and nothing is shared between
-threads or tasks."""
+"""HTTP/1.1 over the server's unix socket, or over HTTPS to a gateway:
+http.client for the blocking client, asyncio streams for the async one.
+One connection per request: a unix socket's connect costs microseconds,
+and nothing is shared between threads or tasks."""
 
 import asyncio
 import errno
@@ -9,8 +9,10 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import stat
-from typing import Any, Callable, Dict, Optional, Tuple
+import urllib.parse
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from .errors import ConnectError, ProtocolError
 
@@ -52,6 +54,80 @@ class _UnixConnection(http.client.HTTPConnection):
             s.close()
             raise connect_error(self._path, e) from e
         self.sock = s
+
+
+class Remote:
+    """A gateway: ``stockade gateway`` at an https:// URL, with a bearer
+    token. Only https: a token sent over plain http would be anyone's on
+    the path, so an http:// URL is refused here, before any connection.
+    The server's certificate is verified against ``ca_file`` (else the
+    system's CAs) and its name; TLS 1.2 at least."""
+
+    def __init__(self, url: str, token: Optional[str], ca_file: Optional[str] = None):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme != "https":
+            raise ValueError(f"url {url!r}: only https:// (a token must never go over plain http)")
+        if not u.hostname:
+            raise ValueError(f"url {url!r}: no host")
+        if u.path not in ("", "/") or u.query or u.fragment or u.username or u.password:
+            raise ValueError(f"url {url!r}: give the gateway's address only, as https://HOST[:PORT]")
+        if token is not None and (not token or any(not (0x21 <= ord(c) <= 0x7E) for c in token)):
+            raise ValueError("token: printable ASCII without spaces (as the tenants file holds it)")
+        self.url = url
+        self.host = u.hostname
+        self.port = u.port or 443
+        self.token = token
+        self.context = ssl.create_default_context(cafile=ca_file)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # The host header names the gateway (brackets kept for IPv6).
+        self.netloc = u.netloc
+
+    def __repr__(self) -> str:
+        # Never the token: a repr ends up in logs and tracebacks.
+        return f"Remote({self.url!r})"
+
+    def headers(self) -> Dict[str, str]:
+        h = {"Host": self.netloc}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        return h
+
+
+# Where a client sends its requests: a unix socket's path, or a gateway.
+Endpoint = Union[str, Remote]
+
+
+def remote_error(remote: Remote, err: OSError) -> ConnectError:
+    """Says which gateway, and whether TLS or the network refused."""
+    if isinstance(err, ssl.SSLCertVerificationError):
+        return ConnectError(remote.url, f"TLS: the gateway's certificate did not verify ({err.verify_message}; see ca_file)", True)
+    if isinstance(err, ssl.SSLError):
+        return ConnectError(remote.url, f"TLS: {err.reason or err}", True)
+    if isinstance(err, ConnectionRefusedError):
+        return ConnectError(remote.url, "connection refused", False)
+    return ConnectError(remote.url, os.strerror(err.errno) if err.errno else str(err), False)
+
+
+class _RemoteConnection(http.client.HTTPSConnection):
+    def __init__(self, remote: Remote, timeout: Optional[float]):
+        super().__init__(remote.host, remote.port, timeout=timeout, context=remote.context)
+        self._remote = remote
+
+    def connect(self) -> None:
+        try:
+            super().connect()
+        except OSError as e:
+            raise remote_error(self._remote, e) from e
+
+
+def _connection(where: Endpoint, timeout: Optional[float]) -> http.client.HTTPConnection:
+    if isinstance(where, Remote):
+        return _RemoteConnection(where, timeout)
+    return _UnixConnection(where, timeout)
+
+
+def _headers(where: Endpoint) -> Dict[str, str]:
+    return where.headers() if isinstance(where, Remote) else {"Host": "stockade"}
 
 
 # A piece of a body read at once: small enough that the bound is checked
@@ -151,7 +227,7 @@ def _length(hdrs: Dict[str, str]) -> Optional[int]:
 
 
 def request(
-    path: str,
+    where: Endpoint,
     method: str,
     target: str,
     body: Optional[bytes] = None,
@@ -163,9 +239,9 @@ def request(
     """Sends one request; returns status, headers and body. A streamed
     answer's body is its result line; each output line goes to on_line."""
     what = f"{method} {target}"
-    conn = _UnixConnection(path, timeout)
+    conn = _connection(where, timeout)
     try:
-        headers = {"Host": "stockade"}
+        headers = _headers(where)
         if content_type:
             headers["Content-Type"] = content_type
         if stream:
@@ -173,7 +249,7 @@ def request(
         try:
             conn.request(method, target, body=body, headers=headers)
             resp = conn.getresponse()
-        except (ConnectionError, http.client.HTTPException, socket.timeout) as e:
+        except (ConnectionError, http.client.HTTPException, socket.timeout, ssl.SSLError) as e:
             raise ProtocolError(f"{what}: {e}") from e
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
         answer = Answer(what, hdrs.get("content-type", "").startswith(NDJSON), on_line, _length(hdrs))
@@ -183,7 +259,7 @@ def request(
             # callbacks run outside the try: their errors are theirs.)
             try:
                 piece = resp.read1(answer.want())
-            except (ConnectionError, http.client.HTTPException, socket.timeout) as e:
+            except (ConnectionError, http.client.HTTPException, socket.timeout, ssl.SSLError) as e:
                 raise ProtocolError(f"{what}: {e}") from e
             if not piece:
                 return resp.status, hdrs, answer.end()
@@ -194,7 +270,7 @@ def request(
 
 
 async def arequest(
-    path: str,
+    where: Endpoint,
     method: str,
     target: str,
     body: Optional[bytes] = None,
@@ -205,20 +281,30 @@ async def arequest(
 ) -> Tuple[int, Dict[str, str], bytes]:
     """request's twin on asyncio.open_unix_connection."""
     if timeout is None:
-        return await _arequest(path, method, target, body, content_type, stream, on_line)
-    return await asyncio.wait_for(_arequest(path, method, target, body, content_type, stream, on_line), timeout)
+        return await _arequest(where, method, target, body, content_type, stream, on_line)
+    return await asyncio.wait_for(_arequest(where, method, target, body, content_type, stream, on_line), timeout)
 
 
-async def _arequest(path, method, target, body, content_type, stream, on_line):
-    what = f"{method} {target}"
+async def _aconnect(where: Endpoint):
+    if isinstance(where, Remote):
+        try:
+            return await asyncio.open_connection(where.host, where.port, ssl=where.context,
+                                                 server_hostname=where.host, limit=MAX_HEADER_LINE)
+        except OSError as e:
+            raise remote_error(where, e) from e
     try:
-        reader, writer = await asyncio.open_unix_connection(path, limit=MAX_HEADER_LINE)
+        return await asyncio.open_unix_connection(where, limit=MAX_HEADER_LINE)
     except OSError as e:
-        raise connect_error(path, e) from e
+        raise connect_error(where, e) from e
+
+
+async def _arequest(where, method, target, body, content_type, stream, on_line):
+    what = f"{method} {target}"
+    reader, writer = await _aconnect(where)
     try:
         try:
-            status, hdrs = await _ahead(reader, writer, what, method, target, body, content_type, stream)
-        except (ConnectionError, asyncio.IncompleteReadError) as e:
+            status, hdrs = await _ahead(reader, writer, what, _headers(where), method, target, body, content_type, stream)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as e:
             raise ProtocolError(f"{what}: {e}") from e
         answer = Answer(what, hdrs.get("content-type", "").startswith(NDJSON), on_line, _length(hdrs))
         pieces = _Body(reader, hdrs)
@@ -226,7 +312,7 @@ async def _arequest(path, method, target, body, content_type, stream, on_line):
             # As in request: only the reads' errors are the answer's.
             try:
                 piece = await pieces.read1(answer.want())
-            except (ConnectionError, asyncio.IncompleteReadError) as e:
+            except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as e:
                 raise ProtocolError(f"{what}: {e}") from e
             if not piece:
                 return status, hdrs, answer.end()
@@ -240,11 +326,12 @@ async def _arequest(path, method, target, body, content_type, stream, on_line):
             pass
 
 
-async def _ahead(reader, writer, what, method, target, body, content_type, stream) -> Tuple[int, Dict[str, str]]:
+async def _ahead(reader, writer, what, headers, method, target, body, content_type, stream) -> Tuple[int, Dict[str, str]]:
     """Sends the request; reads the answer's status and headers, no more
     of them than http.client takes."""
     body = body or b""
-    head = [f"{method} {target} HTTP/1.1", "Host: stockade", "Connection: close", f"Content-Length: {len(body)}"]
+    head = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers.items()), "Connection: close",
+            f"Content-Length: {len(body)}"]
     if content_type:
         head.append(f"Content-Type: {content_type}")
     if stream:

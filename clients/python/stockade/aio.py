@@ -13,12 +13,16 @@ class AsyncClient:
     """Client, with every request a coroutine. ``async with
     client.session() as s`` closes the session."""
 
-    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None):
-        self.socket = _api.socket_path(socket)
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None, *,
+                 url: Optional[str] = None, token: Optional[str] = None, ca_file: Optional[str] = None):
+        self.endpoint = _api.endpoint(socket, url, token, ca_file)
+        # The socket's path; None for a gateway (then .url).
+        self.socket = self.endpoint if isinstance(self.endpoint, str) else None
+        self.url = None if isinstance(self.endpoint, str) else self.endpoint.url
         self.timeout = timeout
 
     async def _do(self, call: _api.Call, on_line=None) -> Any:
-        answer = await _http.arequest(self.socket, call.method, call.target, call.body, call.content_type,
+        answer = await _http.arequest(self.endpoint, call.method, call.target, call.body, call.content_type,
                                       call.stream, on_line, self.timeout)
         return call.finish(answer)
 

@@ -11,19 +11,30 @@ OnError = Optional[Callable[[ExecError], None]]
 
 
 class Client:
-    """A client of ``stockade serve`` on its unix socket.
+    """A client of ``stockade serve`` on its unix socket, or of
+    ``stockade gateway`` over HTTPS.
 
     ``socket``: the argument, else ``$STOCKADE_SOCKET``, else
-    ``/run/stockade/stockade.sock``. ``timeout`` bounds each request's
-    socket operations, in seconds (None: none; a run's own timeout applies).
+    ``/run/stockade/stockade.sock``. ``url`` (``https://HOST:PORT``, else
+    ``$STOCKADE_URL``) with ``token`` (else ``$STOCKADE_TOKEN``) sends every
+    request to a gateway instead, its certificate verified against
+    ``ca_file`` (else the system's CAs); an ``http://`` url is refused, as
+    the token would travel in the clear. Given neither socket nor url, a
+    set ``$STOCKADE_URL`` wins over the socket. ``timeout`` bounds each
+    request's socket operations, in seconds (None: none; a run's own
+    timeout applies).
     """
 
-    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None):
-        self.socket = _api.socket_path(socket)
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None, *,
+                 url: Optional[str] = None, token: Optional[str] = None, ca_file: Optional[str] = None):
+        self.endpoint = _api.endpoint(socket, url, token, ca_file)
+        # The socket's path; None for a gateway (then .url).
+        self.socket = self.endpoint if isinstance(self.endpoint, str) else None
+        self.url = None if isinstance(self.endpoint, str) else self.endpoint.url
         self.timeout = timeout
 
     def _do(self, call: _api.Call, on_line=None) -> Any:
-        answer = _http.request(self.socket, call.method, call.target, call.body, call.content_type,
+        answer = _http.request(self.endpoint, call.method, call.target, call.body, call.content_type,
                                call.stream, on_line, self.timeout)
         return call.finish(answer)
 

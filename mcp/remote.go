@@ -1,4 +1,4 @@
-package main
+package mcp
 
 import (
 	"bytes"
@@ -8,13 +8,12 @@ import (
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/client"
-	"github.com/stockade/stockade/mcp"
 )
 
-// mcpRemote is the tools' backend of a server reached through the Go
-// client: `stockade mcp --server SOCKET`, and its own pool's private
-// socket.
-func mcpRemote(c *client.Client) mcp.Backend { return remote{c} }
+// Remote is the tools' backend of a server reached through the Go client:
+// `stockade mcp --server SOCKET`, its own pool's private socket, and the
+// gateway's own /v1/mcp (a client over the gateway's checks in process).
+func Remote(c *client.Client) Backend { return remote{c} }
 
 type remote struct{ c *client.Client }
 
@@ -29,13 +28,13 @@ func refusal(err error) error {
 }
 
 // streams hands a streamed answer's output to onOutput.
-func streams(onOutput mcp.OutputFunc) client.Output {
+func streams(onOutput OutputFunc) client.Output {
 	return client.Output{Stdout: outputWriter{"stdout", onOutput}, Stderr: outputWriter{"stderr", onOutput}}
 }
 
 type outputWriter struct {
 	stream   string
-	onOutput mcp.OutputFunc
+	onOutput OutputFunc
 }
 
 func (w outputWriter) Write(p []byte) (int, error) {
@@ -43,7 +42,7 @@ func (w outputWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r remote) Run(ctx context.Context, req *api.RunRequest, onOutput mcp.OutputFunc) (*api.RunResponse, error) {
+func (r remote) Run(ctx context.Context, req *api.RunRequest, onOutput OutputFunc) (*api.RunResponse, error) {
 	if onOutput == nil {
 		res, err := r.c.Run(ctx, req)
 		return res, refusal(err)
@@ -57,7 +56,7 @@ func (r remote) CreateSession(ctx context.Context, req *api.SessionRequest) (*ap
 	return res, refusal(err)
 }
 
-func (r remote) Exec(ctx context.Context, id string, req *api.ExecRequest, onOutput mcp.OutputFunc) (*api.ExecResult, error) {
+func (r remote) Exec(ctx context.Context, id string, req *api.ExecRequest, onOutput OutputFunc) (*api.ExecResult, error) {
 	if onOutput == nil {
 		res, err := r.c.Exec(ctx, id, req)
 		return res, refusal(err)

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/stockade/stockade/gateway"
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
+	"github.com/urfave/cli/v2"
+)
+
+func gatewayCommand(stderr io.Writer) *cli.Command {
+	d := gateway.Defaults()
+	return &cli.Command{
+		Name:  "gateway",
+		Usage: "serve the /v1 API over HTTPS to tenants, in front of a cluster of stockade serve --cluster nodes",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: ":8443", Usage: "TCP address to serve HTTPS on (TLS only: there is no plain listener)"},
+			&cli.StringFlag{Name: "cert", Usage: "the gateway's TLS certificate (PEM, with its chain); required"},
+			&cli.StringFlag{Name: "key", Usage: "the certificate's private key (PEM); required"},
+			&cli.StringFlag{Name: "client-ca", Usage: "CA certificates (PEM) that client certificates are verified against: mutual TLS, the tenant named by the certificate's CN or SAN"},
+			&cli.StringFlag{Name: "tenants", Usage: "the tenants file (TOML, mode 0600): tokens, certificate names and each tenant's policy; reread on SIGHUP; required"},
+			&cli.StringFlag{Name: "cluster", Usage: "the cluster file (NATS URLs, TLS, credentials) of the nodes' cluster; required"},
+			&cli.StringFlag{Name: "max-body", Value: profiles.FormatSize(d.MaxBody), Usage: "largest request body forwarded (413 past it, before it is forwarded)"},
+			&cli.StringFlag{Name: "body-timeout", Value: flagDuration(d.BodyTimeout), Usage: "how long a request body may take to arrive before 408"},
+			&cli.StringFlag{Name: "grace", Value: "30s", Usage: "on SIGTERM, how long requests in flight may finish"},
+			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per request, naming the tenant: a FILE (appended, 0600; reopened on SIGHUP, for logrotate), "-" for stderr`},
+		},
+		Action: func(c *cli.Context) error {
+			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
+			signal.Ignore(syscall.SIGPIPE)
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), Version: version}
+			var err error
+			if cfg.MaxBody, err = profiles.ParseSize(c.String("max-body")); err != nil {
+				return fail(fmt.Errorf("--max-body: %w", err))
+			}
+			if cfg.BodyTimeout, err = profiles.ParseDuration(c.String("body-timeout")); err != nil {
+				return fail(fmt.Errorf("--body-timeout: %w", err))
+			}
+			grace, err := profiles.ParseDuration(c.String("grace"))
+			if err != nil {
+				return fail(fmt.Errorf("--grace: %w", err))
+			}
+			var auditFile *reopenable
+			switch a := c.String("audit-log"); a {
+			case "-":
+				cfg.Audit = stderr
+			default:
+				if auditFile, err = openReopenable(a); err != nil {
+					return fail(fmt.Errorf("--audit-log: %w", err))
+				}
+				defer auditFile.Close()
+				cfg.Audit = auditFile
+			}
+			// The certificate, key and tenants are checked before the
+			// cluster is dialled: a gateway without TLS never gets as far.
+			if _, err := gateway.New(cfg, noBackend{}); err != nil {
+				return fail(err)
+			}
+			if c.String("cluster") == "" {
+				return fail(fmt.Errorf("gateway: --cluster FILE is required (the nodes' cluster)"))
+			}
+			backend, closeBackend, err := clusterBackend(ctx, c.String("cluster"))
+			if err != nil {
+				return fail(err)
+			}
+			defer closeBackend()
+			g, err := gateway.New(cfg, backend)
+			if err != nil {
+				return fail(err)
+			}
+			// SIGHUP: the tenants file is read again, and the audit log
+			// reopened, as logrotate's postrotate expects.
+			g.ReloadOnSIGHUP(ctx, func(err error) {
+				if auditFile != nil {
+					if rerr := auditFile.Reopen(); rerr != nil {
+						fmt.Fprintf(stderr, "stockade gateway: --audit-log: %v (still writing to the old file)\n", rerr)
+					}
+				}
+				if err != nil {
+					fmt.Fprintf(stderr, "stockade gateway: %v\n", err)
+					return
+				}
+				fmt.Fprintf(stderr, "stockade gateway: tenants reloaded from %s\n", cfg.TenantsFile)
+			})
+			ln, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return fail(fmt.Errorf("gateway: %w", err))
+			}
+			defer ln.Close()
+			fmt.Fprintf(stderr, "stockade gateway: serving HTTPS on %s\n", ln.Addr())
+			if err := g.Serve(ctx, ln, grace); err != nil {
+				return fail(err)
+			}
+			return nil
+		},
+	}
+}
+
+// noBackend stands in while the gateway's own configuration is checked.
+type noBackend struct{ gateway.Backend }
+
+// reopenable is an append-only file that SIGHUP reopens by its path.
+type reopenable struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+}
+
+func openReopenable(path string) (*reopenable, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &reopenable{path: path, f: f}, nil
+}
+
+func (r *reopenable) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Write(p)
+}
+
+// Reopen opens the path again (a new file, after a rotation); on failure
+// the old file stays.
+func (r *reopenable) Reopen() error {
+	f, err := os.OpenFile(r.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	old := r.f
+	r.f = f
+	r.mu.Unlock()
+	return old.Close()
+}
+
+func (r *reopenable) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Close()
+}

@@ -1,0 +1,249 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/internal/proctest"
+	"github.com/stockade/stockade/internal/testenv"
+)
+
+// The gateway for real: one nats-server (STOCKADE_NATS_SERVER, TLS on
+// loopback, JetStream), one `stockade serve --cluster` node and `stockade
+// gateway` (STOCKADE_BIN), both as processes; a run and a session's execs
+// over HTTPS with a token, and another tenant's token answered 404 for
+// that session by the real cluster.
+func TestGatewayEndToEnd(t *testing.T) {
+	testenv.NeedRoot(t, "the node starts real jails")
+	bin := testenv.NeedBinary(t, "the node and the gateway are the built stockade")
+	natsBin := os.Getenv("STOCKADE_NATS_SERVER")
+	if natsBin == "" {
+		t.Skip("set STOCKADE_NATS_SERVER to a nats-server (make test installs one into build/nats)")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := newCA(t, "stockade e2e CA")
+	cert, key := ca.issue(t, "gateway", false) // for 127.0.0.1: NATS's and the gateway's
+	certFile := writeFile(t, dir, "server.crt", cert, 0o644)
+	keyFile := writeFile(t, dir, "server.key", key, 0o600)
+	caFile := writeFile(t, dir, "ca.crt", ca.pem, 0o644)
+
+	natsPort, gwPort := freePort(t), freePort(t)
+	pw := func(role string) string { return fmt.Sprintf("pw-%s-%d", role, os.Getpid()) }
+	conf := fmt.Sprintf(`listen: "127.0.0.1:%d"
+tls: { cert_file: %q, key_file: %q, ca_file: %q, timeout: 5 }
+jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
+authorization { users: [ { user: gateway, password: %q }, { user: n1, password: %q } ] }
+`, natsPort, certFile, keyFile, caFile, filepath.Join(dir, "js"), pw("gateway"), pw("n1"))
+	natsConf := writeFile(t, dir, "nats.conf", []byte(conf), 0o600)
+	nats := startProc(t, exec.Command(natsBin, "-c", natsConf))
+	waitListening(t, nats, natsPort)
+
+	clusterFile := func(role, node string) string {
+		c := map[string]any{"urls": []string{fmt.Sprintf("tls://127.0.0.1:%d", natsPort)}, "ca": caFile,
+			"user": role, "password": pw(role), "grace": "6s", "request_timeout": "60s"}
+		if node != "" {
+			c["node"] = node
+		}
+		b, _ := json.Marshal(c)
+		return writeFile(t, dir, role+".json", b, 0o600)
+	}
+	// The gateway first: it makes the stream and the buckets.
+	tenants := writeFile(t, dir, "tenants.toml", []byte(testTenants), 0o600)
+	audit := filepath.Join(dir, "gateway-audit.log")
+	gw := startProc(t, exec.Command(bin, "gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gwPort), "--cert", certFile, "--key", keyFile,
+		"--tenants", tenants, "--cluster", clusterFile("gateway", ""), "--audit-log", audit))
+	defer stopProc(t, gw)
+	if !gw.Await(proctest.Budget(t, 30*time.Second), "serving HTTPS") {
+		t.Fatalf("the gateway did not start:\n%s", gw.Stdout())
+	}
+
+	node := startProc(t, exec.Command(bin, "serve", "--socket", filepath.Join(dir, "s.sock"), "--cluster", clusterFile("n1", "n1"),
+		"--audit-log", "", "--concurrency", "2", "--pool", "1", "--grace", "5s"))
+	defer stopProc(t, node)
+	if !node.Await(proctest.Budget(t, 90*time.Second), "taking work") {
+		t.Fatalf("the node did not join:\n%s", node.Stdout())
+	}
+
+	tg := &testGateway{addr: fmt.Sprintf("127.0.0.1:%d", gwPort), ca: ca}
+	c := tg.client(t, nil)
+	c.Timeout = proctest.Budget(t, 120*time.Second)
+	code, body := tg.do(t, c, "POST", "/v1/run", tokenAlice, `{"code":"print(6 * 7)"}`, map[string]string{"Idempotency-Key": "e2e-run-1"})
+	if code != 200 || !strings.Contains(body, `"stdout":"42\n"`) {
+		t.Fatalf("a run through the gateway: %d %s\nnode:\n%s", code, body, node.Stdout())
+	}
+	code, body = tg.do(t, c, "POST", "/v1/sessions", tokenAlice, `{}`, nil)
+	var made struct {
+		SessionID string `json:"session_id"`
+	}
+	if code != 201 || json.Unmarshal([]byte(body), &made) != nil || made.SessionID == "" {
+		t.Fatalf("a session through the gateway: %d %s", code, body)
+	}
+	execPath := "/v1/sessions/" + made.SessionID + "/exec"
+	if code, body := tg.do(t, c, "POST", execPath, tokenAlice, `{"code":"x = 40"}`, nil); code != 200 {
+		t.Fatalf("the session's first exec: %d %s", code, body)
+	}
+	if code, body := tg.do(t, c, "POST", execPath, tokenAlice, `{"code":"print(x + 2)"}`, nil); code != 200 || !strings.Contains(body, `"stdout":"42\n"`) {
+		t.Fatalf("the session's second exec: %d %s", code, body)
+	}
+	// Bob, a valid tenant, is told there is no such session.
+	if code, body := tg.do(t, c, "POST", execPath, tokenBob, `{"code":"print(x)"}`, nil); code != 404 {
+		t.Fatalf("bob's exec in alice's session: %d %s, want 404", code, body)
+	}
+	if code, _ := tg.do(t, c, "POST", execPath, "", `{"code":"print(x)"}`, nil); code != 401 {
+		t.Fatalf("no token: %d, want 401", code)
+	}
+	if code, body := tg.do(t, c, "DELETE", "/v1/sessions/"+made.SessionID, tokenAlice, "", nil); code != 200 {
+		t.Fatalf("ending the session: %d %s", code, body)
+	}
+	// The Python client, from $STOCKADE_URL and $STOCKADE_TOKEN: a run
+	// and a session's two cells, through the same gateway.
+	py := exec.Command("/usr/bin/python3", "-c", `
+from stockade import Client
+c = Client(ca_file=`+fmt.Sprintf("%q", caFile)+`, timeout=120)
+print(c.run("print(6 * 7)").stdout.strip())
+with c.session() as s:
+    s.run("y = 20")
+    print(s.run("print(y + 1)").stdout.strip())
+`)
+	py.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot(t), "clients", "python"),
+		"STOCKADE_URL=https://"+tg.addr, "STOCKADE_TOKEN="+tokenAlice)
+	if o := proctest.Run(t, py, proctest.Budget(t, 180*time.Second)); o.Code() != 0 || strings.Fields(o.Stdout)[0] != "42" || !strings.Contains(o.Stdout, "21") {
+		t.Fatalf("the Python client through the gateway: exit %d\n%s\n%s", o.Code(), o.Stdout, o.Stderr)
+	}
+	// Bob's max_sessions (2) is held across the cluster: the gateway
+	// counts his sessions through it.
+	var bobs []string
+	for i := 0; i < 2; i++ {
+		code, body := tg.do(t, c, "POST", "/v1/sessions", tokenBob, `{}`, nil)
+		var s struct {
+			SessionID string `json:"session_id"`
+		}
+		if code != 201 || json.Unmarshal([]byte(body), &s) != nil {
+			t.Fatalf("bob's session %d: %d %s", i, code, body)
+		}
+		bobs = append(bobs, s.SessionID)
+	}
+	if code, body := tg.do(t, c, "POST", "/v1/sessions", tokenBob, `{}`, nil); code != 429 {
+		t.Fatalf("bob's third session (max_sessions 2): %d %s, want 429", code, body)
+	}
+	for _, id := range bobs {
+		if code, body := tg.do(t, c, "DELETE", "/v1/sessions/"+id, tokenBob, "", nil); code != 200 {
+			t.Fatalf("ending bob's session: %d %s", code, body)
+		}
+	}
+	code, body = tg.do(t, c, "GET", "/v1/metrics", tokenOps, "", nil)
+	if code != 200 || !strings.Contains(body, "stockade_gateway_forwarded_total") || !strings.Contains(body, "stockade_cluster_") {
+		t.Fatalf("metrics: %d %s", code, body)
+	}
+	log, _ := os.ReadFile(audit)
+	if !strings.Contains(string(log), `"tenant":"bob"`) || strings.Contains(string(log), tokenAlice) {
+		t.Fatalf("the gateway's audit log:\n%s", log)
+	}
+
+	// An operator's SIGHUP: alice's token replaced by carol's in the
+	// tenants file, the audit log rotated away; the gateway takes both
+	// without a restart.
+	carol := strings.Repeat("e5", 20)
+	next := strings.Replace(testTenants, tokenAlice, carol, 1)
+	if err := os.WriteFile(tenants, []byte(next), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(audit, audit+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if !gw.Await(proctest.Budget(t, 30*time.Second), "tenants reloaded") {
+		t.Fatalf("no reload after SIGHUP:\n%s", gw.Stdout())
+	}
+	if code, _ := tg.do(t, c, "GET", "/v1/health", "", "", nil); code != 200 {
+		t.Fatalf("health after SIGHUP: %d", code)
+	}
+	if code, body := tg.do(t, c, "POST", "/v1/run", carol, `{"code":"print(1)"}`, nil); code != 200 {
+		t.Fatalf("the token added before SIGHUP: %d %s", code, body)
+	}
+	if code, _ := tg.do(t, c, "POST", "/v1/run", tokenAlice, `{"code":"print(1)"}`, nil); code != 401 {
+		t.Fatalf("the token removed before SIGHUP: %d, want 401", code)
+	}
+	if log, err := os.ReadFile(audit); err != nil || !strings.Contains(string(log), `"tenant":"alice"`) {
+		t.Fatalf("the audit log was not reopened on SIGHUP: %v\n%s", err, log)
+	}
+}
+
+// repoRoot is the repository's top directory (the test runs in gateway/).
+func repoRoot(t *testing.T) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(wd)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startProc starts cmd with one stream for its stdout and stderr, killed
+// with the test.
+func startProc(t *testing.T, cmd *exec.Cmd) *proctest.Proc {
+	t.Helper()
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	p, err := proctest.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-p.Done():
+		default:
+			p.Kill()
+		}
+	})
+	return p
+}
+
+// stopProc sends SIGTERM and waits for the end, as an operator's stop.
+func stopProc(t *testing.T, p *proctest.Proc) {
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	if o := p.Wait(proctest.Budget(t, 60*time.Second)); o.Expired {
+		t.Errorf("%v did not stop within its budget of SIGTERM:\n%s", p.Cmd.Args[:2], o.Stdout)
+	}
+}
+
+func waitListening(t *testing.T, p *proctest.Proc, port int) {
+	t.Helper()
+	deadline := time.Now().Add(proctest.Budget(t, 20*time.Second))
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("%s ended: %s", p.Cmd.Path, p.Stdout())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not listening on %d: %v\n%s", p.Cmd.Path, port, err, p.Stdout())
+		}
+	}
+}
