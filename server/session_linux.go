@@ -290,19 +290,7 @@ func (s *session) closeInbox() {
 // server started: the same memory layout (a new execve draws a new one),
 // read while its pidfd shows it alive (so the pid was not reused).
 func (s *session) driverIntact() error {
-	img, err := kernel.ReadImage(s.driverPID)
-	if err == nil && s.proc.Signal(0) != nil {
-		err = kernel.ErrNoImage
-	}
-	switch {
-	case errors.Is(err, kernel.ErrNoImage):
-		return errors.New("the driver's process ended as it answered: its answer cannot be vouched for")
-	case err != nil:
-		return err
-	case img != s.image:
-		return fmt.Errorf("the driver was replaced: its process runs another program (its memory layout in /proc/%d/stat changed, as only an execve changes it)", s.driverPID)
-	}
-	return nil
+	return kernel.Intact(s.driverPID, s.image, func() error { return s.proc.Signal(0) })
 }
 
 // release kills the session if it lives, waits for its jail to end and

@@ -114,3 +114,22 @@ func ASLROff(pid int) bool {
 
 // addrNoRandomize is ADDR_NO_RANDOMIZE (linux/personality.h).
 const addrNoRandomize = 0x0040000
+
+// Intact says whether the process pid still runs the program whose
+// layout was img: the same layout (a new execve draws a new one), read
+// while alive (the caller's pidfd, signal 0) says the pid was not reused.
+func Intact(pid int, img Image, alive func() error) error {
+	now, err := ReadImage(pid)
+	if err == nil && alive() != nil {
+		err = ErrNoImage
+	}
+	switch {
+	case errors.Is(err, ErrNoImage):
+		return errors.New("the driver's process ended as it answered: its answer cannot be vouched for")
+	case err != nil:
+		return err
+	case now != img:
+		return fmt.Errorf("the driver was replaced: its process runs another program (its memory layout in /proc/%d/stat changed, as only an execve changes it)", pid)
+	}
+	return nil
+}

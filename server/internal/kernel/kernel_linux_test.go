@@ -183,6 +183,18 @@ func TestDriverRunsASession(t *testing.T) {
 	if err != nil || img == (Image{}) {
 		t.Fatalf("the driver's layout: %v, %v", img, err)
 	}
+	alive := func() error { return nil }
+	if err := Intact(int(conn.Cred().Pid), img, alive); err != nil {
+		t.Errorf("the driver as it started: %v", err)
+	}
+	other := img
+	other[6]++
+	if err := Intact(int(conn.Cred().Pid), other, alive); err == nil || !strings.Contains(err.Error(), "replaced") {
+		t.Errorf("another layout than the driver's: %v", err)
+	}
+	if err := Intact(int(conn.Cred().Pid), img, func() error { return os.ErrProcessDone }); err == nil || !strings.Contains(err.Error(), "ended") {
+		t.Errorf("a pidfd that says the process is gone: %v", err)
+	}
 	var ends [6]*os.File
 	for i := 0; i < 6; i += 2 {
 		if ends[i], ends[i+1], err = os.Pipe(); err != nil {
