@@ -94,11 +94,7 @@ func New(server string, opts Options) (*Client, error) {
 		}
 		c.base = "http://stockade"
 	}
-	c.hc = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
-		// The API never redirects: following one would send the token
-		// (and the code) wherever the answer points.
-		return http.ErrUseLastResponse
-	}}
+	c.hc = &http.Client{Transport: tr, CheckRedirect: noRedirects}
 	return c, nil
 }
 
@@ -111,10 +107,15 @@ func Over(rt http.RoundTripper, opts Options) *Client {
 	if c.max <= 0 {
 		c.max = MaxAnswer
 	}
-	c.hc = &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}
+	c.hc = &http.Client{Transport: rt, CheckRedirect: noRedirects}
 	return c
+}
+
+// noRedirects keeps a redirect as the answer: the API never redirects,
+// and following one would send the token (and the code) wherever the
+// answer points.
+func noRedirects(*http.Request, []*http.Request) error {
+	return http.ErrUseLastResponse
 }
 
 func tlsConfig(opts Options) (*tls.Config, error) {

@@ -47,18 +47,14 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 		return
 	}
 	defer s.gate.Leave()
-	var out *ndjson
-	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	if stream {
-		out = &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout}
-	}
+	out := s.streamOf(w, rc, r)
 	resp, e := s.run(r.Context(), caller, req, spec, cold, out)
 	if e != nil {
 		retryAfter(w, time.Second)
 		s.writeError(w, e)
 		return
 	}
-	if stream {
+	if out != nil {
 		resp.Type = api.StreamResult
 		out.last(marshal(resp))
 		return

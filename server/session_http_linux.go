@@ -149,6 +149,32 @@ func (s *Server) readSessionBody(w http.ResponseWriter, r *http.Request, caller 
 	return done, true
 }
 
+// sessionBody is readSessionBody for a request to one of the caller's
+// sessions: the body admitted, read and decoded into v, then the session
+// named by the path found. done gives the admission back; it must follow
+// a session.
+func (s *Server) sessionBody(w http.ResponseWriter, r *http.Request, caller peer, v any) (*session, func()) {
+	done, ok := s.readSessionBody(w, r, caller, v)
+	if !ok {
+		return nil, nil
+	}
+	ss := s.lookup(w, r, caller)
+	if ss == nil {
+		done()
+		return nil, nil
+	}
+	return ss, done
+}
+
+// streamOf is the NDJSON writer of a request that asks for its output as
+// it comes (Accept: application/x-ndjson), or nil.
+func (s *Server) streamOf(w http.ResponseWriter, rc *http.ResponseController, r *http.Request) *ndjson {
+	if !strings.Contains(r.Header.Get("Accept"), api.NDJSON) {
+		return nil
+	}
+	return &ndjson{w: w, rc: rc, timeout: s.cfg.WriteTimeout}
+}
+
 // bodyRefusal is the answer to a body that could not be read.
 func (s *Server) bodyRefusal(err error) *api.Error {
 	var ne net.Error
@@ -481,31 +507,23 @@ func (s *Server) endSession(caller peer, ss *session) (*api.SessionEnd, *api.Err
 // handleExec is POST /v1/sessions/{id}/exec.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, caller peer) {
 	var req api.ExecRequest
-	done, ok := s.readSessionBody(w, r, caller, &req)
-	if !ok {
-		return
-	}
-	defer done()
-	ss := s.lookup(w, r, caller)
+	ss, done := s.sessionBody(w, r, caller, &req)
 	if ss == nil {
 		return
 	}
+	defer done()
 	// The exec's context ends when its caller closes the connection (not
 	// at a half-close) or the server kills the runs: an interrupt.
 	ctx, stopRun := s.runContext(r)
 	defer stopRun()
-	var out *ndjson
-	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	if stream {
-		out = &ndjson{w: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
-	}
+	out := s.streamOf(w, http.NewResponseController(w), r)
 	res, ae := s.execCell(ctx, caller, ss, &req, out)
 	if ae != nil {
 		// Before the exec began: no stream has started.
 		s.writeError(w, ae)
 		return
 	}
-	if stream {
+	if out != nil {
 		res.Type = api.StreamResult
 		out.last(marshal(res))
 		return

@@ -21,15 +21,11 @@ import (
 // at most --session-max-life (422 past either). Shorter is allowed too.
 func (s *Server) handleTTL(w http.ResponseWriter, r *http.Request, caller peer) {
 	var req api.TTLRequest
-	done, ok := s.readSessionBody(w, r, caller, &req)
-	if !ok {
-		return
-	}
-	defer done()
-	ss := s.lookup(w, r, caller)
+	ss, done := s.sessionBody(w, r, caller, &req)
 	if ss == nil {
 		return
 	}
+	defer done()
 	if req.TTL == "" {
 		s.writeError(w, badRequest("ttl: missing (\"30m\": the session ends 30 minutes from now)"))
 		return

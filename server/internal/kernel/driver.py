@@ -505,10 +505,6 @@ def _restart(req, chan):
     # channel stays descriptor 3 across the exec; every other descriptor
     # the driver holds is close-on-exec.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # no other process
     # The cells' own children are the driver's, and would stay its
     # zombies across the exec: those already dead are reaped here, without
     # waiting. A thread a cell left running is still here and may fork
@@ -516,12 +512,7 @@ def _restart(req, chan):
     # may never end): the fresh interpreter, single-threaded, kills and
     # reaps again before its hello, and the server reads from the host
     # that nothing else is left.
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
+    _kill_others(os.WNOHANG)
     env = dict(_BASE_ENV)
     env[_RESTART_ENV] = json.dumps({"op": "session", "hello": req["hello"], "env": req.get("session_env") or {},
                                     "restart": True})
@@ -549,21 +540,29 @@ def _restart(req, chan):
     os.execve(sys.executable or "/usr/bin/python3", argv, env)
 
 
-def _kill_rest():
-    # A restarted driver's first act: the old one's kill(-1) spared its own
-    # threads, and one of them may have forked before the execve. This
-    # process is single-threaded, so nothing forks now: kill(-1) reaches
-    # every other process of the jail but init, and the driver's own
-    # children (the old one's, inherited across the exec) are reaped.
+def _kill_others(wait_flags):
+    # kill(-1) reaches every process of the jail's pid namespace this user
+    # may signal, never its init; then the driver's own children are
+    # reaped: all of them (wait_flags 0), or those already dead (WNOHANG).
     try:
         os.kill(-1, signal.SIGKILL)
     except ProcessLookupError:
         pass  # no other process
     while True:
         try:
-            os.waitpid(-1, 0)
+            if os.waitpid(-1, wait_flags)[0] == 0:
+                break
         except ChildProcessError:
             break
+
+
+def _kill_rest():
+    # A restarted driver's first act: the old one's kill(-1) spared its own
+    # threads, and one of them may have forked before the execve. This
+    # process is single-threaded, so nothing forks now: kill(-1) reaches
+    # every other process of the jail but init, and the driver's own
+    # children (the old one's, inherited across the exec) are reaped.
+    _kill_others(0)
 
 
 def main(job, chan):
