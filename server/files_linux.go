@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
 	"github.com/stockade/stockade/api"
 
 	"github.com/stockade/stockade/internal/beneath"

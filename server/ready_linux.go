@@ -2,10 +2,11 @@ package server
 
 import (
 	"context"
-	"github.com/stockade/stockade/api"
-	"github.com/stockade/stockade/server/internal/kernel"
 	"os"
 	"time"
+
+	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/server/internal/kernel"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/server/internal/capacity"

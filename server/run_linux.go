@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/server/internal/capacity"
 	"io"
 	"net/http"
 	"sort"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/stockade/stockade/server/internal/capacity"
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"

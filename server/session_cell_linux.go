@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/api"
 	"io"
 	"os"
 	"time"
+
+	"github.com/stockade/stockade/api"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/server/internal/kernel"

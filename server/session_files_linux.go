@@ -3,12 +3,13 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/api"
 	"io"
 	"os"
 	"runtime"
 	"sort"
 	"time"
+
+	"github.com/stockade/stockade/api"
 
 	"github.com/stockade/stockade/internal/beneath"
 	"golang.org/x/sys/unix"

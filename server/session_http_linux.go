@@ -8,13 +8,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/stockade/stockade/server/internal/capacity"
 	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stockade/stockade/server/internal/capacity"
 
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"

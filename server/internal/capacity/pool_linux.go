@@ -2,10 +2,11 @@ package capacity
 
 import (
 	"context"
-	"github.com/stockade/stockade/api"
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/stockade/stockade/api"
 
 	"github.com/stockade/stockade/jail"
 )
