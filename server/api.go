@@ -51,7 +51,7 @@ func (req *runRequest) validate(maxFiles int) error {
 }
 
 // checkFileName admits a plain name for a file directly in /work: no
-// path separator, no "." or "..", no NUL, nothing the bootstrap would
+// path separator, no "." or "..", no NUL, nothing the driver would
 // resolve outside /work or onto the server's own figure directory.
 func checkFileName(name string) error {
 	switch {
@@ -76,3 +76,8 @@ func marshal(v any) []byte {
 	_ = enc.Encode(v)
 	return b.Bytes()
 }
+
+// figureDir is where in /work the driver leaves a run's figures and rich
+// results (kernel.Run.FigureDir); the server returns them as images and
+// results and leaves the directory out of files.
+const figureDir = ".stockade-figures"

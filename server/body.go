@@ -372,7 +372,7 @@ func hex4(h []byte) rune {
 }
 
 // inputFile is what the server keeps of a file the request put in /work:
-// its size, for the bootstrap's header, and its hash, to tell whether the
+// its size, for the driver's run job, and its hash, to tell whether the
 // run changed it, instead of a second decoded copy of its bytes.
 type inputFile struct {
 	size int64

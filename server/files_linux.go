@@ -27,7 +27,7 @@ type collectLimits struct {
 	// "N more" line: a jail's long paths would otherwise come back many
 	// times over the file cap, held and sent by the server.
 	MaxSkipped, MaxSkippedBytes int
-	// Rich bounds the rich results the bootstrap left (resultsFile).
+	// Rich bounds the rich results the driver left (resultsFile).
 	Rich richCaps
 }
 
@@ -36,7 +36,7 @@ type collected struct {
 	files     map[string]string
 	images    []api.Image
 	truncated bool
-	// results are the bootstrap's rich results, held to lim.Rich.
+	// results are the driver's rich results, held to lim.Rich.
 	results          []api.RichResult
 	resultsTruncated bool
 	skipped          []string
@@ -66,7 +66,7 @@ func (c *collected) finish() {
 
 // collectWork reads what the run created or changed in the host directory
 // work (the jail is dead by now): every regular file whose bytes differ
-// from what the request put there, and the figures the bootstrap saved.
+// from what the request put there, and the figures the driver saved.
 // Symlinks, FIFOs, sockets and devices are listed as skipped, never read
 // or followed.
 func collectWork(work string, inputs map[string]inputFile, lim collectLimits) (*collected, error) {
@@ -170,11 +170,11 @@ func notOpened(err error) string {
 	return err.Error()
 }
 
-// resultsFile is where in figureDir the bootstrap leaves a run's rich
+// resultsFile is where in figureDir the driver leaves a run's rich
 // results: {"results": [...], "truncated": bool}.
 const resultsFile = "results.json"
 
-// collectResults reads the rich results the bootstrap left, as the
+// collectResults reads the rich results the driver left, as the
 // program could have written them too (it owns /work): a regular file of
 // at most the caps' bytes and room for the list's own keys, strict JSON,
 // held to the caps by answerResults as it is decoded. Anything else is no
@@ -207,7 +207,7 @@ func collectResults(root int, caps richCaps) ([]api.RichResult, bool) {
 	return left.Results.List, left.Results.Cut || left.Truncated
 }
 
-// collectFigures reads the PNGs the bootstrap saved, in order.
+// collectFigures reads the PNGs the driver saved, in order.
 func collectFigures(root int, budget *int64, c *collected) ([]api.Image, bool) {
 	imgs, truncated := []api.Image{}, c.truncated
 	entries, more, err := beneath.List(root, figureDir, c.lim.MaxEntries)

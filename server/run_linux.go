@@ -342,11 +342,6 @@ func runJob(req *runRequest, rich richCaps, resultMax int64) (kernel.Run, []io.R
 	return job, bulk
 }
 
-// figureDir is where in /work the driver leaves a run's figures and rich
-// results (kernel.Run.FigureDir); the server returns them as images and
-// results and leaves the directory out of files.
-const figureDir = ".stockade-figures"
-
 // ndjson writes a streamed response, one JSON object a line, flushed as
 // it comes so the caller sees output while the run goes on. The jail's
 // output is drained through write: a caller that stops reading must not
