@@ -236,7 +236,7 @@ func collectFigures(root int, budget *int64, c *collected) ([]api.Image, bool) {
 			continue
 		}
 		if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) {
-			continue // not a figure the bootstrap saved
+			continue // not a figure the driver saved
 		}
 		*budget -= int64(len(data))
 		imgs = append(imgs, api.Image{Type: "png", Data: base64.StdEncoding.EncodeToString(data)})

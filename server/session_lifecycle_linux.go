@@ -98,7 +98,7 @@ func (s *Server) handleRestart(w http.ResponseWriter, r *http.Request, caller pe
 
 // restart asks the driver to start over: it kills every other process of
 // the jail (kill(-1), from inside its pid namespace: init is spared, the
-// jail's init alone survives) and execs the bootstrap again with a fresh
+// jail's init alone survives) and execs the driver's command line again with a fresh
 // job, and the fresh driver's first frame must carry the new hello. The
 // caller holds the slot. Whatever else comes on the channel meanwhile is
 // the jail's code writing to it: the session ends, as an exec's would.
