@@ -209,17 +209,57 @@ func TestVMTimeout(t *testing.T) {
 	}
 }
 
-// The memory limit holds in the guest: the jail's cgroup there kills.
-func TestVMMemory(t *testing.T) {
+// The memory and pids limits hold in the guest, in one boot: a fork bomb
+// is held by the guest's jail's pids limit (it forks fewer children than
+// the limit, and the result counts the tasks), then the payload grows
+// until the guest's jail's memory limit kills it. The verdict is the one
+// the jail tier gives the same payload on the host (memory outranks pids).
+func TestVMMemoryAndPids(t *testing.T) {
 	o := needVM(t)
-	spec := vmSpec(t, "python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))")
+	const code = `
+import os, signal, sys, time
+n, kids = 0, []
+try:
+    while n < 4096:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60); os._exit(0)
+        kids.append(pid); n += 1
+except OSError as e:
+    print("held after", n, type(e).__name__)
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+    os.waitpid(k, 0)
+sys.stdout.flush()
+b = []
+while True: b.append(bytearray(16 << 20))
+`
+	spec := vmSpec(t, "python3", "-c", code)
 	spec.Cgroup.MemoryMax = 96 << 20
+	spec.Cgroup.PidsMax = 32
 	res, err := runVM(t, spec, o)
 	if err != nil || res.Verdict != jail.VerdictMemory {
-		t.Fatalf("verdict %s exit %d, err %v, stderr %q", res.Verdict, res.ExitCode, err, res.Stderr)
+		t.Fatalf("verdict %s exit %d, err %v, stdout %q stderr %q", res.Verdict, res.ExitCode, err, res.Stdout, res.Stderr)
 	}
 	if res.PeakMemoryBytes == 0 || res.PeakMemoryBytes > 100<<20 {
 		t.Errorf("peak %d: want up to the 96 MiB limit", res.PeakMemoryBytes)
+	}
+	var held int
+	if _, err := fmt.Sscanf(res.Stdout, "held after %d BlockingIOError", &held); err != nil || held >= 32 {
+		t.Errorf("stdout %q: want the fork bomb held below the limit of 32 tasks", res.Stdout)
+	}
+	if res.PidsPeak == 0 || res.PidsPeak > 32 {
+		t.Errorf("pids_peak %d: want up to the limit of 32", res.PidsPeak)
+	}
+
+	// The jail tier, on the host, gives the same payload the same verdict.
+	jr := proctest.Run(t, exec.Command(o.Binary, "run", "--json", "--memory", "96M", "--pids", "32", "--", "python3", "-c", code), 2*time.Minute)
+	var j jail.Result
+	if err := json.Unmarshal([]byte(jr.Stdout), &j); err != nil {
+		t.Fatalf("the jail run: %v: %s %s %s", err, jr.Stdout, jr.Stderr, jr.Overstayed())
+	}
+	if j.Verdict != res.Verdict || j.ExitCode != res.ExitCode || !strings.HasPrefix(j.Stdout, "held after") {
+		t.Errorf("jail: verdict %s exit %d stdout %q; vm: verdict %s exit %d", j.Verdict, j.ExitCode, j.Stdout, res.Verdict, res.ExitCode)
 	}
 }
 
