@@ -132,9 +132,12 @@ data = open("/work/in.txt").read()
 os.makedirs("/work/out", exist_ok=True)
 open("/work/out/up.txt", "w").write(data.upper())
 print("kernel:", os.uname().release)
-`
+` + plotCode
 	spec := vmSpec(t, "python3", "-c", code)
 	spec.Workdir = work
+	// matplotlib's first import in a guest builds its font cache, under
+	// emulation at this machine's load for more than the profile's 30 s.
+	spec.Timeout = 4 * time.Minute
 	res, err := runVM(t, spec, o)
 	if err != nil || res.Verdict != jail.VerdictOK {
 		t.Fatalf("verdict %s, err %v, stderr %q", res.Verdict, err, res.Stderr)
@@ -152,9 +155,16 @@ print("kernel:", os.uname().release)
 	if err != nil || string(got) != "HELLO FROM THE HOST" {
 		t.Errorf("the guest's /work/out/up.txt on the host: %q, %v", got, err)
 	}
+	t.Logf("guest stdout: %q", res.Stdout)
+	if dataStack(t) {
+		png, err := os.ReadFile(filepath.Join(work, "out/plot.png"))
+		if err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n") {
+			t.Errorf("the guest's figure on the host: %d bytes, %v; stdout %q stderr %q", len(png), err, res.Stdout, res.Stderr)
+		}
+	}
 	left.check(t)
 
-	// The same run in the jail tier: the same JSON keys.
+	// The same run in the jail tier: the same JSON keys, the same figure.
 	// A --workdir there too (the result then has copy_back_ms as the
 	// VM's has): an ordinary user's, on a path the jail user can search.
 	jwork, err := os.MkdirTemp("", "stockade-vmtier-test-")
@@ -168,13 +178,40 @@ print("kernel:", os.uname().release)
 	if err := os.Chown(jwork, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
-	jr := proctest.Run(t, exec.Command(o.Binary, "run", "--json", "--workdir", jwork, "--", "python3", "-c", "open('/work/x', 'w').write('x')"), 2*time.Minute)
+	jr := proctest.Run(t, exec.Command(o.Binary, "run", "--json", "--workdir", jwork, "--", "python3", "-c", "import os\nos.makedirs('/work/out')\n"+plotCode), 2*time.Minute)
 	if jr.Code() != 0 {
 		t.Fatalf("the jail run: %d %s %s %s", jr.Code(), jr.Stdout, jr.Stderr, jr.Overstayed())
 	}
 	if j, v := keys(t, []byte(jr.Stdout)), keys(t, mustJSON(t, res)); !slices.Equal(j, v) {
 		t.Errorf("the result's keys differ:\njail %v\nvm   %v", j, v)
 	}
+	if png, err := os.ReadFile(filepath.Join(jwork, "out/plot.png")); dataStack(t) && (err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n")) {
+		t.Errorf("the jail tier's figure: %d bytes, %v", len(png), err)
+	}
+}
+
+// plotCode draws a figure into /work/out/plot.png, as a payload plots in
+// the jail tier, or says that the data stack is missing.
+const plotCode = `
+import time
+t0 = time.monotonic()
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError as e:
+    print("no data stack:", e)
+else:
+    plt.plot([1, 4, 9])
+    plt.savefig("/work/out/plot.png")
+    print("plot saved in %.1f s" % (time.monotonic() - t0))
+`
+
+// dataStack reports whether the host's Python has matplotlib: the guest's
+// image carries it then, and a plot must come back from both tiers.
+func dataStack(t *testing.T) bool {
+	t.Helper()
+	return exec.Command(hostPython, "-c", "import matplotlib, numpy").Run() == nil
 }
 
 func mustJSON(t *testing.T, r *jail.Result) []byte {
