@@ -132,9 +132,12 @@ data = open("/work/in.txt").read()
 os.makedirs("/work/out", exist_ok=True)
 open("/work/out/up.txt", "w").write(data.upper())
 print("kernel:", os.uname().release)
-`
+` + plotCode
 	spec := vmSpec(t, "python3", "-c", code)
 	spec.Workdir = work
+	// matplotlib's first import in a guest builds its font cache, under
+	// emulation at this machine's load for more than the profile's 30 s.
+	spec.Timeout = 4 * time.Minute
 	res, err := runVM(t, spec, o)
 	if err != nil || res.Verdict != jail.VerdictOK {
 		t.Fatalf("verdict %s, err %v, stderr %q", res.Verdict, err, res.Stderr)
@@ -152,9 +155,15 @@ print("kernel:", os.uname().release)
 	if err != nil || string(got) != "HELLO FROM THE HOST" {
 		t.Errorf("the guest's /work/out/up.txt on the host: %q, %v", got, err)
 	}
+	if dataStack(t) {
+		png, err := os.ReadFile(filepath.Join(work, "out/plot.png"))
+		if err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n") {
+			t.Errorf("the guest's figure on the host: %d bytes, %v; stdout %q stderr %q", len(png), err, res.Stdout, res.Stderr)
+		}
+	}
 	left.check(t)
 
-	// The same run in the jail tier: the same JSON keys.
+	// The same run in the jail tier: the same JSON keys, the same figure.
 	// A --workdir there too (the result then has copy_back_ms as the
 	// VM's has): an ordinary user's, on a path the jail user can search.
 	jwork, err := os.MkdirTemp("", "stockade-vmtier-test-")
@@ -168,13 +177,40 @@ print("kernel:", os.uname().release)
 	if err := os.Chown(jwork, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
-	jr := proctest.Run(t, exec.Command(o.Binary, "run", "--json", "--workdir", jwork, "--", "python3", "-c", "open('/work/x', 'w').write('x')"), 2*time.Minute)
+	jr := proctest.Run(t, exec.Command(o.Binary, "run", "--json", "--workdir", jwork, "--", "python3", "-c", "import os\nos.makedirs('/work/out')\n"+plotCode), 2*time.Minute)
 	if jr.Code() != 0 {
 		t.Fatalf("the jail run: %d %s %s %s", jr.Code(), jr.Stdout, jr.Stderr, jr.Overstayed())
 	}
 	if j, v := keys(t, []byte(jr.Stdout)), keys(t, mustJSON(t, res)); !slices.Equal(j, v) {
 		t.Errorf("the result's keys differ:\njail %v\nvm   %v", j, v)
 	}
+	if png, err := os.ReadFile(filepath.Join(jwork, "out/plot.png")); dataStack(t) && (err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n")) {
+		t.Errorf("the jail tier's figure: %d bytes, %v", len(png), err)
+	}
+}
+
+// plotCode draws a figure into /work/out/plot.png, as a payload plots in
+// the jail tier, or says that the data stack is missing.
+const plotCode = `
+import time
+t0 = time.monotonic()
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError as e:
+    print("no data stack:", e)
+else:
+    plt.plot([1, 4, 9])
+    plt.savefig("/work/out/plot.png")
+    print("plot saved in %.1f s" % (time.monotonic() - t0))
+`
+
+// dataStack reports whether the host's Python has matplotlib: the guest's
+// image carries it then, and a plot must come back from both tiers.
+func dataStack(t *testing.T) bool {
+	t.Helper()
+	return exec.Command(hostPython, "-c", "import matplotlib, numpy").Run() == nil
 }
 
 func mustJSON(t *testing.T, r *jail.Result) []byte {
@@ -209,17 +245,57 @@ func TestVMTimeout(t *testing.T) {
 	}
 }
 
-// The memory limit holds in the guest: the jail's cgroup there kills.
-func TestVMMemory(t *testing.T) {
+// The memory and pids limits hold in the guest, in one boot: a fork bomb
+// is held by the guest's jail's pids limit (it forks fewer children than
+// the limit, and the result counts the tasks), then the payload grows
+// until the guest's jail's memory limit kills it. The verdict is the one
+// the jail tier gives the same payload on the host (memory outranks pids).
+func TestVMMemoryAndPids(t *testing.T) {
 	o := needVM(t)
-	spec := vmSpec(t, "python3", "-c", "b = []\nwhile True: b.append(bytearray(16 << 20))")
+	const code = `
+import os, signal, sys, time
+n, kids = 0, []
+try:
+    while n < 4096:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60); os._exit(0)
+        kids.append(pid); n += 1
+except OSError as e:
+    print("held after", n, type(e).__name__)
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+    os.waitpid(k, 0)
+sys.stdout.flush()
+b = []
+while True: b.append(bytearray(16 << 20))
+`
+	spec := vmSpec(t, "python3", "-c", code)
 	spec.Cgroup.MemoryMax = 96 << 20
+	spec.Cgroup.PidsMax = 32
 	res, err := runVM(t, spec, o)
 	if err != nil || res.Verdict != jail.VerdictMemory {
-		t.Fatalf("verdict %s exit %d, err %v, stderr %q", res.Verdict, res.ExitCode, err, res.Stderr)
+		t.Fatalf("verdict %s exit %d, err %v, stdout %q stderr %q", res.Verdict, res.ExitCode, err, res.Stdout, res.Stderr)
 	}
 	if res.PeakMemoryBytes == 0 || res.PeakMemoryBytes > 100<<20 {
 		t.Errorf("peak %d: want up to the 96 MiB limit", res.PeakMemoryBytes)
+	}
+	var held int
+	if _, err := fmt.Sscanf(res.Stdout, "held after %d BlockingIOError", &held); err != nil || held >= 32 {
+		t.Errorf("stdout %q: want the fork bomb held below the limit of 32 tasks", res.Stdout)
+	}
+	if res.PidsPeak == 0 || res.PidsPeak > 32 {
+		t.Errorf("pids_peak %d: want up to the limit of 32", res.PidsPeak)
+	}
+
+	// The jail tier, on the host, gives the same payload the same verdict.
+	jr := proctest.Run(t, exec.Command(o.Binary, "run", "--json", "--memory", "96M", "--pids", "32", "--", "python3", "-c", code), 2*time.Minute)
+	var j jail.Result
+	if err := json.Unmarshal([]byte(jr.Stdout), &j); err != nil {
+		t.Fatalf("the jail run: %v: %s %s %s", err, jr.Stdout, jr.Stderr, jr.Overstayed())
+	}
+	if j.Verdict != res.Verdict || j.ExitCode != res.ExitCode || !strings.HasPrefix(j.Stdout, "held after") {
+		t.Errorf("jail: verdict %s exit %d stdout %q; vm: verdict %s exit %d", j.Verdict, j.ExitCode, j.Stdout, res.Verdict, res.ExitCode)
 	}
 }
 
