@@ -144,6 +144,15 @@ func (c *collected) collectFile(root int, p string, inputs map[string]inputFile,
 		c.skip(p + ": not a regular file")
 		return
 	}
+	// Past the count cap a file is not read (an input of its size
+	// excepted, to tell it unchanged): one file linked under thousands
+	// of names would be read whole under each.
+	if in, ok := inputs[p]; len(c.files) >= c.lim.MaxFiles && !(ok && in.size == st.Size) {
+		unix.Close(fd)
+		c.skip(p + ": over the file count cap")
+		c.truncated = true
+		return
+	}
 	data, full, err := beneath.ReadCapped(fd, st.Size, *budget)
 	unix.Close(fd)
 	switch {
@@ -235,10 +244,12 @@ func collectFigures(root int, budget *int64, c *collected) ([]api.Image, bool) {
 			truncated = true
 			continue
 		}
+		// Kept or not, what was read is off the budget: the same file
+		// linked under every name would be read whole under each.
+		*budget -= int64(len(data))
 		if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) {
 			continue // not a figure the driver saved
 		}
-		*budget -= int64(len(data))
 		imgs = append(imgs, api.Image{Type: "png", Data: base64.StdEncoding.EncodeToString(data)})
 	}
 	return imgs, truncated

@@ -47,6 +47,14 @@ func (s *Server) mcpHandler() http.Handler {
 			s.refuseBody(w, err)
 			return
 		}
+		// One request, one call: a JSON-RPC batch (which the SDK serves
+		// to a client of protocol 2025-03-26 or none) would run each of
+		// its calls at once under this one admission, past --per-caller.
+		// MCP has no batches since 2025-06-18.
+		if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+			s.writeError(w, badRequest("a JSON-RPC batch: send one message a request (--per-caller counts requests)"))
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		// From here the tools' context ends when the caller closes the
 		// connection or the server kills the runs, and not at a
