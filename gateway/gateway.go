@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,6 +17,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/stockade/stockade/mcp"
 )
 
 // Config is what `stockade gateway` is given.
@@ -188,6 +191,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/v1/mcp" {
+		// One request, one call (mcp.IsBatch): a batch's calls would all
+		// run at once, past the tenant's session quota, each answer held.
+		body, _ := io.ReadAll(r.Body) // in memory already: bound read it
+		if mcp.IsBatch(body) {
+			writeError(rec, http.StatusBadRequest, "a JSON-RPC batch: send one message a request")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		g.mcp.ServeHTTP(rec, withTenant(r, t))
 		return
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -275,5 +276,25 @@ func TestDocsTenantsFileLoads(t *testing.T) {
 	}
 	if _, err := tightenLimits(bob, map[string]any{"memory": "1G"}); err == nil || !strings.Contains(err.Error(), "above the ceiling") {
 		t.Fatalf("1G against bob's 512M: %v", err)
+	}
+}
+
+// TestAttackMCPBatch: a JSON-RPC batch (which the SDK serves to a client of
+// protocol 2025-03-26) would run all its calls at once under one request,
+// past the tenant's session quota, every answer held. It is refused whole,
+// and none of its calls reaches the backend.
+func TestAttackMCPBatch(t *testing.T) {
+	tg := startGateway(t, nil)
+	c := tg.client(t, nil)
+	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"create_session","arguments":{}}}`
+	batch := " \n[" + fmt.Sprintf(call, 1) + "," + fmt.Sprintf(call, 2) + "," + fmt.Sprintf(call, 3) + "]"
+	hdr := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"MCP-Protocol-Version": "2025-03-26"}
+	code, body := tg.do(t, c, "POST", "/v1/mcp", tokenBob, batch, hdr)
+	tg.backend.mu.Lock()
+	calls := len(tg.backend.calls)
+	tg.backend.mu.Unlock()
+	if code != 400 || calls != 0 {
+		t.Fatalf("a batch of three create_session calls: %d %s, and %d requests reached the backend", code, body, calls)
 	}
 }

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"io"
 
@@ -43,3 +44,13 @@ type Backend interface {
 // from the goroutine that reads the output and must not block: the server
 // cancels a run whose caller stops reading.
 type OutputFunc = func(stream, text string)
+
+// IsBatch says whether an MCP request body is a JSON-RPC batch. The SDK
+// serves one to a client of protocol 2025-03-26 (or none) and runs each of
+// its calls at once, under the one admission its HTTP request had: a front
+// end that counts requests (serve's --per-caller, the gateway's session
+// quota) refuses it. MCP has had no batches since 2025-06-18.
+func IsBatch(body []byte) bool {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '['
+}

@@ -47,11 +47,9 @@ func (s *Server) mcpHandler() http.Handler {
 			s.refuseBody(w, err)
 			return
 		}
-		// One request, one call: a JSON-RPC batch (which the SDK serves
-		// to a client of protocol 2025-03-26 or none) would run each of
-		// its calls at once under this one admission, past --per-caller.
-		// MCP has no batches since 2025-06-18.
-		if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+		// One request, one call: a batch would run each of its calls at
+		// once under this one admission, past --per-caller (mcp.IsBatch).
+		if mcp.IsBatch(body) {
 			s.writeError(w, badRequest("a JSON-RPC batch: send one message a request (--per-caller counts requests)"))
 			return
 		}
