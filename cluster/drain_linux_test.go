@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,5 +79,83 @@ func TestClusterDrainedHostEndsSessionsShutdown(t *testing.T) {
 	st, _, m = f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": "print(3)"})
 	if st != 410 || m["state"] != "ended" || m["verdict"] != "shutdown" {
 		t.Errorf("the drained host's session after its restart: %d %v, want 410 ended shutdown", st, m)
+	}
+}
+
+// --drain-sessions: a drained host's sessions get that long to end by
+// themselves, their owners still reaching them; those still alive then
+// end with verdict shutdown. When they all end sooner, the host stops
+// sooner.
+func TestClusterDrainSessionsGivesSessionsTimeToEnd(t *testing.T) {
+	f := newFixture(t, 1)
+	h := f.hosts[0]
+	f.startNode(h, "--drain-sessions", "8s")
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 3*time.Minute))
+	defer cancel()
+	drain := func() {
+		t.Helper()
+		syscall.Kill(h.serve.Cmd.Process.Pid, syscall.SIGTERM)
+		deadline := time.Now().Add(proctest.Budget(t, 30*time.Second))
+		for !strings.Contains(h.serveLog.String(), "cluster: draining") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no drain:\n%s", h.serveLog.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	exec := func(sid, code string) (int, map[string]any) {
+		st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": code})
+		return st, m
+	}
+	stopped := func() {
+		t.Helper()
+		select {
+		case <-h.serve.Done():
+		case <-time.After(proctest.Budget(t, 60*time.Second)):
+			t.Fatalf("the drained host did not stop:\n%s", h.serveLog.String())
+		}
+	}
+	a, _ := f.newSession(ctx, "tenant-a")
+	b, _ := f.newSession(ctx, "tenant-a")
+	drain()
+	// Draining, the sessions still answer their owners.
+	for _, sid := range []string{a, b} {
+		if st, m := exec(sid, "print('draining')"); st != 200 || m["stdout"] != "draining\n" {
+			t.Errorf("a session during the drain: %d %v", st, m)
+		}
+	}
+	select {
+	case <-h.serve.Done():
+		t.Fatalf("the host stopped with its sessions alive, before --drain-sessions:\n%s", h.serveLog.String())
+	default:
+	}
+	if hb := f.heartbeat(h.name); hb.State != StateDraining {
+		t.Errorf("the heartbeat during the drain: %+v", hb)
+	}
+	// a ends by itself; b outlives the period and is ended.
+	if st, _, m := f.do(ctx, "tenant-a", "", "DELETE", "/v1/sessions/"+a, nil); st != 200 {
+		t.Errorf("DELETE during the drain: %d %v", st, m)
+	}
+	stopped()
+	if log := h.serveLog.String(); !strings.Contains(log, "--drain-sessions 8s over with 1 sessions alive") {
+		t.Errorf("the log does not say the one session left was ended at the period's end:\n%s", log)
+	}
+	if st, m := exec(b, "print(2)"); st != 410 || m["verdict"] != "shutdown" {
+		t.Errorf("the session that outlived --drain-sessions: %d %v, want 410 shutdown", st, m)
+	}
+	// A period far longer than the test's budget: the host stops once its
+	// one session ended, not when the period does.
+	f.startNode(h, "--drain-sessions", "10m")
+	c, _ := f.newSession(ctx, "tenant-a")
+	drain()
+	if st, m := exec(c, "print('still')"); st != 200 || m["stdout"] != "still\n" {
+		t.Errorf("the session during the second drain: %d %v", st, m)
+	}
+	if st, _, m := f.do(ctx, "tenant-a", "", "DELETE", "/v1/sessions/"+c, nil); st != 200 {
+		t.Errorf("DELETE during the second drain: %d %v", st, m)
+	}
+	stopped()
+	if strings.Contains(h.serveLog.String(), "over with") {
+		t.Errorf("the second drain ended a session:\n%s", h.serveLog.String())
 	}
 }
