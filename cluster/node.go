@@ -135,6 +135,9 @@ func (n *Node) Run(ctx context.Context, grace, drainSessions time.Duration) erro
 	n.pull(ctx)
 	n.draining.Store(true)
 	n.setState(StateDraining)
+	// Said at once, not at the next beat: gateways place no new session
+	// on a draining host.
+	n.putHeartbeat(context.Background())
 	n.local.Logf("cluster: draining: no new runs; up to %v for the %d running, up to %v for the %d sessions to end",
 		grace, n.inflight.Load(), drainSessions, n.local.LiveSessions())
 	done := make(chan struct{})
