@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,7 @@ type Backend struct {
 	// queueWait: from a run's publish to its claim by a node (or to its
 	// expiry), by this gateway's runs.
 	queueWait histogram
+	recs      recCache
 
 	// The gateway's own beat in the nodes bucket: the clock a node's
 	// heartbeat is judged by (see look).
@@ -633,18 +635,25 @@ func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant str
 		notFound()
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	e, err := g.b.sessions.Get(ctx, id)
-	cancel()
-	var rec sessionRec
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		notFound()
-		return
-	case err != nil:
-		unavailable(w, "the cluster cannot be reached: "+err.Error())
-		return
-	case json.Unmarshal(e.Value(), &rec) != nil || rec.Tenant != tenant:
+	rec, ok := g.recs.get(id)
+	if !ok {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		e, err := g.b.sessions.Get(ctx, id)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			notFound()
+			return
+		case err != nil:
+			unavailable(w, "the cluster cannot be reached: "+err.Error())
+			return
+		case json.Unmarshal(e.Value(), &rec) != nil:
+			notFound()
+			return
+		}
+		g.recs.put(id, rec)
+	}
+	if rec.Tenant != tenant {
 		notFound() // another tenant's is not there for this one
 		return
 	}
@@ -653,15 +662,48 @@ func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant str
 		writeJSON(w, 413, errorBody(fmt.Sprintf("body over the cluster's max_request (%d bytes)", g.cfg.MaxRequest), nil))
 		return
 	}
-	// A node that restarted (or came back from a fence) since the
-	// session was made does not hold it: say how it ended, unasked.
-	if hb, ok := g.heartbeatOf(r.Context(), rec.Node); ok && rec.Incarnation != "" && hb.Incarnation != rec.Incarnation {
-		g.sessionGone(w, rec)
+	rp, ok := g.forward(w, r, tenant, rec, body)
+	if !ok {
 		return
 	}
-	if rp, ok := g.forward(w, r, tenant, rec, body); ok {
-		writeReply(w, rp)
+	// A node that restarted (or came back from a fence) since the
+	// session was made does not hold it, and answers 404: say how it
+	// ended instead. Asked only then, so that an exec costs one request
+	// to the node and nothing more.
+	if rp.Status == http.StatusNotFound && rec.Incarnation != "" {
+		if hb, ok := g.heartbeatOf(r.Context(), rec.Node); ok && hb.Incarnation != rec.Incarnation {
+			g.sessionGone(w, rec)
+			return
+		}
 	}
+	writeReply(w, rp)
+}
+
+// recCache keeps sessions' records (node, tenant, incarnation), which
+// never change while a session lives: an exec then reads none from the
+// cluster. A record no longer true (the session ended) only sends the
+// request to a node that answers for it. Bounded: full, it starts again.
+type recCache struct {
+	mu sync.Mutex
+	m  map[string]sessionRec
+}
+
+const maxCachedRecs = 1 << 16
+
+func (c *recCache) get(id string) (sessionRec, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[id]
+	return r, ok
+}
+
+func (c *recCache) put(id string, r sessionRec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedRecs {
+		c.m = map[string]sessionRec{}
+	}
+	c.m[id] = r
 }
 
 // Metrics writes the cluster's lines in Prometheus' text format.
