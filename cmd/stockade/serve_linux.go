@@ -83,6 +83,10 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if c.IsSet("drain-sessions") && c.String("cluster") == "" {
 				return fail(fmt.Errorf("--drain-sessions is for a node of a cluster (--cluster FILE)"))
 			}
+			drainSessions, err := profiles.ParseDuration(c.String("drain-sessions"))
+			if err != nil || drainSessions < 0 {
+				return fail(fmt.Errorf("--drain-sessions %q: a duration of 0 or more (30s, 5m)", c.String("drain-sessions")))
+			}
 			defer cfg.Audit.Close()
 			srv, err := server.New(cfg)
 			if err != nil {
@@ -109,10 +113,6 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			}()
 			fmt.Fprintf(stderr, "stockade serve: listening on %s (pool %d per profile, %d at once)\n", ln.Addr(), cfg.Pool, cfg.Concurrency)
 			if f := c.String("cluster"); f != "" {
-				drainSessions, err := profiles.ParseDuration(c.String("drain-sessions"))
-				if err != nil || drainSessions < 0 {
-					return fail(fmt.Errorf("--drain-sessions %q: a duration of 0 or more (30s, 5m)", c.String("drain-sessions")))
-				}
 				return serveCluster(ctx, f, srv, ln, cfg.Grace, drainSessions, fail)
 			}
 			if err := srv.Serve(ctx, ln); err != nil {
