@@ -3,9 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
-	"github.com/stockade/stockade/api"
 	"net/http"
 	"sync"
+
+	"github.com/stockade/stockade/api"
 )
 
 // The seam `stockade serve --cluster` uses (package cluster): a request
