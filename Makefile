@@ -131,8 +131,8 @@ vmtest: deps-vmtest build
 	exit $$rc
 	vmtest/systemd/run $(BIN)
 
-bench: deps-bench build
-	@scripts/bench $(BIN)
+bench: deps-bench build $(NATS_SERVER)
+	@STOCKADE_NATS_SERVER=$(CURDIR)/$(NATS_SERVER) scripts/bench $(BIN)
 
 soak: build
 	STOCKADE_SOAK=$${STOCKADE_SOAK:-2000} $(GO) test -count=1 -run '^TestSoak$$' -timeout 60m -v ./jail/

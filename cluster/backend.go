@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,10 @@ type Backend struct {
 	b   buckets
 
 	hostLost, expired, submitted, duplicates, refused atomic.Int64
+	// queueWait: from a run's publish to its claim by a node (or to its
+	// expiry), by this gateway's runs.
+	queueWait histogram
+	recs      recCache
 
 	// The gateway's own beat in the nodes bucket: the clock a node's
 	// heartbeat is judged by (see look).
@@ -199,12 +204,14 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 		unavailable(w, "the cluster's queue cannot be reached: "+err.Error())
 		return
 	}
+	enqueued := time.Now()
 	if ack.Duplicate {
 		g.duplicates.Add(1)
+		enqueued = time.Time{} // its wait is the first submission's
 	} else {
 		g.submitted.Add(1)
 	}
-	g.wait(w, r, tenant, id, time.Now().Add(g.cfg.QueueWait.D()))
+	g.wait(w, r, tenant, id, enqueued, enqueued.Add(g.cfg.QueueWait.D()))
 }
 
 // errDupInProcess is JetStream's answer to a message id being stored
@@ -247,17 +254,24 @@ const (
 // wait answers the run's result once stored; host_lost once the node
 // that claimed it has a heartbeat older than grace (or a newer
 // incarnation); expired when nobody claimed it by deadline.
-func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, deadline time.Time) {
+// A duplicate (enqueued zero) waits for the first submission's deadline
+// at most as long as queue_wait from now, and its wait is not observed.
+func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, enqueued, deadline time.Time) {
+	if enqueued.IsZero() {
+		deadline = time.Now().Add(g.cfg.QueueWait.D())
+	}
 	every := pollMin
 	for {
 		st := g.look(r.Context(), tenant, id)
 		switch {
 		case st.result != nil:
 			g.writeResult(w, id, st.result)
+			go g.observeWait(tenant, id, enqueued, st.claim)
 			return
 		case st.lost != "":
 			g.hostLost.Add(1)
 			writeJSON(w, 200, lostBody(id, st.claim.Node, st.lost))
+			go g.observeWait(tenant, id, enqueued, st.claim)
 			return
 		case st.claim == nil && time.Now().After(deadline):
 			// Take the claim ourselves, so that no node starts it after
@@ -268,6 +282,9 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 			cancel()
 			if err == nil {
 				g.expired.Add(1)
+				if !enqueued.IsZero() {
+					g.queueWait.observe(time.Since(enqueued))
+				}
 				eb := errorBody(fmt.Sprintf("waited in the cluster's queue over queue_wait (%v); never started", g.cfg.QueueWait.D()),
 					map[string]any{"verdict": "expired", "run_id": id})
 				g.b.results.Put(context.Background(), id, mustJSON(result{Tenant: tenant, Status: 200, ContentType: "application/json", Body: eb}))
@@ -282,6 +299,31 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 		}
 		every = min(every*3/2, pollMax)
 	}
+}
+
+// observeWait puts a run's time in the queue (publish to claim) into the
+// histogram, reading the claim when the answer came before it was seen.
+func (g *Backend) observeWait(tenant, id string, enqueued time.Time, c *claim) {
+	if enqueued.IsZero() {
+		return
+	}
+	if c == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		e, err := g.b.claims.Get(ctx, id)
+		if err != nil {
+			return
+		}
+		var cl claim
+		if json.Unmarshal(e.Value(), &cl) != nil || cl.Tenant != tenant {
+			return
+		}
+		c = &cl
+	}
+	if c.Node == expiredBy {
+		return // observed as it expired
+	}
+	g.queueWait.observe(max(0, c.At.Sub(enqueued)))
 }
 
 func mustJSON(v any) []byte {
@@ -593,18 +635,25 @@ func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant str
 		notFound()
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	e, err := g.b.sessions.Get(ctx, id)
-	cancel()
-	var rec sessionRec
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		notFound()
-		return
-	case err != nil:
-		unavailable(w, "the cluster cannot be reached: "+err.Error())
-		return
-	case json.Unmarshal(e.Value(), &rec) != nil || rec.Tenant != tenant:
+	rec, ok := g.recs.get(id)
+	if !ok {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		e, err := g.b.sessions.Get(ctx, id)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			notFound()
+			return
+		case err != nil:
+			unavailable(w, "the cluster cannot be reached: "+err.Error())
+			return
+		case json.Unmarshal(e.Value(), &rec) != nil:
+			notFound()
+			return
+		}
+		g.recs.put(id, rec)
+	}
+	if rec.Tenant != tenant {
 		notFound() // another tenant's is not there for this one
 		return
 	}
@@ -613,15 +662,48 @@ func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant str
 		writeJSON(w, 413, errorBody(fmt.Sprintf("body over the cluster's max_request (%d bytes)", g.cfg.MaxRequest), nil))
 		return
 	}
-	// A node that restarted (or came back from a fence) since the
-	// session was made does not hold it: say how it ended, unasked.
-	if hb, ok := g.heartbeatOf(r.Context(), rec.Node); ok && rec.Incarnation != "" && hb.Incarnation != rec.Incarnation {
-		g.sessionGone(w, rec)
+	rp, ok := g.forward(w, r, tenant, rec, body)
+	if !ok {
 		return
 	}
-	if rp, ok := g.forward(w, r, tenant, rec, body); ok {
-		writeReply(w, rp)
+	// A node that restarted (or came back from a fence) since the
+	// session was made does not hold it, and answers 404: say how it
+	// ended instead. Asked only then, so that an exec costs one request
+	// to the node and nothing more.
+	if rp.Status == http.StatusNotFound && rec.Incarnation != "" {
+		if hb, ok := g.heartbeatOf(r.Context(), rec.Node); ok && hb.Incarnation != rec.Incarnation {
+			g.sessionGone(w, rec)
+			return
+		}
 	}
+	writeReply(w, rp)
+}
+
+// recCache keeps sessions' records (node, tenant, incarnation), which
+// never change while a session lives: an exec then reads none from the
+// cluster. A record no longer true (the session ended) only sends the
+// request to a node that answers for it. Bounded: full, it starts again.
+type recCache struct {
+	mu sync.Mutex
+	m  map[string]sessionRec
+}
+
+const maxCachedRecs = 1 << 16
+
+func (c *recCache) get(id string) (sessionRec, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[id]
+	return r, ok
+}
+
+func (c *recCache) put(id string, r sessionRec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedRecs {
+		c.m = map[string]sessionRec{}
+	}
+	c.m[id] = r
 }
 
 // Metrics writes the cluster's lines in Prometheus' text format.
@@ -639,7 +721,7 @@ func (g *Backend) Metrics(w io.Writer) {
 			}
 		}
 	}
-	states := map[string]int{StateUp: 0, StateDraining: 0, StateFenced: 0, "lost": 0}
+	states := map[string]int{}
 	free, ready := 0, 0
 	for _, hb := range g.nodes(ctx) {
 		states[hb.State]++
@@ -649,7 +731,7 @@ func (g *Backend) Metrics(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "# TYPE stockade_cluster_nodes gauge\n")
-	for _, s := range []string{StateUp, StateDraining, StateFenced, "lost"} {
+	for _, s := range []string{StateUp, StateDraining, StateFenced, StateStopped, "lost"} {
 		fmt.Fprintf(w, "stockade_cluster_nodes{state=%q} %d\n", s, states[s])
 	}
 	fmt.Fprintf(w, "# TYPE stockade_cluster_free_slots gauge\nstockade_cluster_free_slots %d\n", free)
@@ -661,4 +743,5 @@ func (g *Backend) Metrics(w io.Writer) {
 		{"runs_host_lost", &g.hostLost}, {"runs_expired", &g.expired}} {
 		fmt.Fprintf(w, "# TYPE stockade_cluster_%s_total counter\nstockade_cluster_%s_total %s\n", c.name, c.name, strconv.FormatInt(c.v.Load(), 10))
 	}
+	g.queueWait.write(w, "stockade_cluster_queue_wait_seconds", "time from a run's publish to its claim by a node (or its expiry), for this gateway's runs")
 }

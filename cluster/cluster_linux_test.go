@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -90,12 +91,102 @@ func TestClusterRunsOnceAcrossHosts(t *testing.T) {
 	if st != 404 {
 		t.Errorf("tenant-b fetching tenant-a's run: %d, want 404", st)
 	}
-	var metrics strings.Builder
-	f.g.Metrics(&metrics)
-	for _, want := range []string{`stockade_cluster_nodes{state="up"} 3`, fmt.Sprintf("stockade_cluster_runs_submitted_total %d", n),
-		fmt.Sprintf("stockade_cluster_runs_duplicate_total %d", n/5), "stockade_cluster_queue_messages 0"} {
-		if !strings.Contains(metrics.String(), want) {
-			t.Errorf("metrics lack %q:\n%s", want, metrics.String())
+	// The queue wait of each run submitted (not of its duplicates) is
+	// observed once its answer is written: soon after.
+	waits := fmt.Sprintf("stockade_cluster_queue_wait_seconds_count %d\n", n)
+	metrics := f.metrics()
+	for deadline := time.Now().Add(proctest.Budget(t, 10*time.Second)); !strings.Contains(metrics, waits) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		metrics = f.metrics()
+	}
+	for _, want := range []string{`stockade_cluster_nodes{state="up"} 3`, `stockade_cluster_nodes{state="lost"} 0`,
+		fmt.Sprintf("stockade_cluster_runs_submitted_total %d", n), fmt.Sprintf("stockade_cluster_runs_duplicate_total %d", n/5),
+		"stockade_cluster_queue_messages 0", "stockade_cluster_queue_pending 0\n", "stockade_cluster_queue_ack_pending 0\n",
+		"stockade_cluster_runs_host_lost_total 0\n", "stockade_cluster_runs_expired_total 0\n",
+		"# TYPE stockade_cluster_queue_wait_seconds histogram\n", waits,
+		fmt.Sprintf("stockade_cluster_queue_wait_seconds_bucket{le=\"+Inf\"} %d\n", n)} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q:\n%s", want, metrics)
 		}
+	}
+	checkHistogram(t, metrics, "stockade_cluster_queue_wait_seconds", n)
+	// Every node's free slots and ready jails, summed: 3 hosts of
+	// --concurrency 2 (their beats may still count a run ending).
+	if v := metricValue(metrics, "stockade_cluster_free_slots"); v < 0 || v > 6 {
+		t.Errorf("free slots %v, want 0..6:\n%s", v, metrics)
+	}
+	if v := metricValue(metrics, "stockade_cluster_pool_ready"); v < 0 || v > 3 {
+		t.Errorf("pool ready %v, want 0..3 (--pool 1 on 3 hosts):\n%s", v, metrics)
+	}
+}
+
+// Metrics of a queue nobody takes from: a run waits (pending 1), then
+// answers expired, counted, its wait in the histogram's top buckets.
+func TestClusterMetricsQueuePendingAndExpired(t *testing.T) {
+	f := newFixtureWith(t, 1, func(c *Config) { c.QueueWait = Duration(2 * time.Second) })
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, time.Minute))
+	defer cancel()
+	done := make(chan runAnswer, 1)
+	go func() {
+		st, h, m := f.do(ctx, "tenant-a", "e1", "POST", "/v1/run", map[string]any{"code": "print(1)"})
+		done <- runAnswer{st, h.Get(RunIDHeader), m}
+	}()
+	deadline := time.Now().Add(proctest.Budget(t, 10*time.Second))
+	for metricValue(f.metrics(), "stockade_cluster_queue_pending") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the queued run is not pending:\n%s", f.metrics())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a := <-done; a.status != 200 || a.body["verdict"] != "expired" {
+		t.Fatalf("a run nobody took: %d %v", a.status, a.body)
+	}
+	m := f.metrics()
+	for _, want := range []string{"stockade_cluster_runs_expired_total 1\n", "stockade_cluster_queue_wait_seconds_count 1\n",
+		// It waited queue_wait (2 s) at least: in no bucket below 2.5 s.
+		"stockade_cluster_queue_wait_seconds_bucket{le=\"1\"} 0\n", `stockade_cluster_nodes{state="up"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q:\n%s", want, m)
+		}
+	}
+	checkHistogram(t, m, "stockade_cluster_queue_wait_seconds", 1)
+}
+
+func (f *fixture) metrics() string {
+	var b strings.Builder
+	f.g.Metrics(&b)
+	return b.String()
+}
+
+// metricValue is the value of an unlabelled line, -1 when there is none.
+func metricValue(metrics, name string) float64 {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if x, err := strconv.ParseFloat(v, 64); err == nil {
+				return x
+			}
+		}
+	}
+	return -1
+}
+
+// checkHistogram checks a Prometheus histogram's shape: cumulative
+// buckets in rising order, the +Inf one equal to _count, which is n.
+func checkHistogram(t *testing.T, metrics, name string, n int) {
+	t.Helper()
+	prev, buckets := -1.0, 0
+	for _, line := range strings.Split(metrics, "\n") {
+		if !strings.HasPrefix(line, name+"_bucket{") {
+			continue
+		}
+		buckets++
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil || v < prev {
+			t.Errorf("histogram %s: bucket line %q after %v", name, line, prev)
+		}
+		prev = v
+	}
+	if buckets < 2 || prev != float64(n) || metricValue(metrics, name+"_count") != float64(n) || metricValue(metrics, name+"_sum") < 0 {
+		t.Errorf("histogram %s: %d buckets, last %v, want %d:\n%s", name, buckets, prev, n, metrics)
 	}
 }

@@ -3,7 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"sync"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -82,82 +82,80 @@ func TestClusterDrainedHostEndsSessionsShutdown(t *testing.T) {
 	}
 }
 
-// Done-when 5, second half: a rolling drain of every host (SIGTERM, then
-// the host back, as an upgrade does) during N runs, with a session on
-// each: every run answers ok, none lost, none started twice; each session
-// ends shutdown with its host's drain, never ok after it.
-func TestClusterRollingDrainLosesNothing(t *testing.T) {
-	f := newFixture(t, 3)
-	for _, h := range f.hosts {
-		f.startNode(h)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 4*time.Minute))
+// --drain-sessions: a drained host's sessions get that long to end by
+// themselves, their owners still reaching them; those still alive then
+// end with verdict shutdown. When they all end sooner, the host stops
+// sooner.
+func TestClusterDrainSessionsGivesSessionsTimeToEnd(t *testing.T) {
+	f := newFixture(t, 1)
+	h := f.hosts[0]
+	f.startNode(h, "--drain-sessions", "8s")
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 3*time.Minute))
 	defer cancel()
-	sessions := map[string]string{} // host -> session
-	for i := 0; i < 60 && len(sessions) < len(f.hosts); i++ {
-		id, node := f.newSession(ctx, "tenant-a")
-		if _, has := sessions[node]; has {
-			f.do(ctx, "tenant-a", "", "DELETE", "/v1/sessions/"+id, nil)
-			continue
-		}
-		sessions[node] = id
-	}
-	if len(sessions) < len(f.hosts) {
-		t.Fatalf("sessions on %d hosts only in 60 tries", len(sessions))
-	}
-	const n = 18
-	answers := make([]runAnswer, n)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	go func() {
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				st, h, m := f.do(ctx, "tenant-a", fmt.Sprintf("rd%d", i), "POST", "/v1/run",
-					map[string]any{"code": fmt.Sprintf("import time; time.sleep(1); print(%d)", i)})
-				answers[i] = runAnswer{st, h.Get(RunIDHeader), m}
-			}()
-			select {
-			case <-stop:
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}()
-	for _, h := range f.hosts {
-		sid := sessions[h.name]
+	drain := func() {
+		t.Helper()
 		syscall.Kill(h.serve.Cmd.Process.Pid, syscall.SIGTERM)
+		deadline := time.Now().Add(proctest.Budget(t, 30*time.Second))
+		for !strings.Contains(h.serveLog.String(), "cluster: draining") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no drain:\n%s", h.serveLog.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	exec := func(sid, code string) (int, map[string]any) {
+		st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": code})
+		return st, m
+	}
+	stopped := func() {
+		t.Helper()
 		select {
 		case <-h.serve.Done():
 		case <-time.After(proctest.Budget(t, 60*time.Second)):
-			t.Fatalf("%s did not stop:\n%s", h.name, h.serveLog.String())
-		}
-		st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": "print(1)"})
-		if st != 410 || m["verdict"] != "shutdown" {
-			t.Errorf("%s's session after its drain: %d %v, want 410 shutdown", h.name, st, m)
-		}
-		f.startNode(h)
-	}
-	close(stop)
-	time.Sleep(600 * time.Millisecond)
-	wg.Wait()
-	for i, a := range answers {
-		if a.status != 200 || a.body["verdict"] != "ok" || a.body["stdout"] != fmt.Sprintf("%d\n", i) {
-			t.Errorf("run %d: %d %v", i, a.status, a.body)
+			t.Fatalf("the drained host did not stop:\n%s", h.serveLog.String())
 		}
 	}
-	starts := f.auditStarts()
-	if len(starts) != n {
-		t.Errorf("%d runs started, want %d", len(starts), n)
-	}
-	for id, hosts := range starts {
-		if len(hosts) != 1 {
-			t.Errorf("run %s started on %v", id, hosts)
+	a, _ := f.newSession(ctx, "tenant-a")
+	b, _ := f.newSession(ctx, "tenant-a")
+	drain()
+	// Draining, the sessions still answer their owners.
+	for _, sid := range []string{a, b} {
+		if st, m := exec(sid, "print('draining')"); st != 200 || m["stdout"] != "draining\n" {
+			t.Errorf("a session during the drain: %d %v", st, m)
 		}
 	}
-	for node, sid := range sessions {
-		if st, _, m := f.do(ctx, "tenant-a", "", "GET", "/v1/sessions/"+sid, nil); st != 410 || m["verdict"] != "shutdown" {
-			t.Errorf("%s's session at the end: %d %v", node, st, m)
-		}
+	select {
+	case <-h.serve.Done():
+		t.Fatalf("the host stopped with its sessions alive, before --drain-sessions:\n%s", h.serveLog.String())
+	default:
+	}
+	if hb := f.heartbeat(h.name); hb.State != StateDraining {
+		t.Errorf("the heartbeat during the drain: %+v", hb)
+	}
+	// a ends by itself; b outlives the period and is ended.
+	if st, _, m := f.do(ctx, "tenant-a", "", "DELETE", "/v1/sessions/"+a, nil); st != 200 {
+		t.Errorf("DELETE during the drain: %d %v", st, m)
+	}
+	stopped()
+	if log := h.serveLog.String(); !strings.Contains(log, "--drain-sessions 8s over with 1 sessions alive") {
+		t.Errorf("the log does not say the one session left was ended at the period's end:\n%s", log)
+	}
+	if st, m := exec(b, "print(2)"); st != 410 || m["verdict"] != "shutdown" {
+		t.Errorf("the session that outlived --drain-sessions: %d %v, want 410 shutdown", st, m)
+	}
+	// A period far longer than the test's budget: the host stops once its
+	// one session ended, not when the period does.
+	f.startNode(h, "--drain-sessions", "10m")
+	c, _ := f.newSession(ctx, "tenant-a")
+	drain()
+	if st, m := exec(c, "print('still')"); st != 200 || m["stdout"] != "still\n" {
+		t.Errorf("the session during the second drain: %d %v", st, m)
+	}
+	if st, _, m := f.do(ctx, "tenant-a", "", "DELETE", "/v1/sessions/"+c, nil); st != 200 {
+		t.Errorf("DELETE during the second drain: %d %v", st, m)
+	}
+	stopped()
+	if strings.Contains(h.serveLog.String(), "over with") {
+		t.Errorf("the second drain ended a session:\n%s", h.serveLog.String())
 	}
 }

@@ -143,6 +143,10 @@ func TestClusterHostKilledRunsAnswerHostLost(t *testing.T) {
 	if lost == 0 {
 		t.Error("no run answered host_lost")
 	}
+	// The gateway's metrics count them (asked again at GET is not another).
+	if want, m := fmt.Sprintf("stockade_cluster_runs_host_lost_total %d\n", lost), f.metrics(); !strings.Contains(m, want) {
+		t.Errorf("metrics lack %q:\n%s", want, m)
+	}
 	// An answered run started exactly once; a lost one at most once (its
 	// host may have died between the claim and the start), on its host.
 	starts := f.auditStarts()

@@ -51,10 +51,15 @@ type host struct {
 	nats         *proctest.Proc
 	serve        *proctest.Proc
 	serveLog     *lockedBuf
+	// cgroup, when set, is a cgroup directory (v1 cpu) the host's serve
+	// joins before it starts (make bench's CPU quota per host); env is
+	// added to its environment.
+	cgroup string
+	env    []string
 }
 
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	tag     string
 	hub     string
 	dir     string
@@ -83,7 +88,7 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-func needCluster(t *testing.T) (bin, natsBin string) {
+func needCluster(t testing.TB) (bin, natsBin string) {
 	t.Helper()
 	testenv.NeedRoot(t, "makes network namespaces and starts real jails")
 	bin = testenv.NeedBinary(t, "the hosts run a real stockade serve --cluster")
@@ -97,7 +102,7 @@ func needCluster(t *testing.T) (bin, natsBin string) {
 	return bin, natsBin
 }
 
-func sh(t *testing.T, args ...string) {
+func sh(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
@@ -106,10 +111,10 @@ func sh(t *testing.T, args ...string) {
 
 // newFixture makes n hosts, their NATS cluster and the gateway's
 // backend; the nodes are started by startNode.
-func newFixture(t *testing.T, n int) *fixture { return newFixtureWith(t, n, nil) }
+func newFixture(t testing.TB, n int) *fixture { return newFixtureWith(t, n, nil) }
 
 // newFixtureWith is newFixture with the gateway's file changed by edit.
-func newFixtureWith(t *testing.T, n int, edit func(*Config)) *fixture {
+func newFixtureWith(t testing.TB, n int, edit func(*Config)) *fixture {
 	bin, natsBin := needCluster(t)
 	tagb := make([]byte, 3)
 	rand.Read(tagb)
@@ -393,9 +398,16 @@ func (f *fixture) startNode(h *host, args ...string) {
 	file := filepath.Join(h.dir, "cluster.json")
 	os.WriteFile(file, b, 0o600)
 	h.serveLog = &lockedBuf{}
-	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.ns, f.bin, "serve", "--socket", filepath.Join(h.dir, "s.sock"),
+	argv := append([]string{"nsenter", "--net=/run/netns/" + h.ns, f.bin, "serve", "--socket", filepath.Join(h.dir, "s.sock"),
 		"--cluster", file, "--audit-log", filepath.Join(h.dir, "audit.log"), "--audit-required",
-		"--concurrency", "2", "--pool", "1", "--grace", "5s"}, args...)...)
+		"--concurrency", "2", "--pool", "1", "--grace", "5s"}, args...)
+	if h.cgroup != "" {
+		argv = append([]string{"sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, h.cgroup}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if h.env != nil {
+		cmd.Env = append(os.Environ(), h.env...)
+	}
 	cmd.Stdout, cmd.Stderr = h.serveLog, h.serveLog
 	p, err := proctest.Start(cmd)
 	if err != nil {

@@ -25,6 +25,7 @@ type Local interface {
 	Slots() int
 	PoolReady() int
 	EndSessions(why string) int
+	LiveSessions() int
 	Logf(format string, a ...any)
 }
 
@@ -122,22 +123,44 @@ func (n *Node) bind(ctx context.Context) error {
 }
 
 // Run heartbeats and pulls work until ctx ends, then drains: it stops
-// pulling, says draining, and waits up to grace for the runs it holds.
-// Sessions are the server's to end when it stops (verdict shutdown).
-func (n *Node) Run(ctx context.Context, grace time.Duration) error {
+// pulling, says draining, and waits up to grace for the runs it holds and,
+// at the same time, up to drainSessions for its sessions to end by
+// themselves (their owners still reach them meanwhile). The sessions still
+// alive then are ended, verdict shutdown; with drainSessions 0 that is
+// left to the server's stop.
+func (n *Node) Run(ctx context.Context, grace, drainSessions time.Duration) error {
 	hbCtx, stopHB := context.WithCancel(context.Background())
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); n.heartbeats(hbCtx) }()
 	n.pull(ctx)
 	n.draining.Store(true)
 	n.setState(StateDraining)
-	n.local.Logf("cluster: draining: no new runs; up to %v for the %d running", grace, n.inflight.Load())
+	// Said at once, not at the next beat: gateways place no new session
+	// on a draining host.
+	n.putHeartbeat(context.Background())
+	n.local.Logf("cluster: draining: no new runs; up to %v for the %d running, up to %v for the %d sessions to end",
+		grace, n.inflight.Load(), drainSessions, n.local.LiveSessions())
 	done := make(chan struct{})
 	go func() { n.running.Wait(); close(done) }()
+	sessionsDone := make(chan struct{})
+	go func() {
+		defer close(sessionsDone)
+		end := time.Now().Add(drainSessions)
+		for n.local.LiveSessions() > 0 && time.Now().Before(end) {
+			time.Sleep(min(100*time.Millisecond, time.Until(end)))
+		}
+	}()
 	select {
 	case <-done:
 	case <-time.After(grace):
 		n.local.Logf("cluster: grace over with %d runs still running; the server's own grace ends them", n.inflight.Load())
+	}
+	<-sessionsDone
+	if drainSessions > 0 {
+		if live := n.local.LiveSessions(); live > 0 {
+			n.local.Logf("cluster: --drain-sessions %v over with %d sessions alive: ending them (verdict shutdown)", drainSessions, live)
+			n.local.EndSessions(fmt.Sprintf("its host was drained: the %v it gives sessions to end (--drain-sessions) ran out", drainSessions))
+		}
 	}
 	n.putHeartbeat(context.Background())
 	stopHB()

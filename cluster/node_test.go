@@ -15,6 +15,7 @@ func (f fakeLocal) FreeSlots() int                                              
 func (f fakeLocal) Slots() int                                                     { return f.slots }
 func (f fakeLocal) PoolReady() int                                                 { return 0 }
 func (f fakeLocal) EndSessions(string) int                                         { return 0 }
+func (f fakeLocal) LiveSessions() int                                              { return 0 }
 func (f fakeLocal) Logf(string, ...any)                                            {}
 
 // A restarted node pulled work before its first heartbeat was stored (a

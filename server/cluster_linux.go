@@ -81,6 +81,13 @@ func (s *Server) PoolReady() int {
 	return n
 }
 
+// LiveSessions is how many sessions are alive (not yet ended): what a
+// draining node waits for, up to --drain-sessions.
+func (s *Server) LiveSessions() int {
+	live, _ := s.sessions.counts()
+	return live
+}
+
 // EndSessions ends every session now with verdict shutdown and why (a
 // fenced or draining node): their owners' next request answers 410 with
 // it, and their jails are released in the background.

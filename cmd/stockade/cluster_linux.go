@@ -14,8 +14,9 @@ import (
 // serveCluster is `stockade serve --cluster FILE`: the server answers its
 // socket as always, and the node takes the cluster's work into it. On
 // SIGTERM the node drains first (no new runs; the running ones get
-// grace), then the server stops (its sessions end with verdict shutdown).
-func serveCluster(ctx context.Context, file string, srv *server.Server, ln net.Listener, grace time.Duration, fail func(error) error) error {
+// grace; the sessions get drainSessions to end by themselves), then the
+// server stops (the sessions still alive end with verdict shutdown).
+func serveCluster(ctx context.Context, file string, srv *server.Server, ln net.Listener, grace, drainSessions time.Duration, fail func(error) error) error {
 	ccfg, err := cluster.Load(file, true)
 	if err != nil {
 		return fail(err)
@@ -36,7 +37,7 @@ func serveCluster(ctx context.Context, file string, srv *server.Server, ln net.L
 	go func() { served <- srv.Serve(srvCtx, ln) }()
 	srv.Logf("cluster: node %s joined; taking work", ccfg.Node)
 	drained := make(chan struct{})
-	go func() { node.Run(ctx, grace); close(drained) }()
+	go func() { node.Run(ctx, grace, drainSessions); close(drained) }()
 	select {
 	case <-drained:
 		stopSrv()

@@ -62,6 +62,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "audit-required", Usage: "no run without its audit line: a start line is written before the code reaches the jail, and a run whose line cannot be written is refused (503)"},
 		}, append(sessionFlags(),
 			&cli.StringFlag{Name: "cluster", Usage: "join the NATS JetStream cluster this JSON FILE names (docs/cluster.md): take runs from its queue while a slot is free, answer its gateways' session requests"},
+			&cli.StringFlag{Name: "drain-sessions", Value: "0s", Usage: "with --cluster, on SIGTERM: how long the host's sessions get to end by themselves (their owners still reach them) before they end with verdict shutdown; runs get --grace meanwhile"},
 			&cli.StringFlag{Name: "cgroup-parent", Usage: "create the jails' cgroups below this path (default: $STOCKADE_CGROUP_PARENT, else stockade's own cgroup)"})...),
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
@@ -78,6 +79,13 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			cfg, err := serveConfig(c, stderr)
 			if err != nil {
 				return fail(err)
+			}
+			if c.IsSet("drain-sessions") && c.String("cluster") == "" {
+				return fail(fmt.Errorf("--drain-sessions is for a node of a cluster (--cluster FILE)"))
+			}
+			drainSessions, err := profiles.ParseDuration(c.String("drain-sessions"))
+			if err != nil || drainSessions < 0 {
+				return fail(fmt.Errorf("--drain-sessions %q: a duration of 0 or more (30s, 5m)", c.String("drain-sessions")))
 			}
 			defer cfg.Audit.Close()
 			srv, err := server.New(cfg)
@@ -105,7 +113,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			}()
 			fmt.Fprintf(stderr, "stockade serve: listening on %s (pool %d per profile, %d at once)\n", ln.Addr(), cfg.Pool, cfg.Concurrency)
 			if f := c.String("cluster"); f != "" {
-				return serveCluster(ctx, f, srv, ln, cfg.Grace, fail)
+				return serveCluster(ctx, f, srv, ln, cfg.Grace, drainSessions, fail)
 			}
 			if err := srv.Serve(ctx, ln); err != nil {
 				return fail(err)
