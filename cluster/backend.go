@@ -668,13 +668,12 @@ func (g *Backend) sessionCall(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	// A node that restarted (or came back from a fence) since the
 	// session was made does not hold it, and answers 404: say how it
-	// ended instead. Asked only then, so that an exec costs one request
-	// to the node and nothing more.
-	if rp.Status == http.StatusNotFound && rec.Incarnation != "" {
-		if hb, ok := g.heartbeatOf(r.Context(), rec.Node); ok && hb.Incarnation != rec.Incarnation {
-			g.sessionGone(w, rec)
-			return
-		}
+	// ended instead. The answer names the incarnation that gave it: the
+	// node's own word, not its heartbeat in the cluster, which a
+	// restarted node may not have stored yet when it already answers.
+	if rp.Status == http.StatusNotFound && rec.Incarnation != "" && rp.Incarnation != rec.Incarnation {
+		g.sessionGone(w, rec)
+		return
 	}
 	writeReply(w, rp)
 }

@@ -421,6 +421,9 @@ func jsonOrString(b []byte) json.RawMessage {
 // goroutine, at most maxSessionCalls at once.
 func (n *Node) serveCall(m *nats.Msg) {
 	respond := func(rp reply) {
+		n.mu.Lock()
+		rp.Incarnation = n.incarnation
+		n.mu.Unlock()
 		b, _ := json.Marshal(rp)
 		m.Respond(b)
 	}

@@ -82,6 +82,9 @@ type reply struct {
 	Status int               `json:"status"`
 	Header map[string]string `json:"header,omitempty"`
 	Body   []byte            `json:"body,omitempty"`
+	// Incarnation is the answering node's: a session made on another
+	// incarnation of the node is not held by this one.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // The headers an answer carries between node and gateway.
