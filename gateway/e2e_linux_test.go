@@ -22,60 +22,8 @@ import (
 // over HTTPS with a token, and another tenant's token answered 404 for
 // that session by the real cluster.
 func TestGatewayEndToEnd(t *testing.T) {
-	testenv.NeedRoot(t, "the node starts real jails")
-	bin := testenv.NeedBinary(t, "the node and the gateway are the built stockade")
-	natsBin := os.Getenv("STOCKADE_NATS_SERVER")
-	if natsBin == "" {
-		t.Skip("set STOCKADE_NATS_SERVER to a nats-server (make test installs one into build/nats)")
-	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ca := newCA(t, "stockade e2e CA")
-	cert, key := ca.issue(t, "gateway", false) // for 127.0.0.1: NATS's and the gateway's
-	certFile := writeFile(t, dir, "server.crt", cert, 0o644)
-	keyFile := writeFile(t, dir, "server.key", key, 0o600)
-	caFile := writeFile(t, dir, "ca.crt", ca.pem, 0o644)
-
-	natsPort, gwPort := freePort(t), freePort(t)
-	pw := func(role string) string { return fmt.Sprintf("pw-%s-%d", role, os.Getpid()) }
-	conf := fmt.Sprintf(`listen: "127.0.0.1:%d"
-tls: { cert_file: %q, key_file: %q, ca_file: %q, timeout: 5 }
-jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
-authorization { users: [ { user: gateway, password: %q }, { user: n1, password: %q } ] }
-`, natsPort, certFile, keyFile, caFile, filepath.Join(dir, "js"), pw("gateway"), pw("n1"))
-	natsConf := writeFile(t, dir, "nats.conf", []byte(conf), 0o600)
-	nats := startProc(t, exec.Command(natsBin, "-c", natsConf))
-	waitListening(t, nats, natsPort)
-
-	clusterFile := func(role, node string) string {
-		c := map[string]any{"urls": []string{fmt.Sprintf("tls://127.0.0.1:%d", natsPort)}, "ca": caFile,
-			"user": role, "password": pw(role), "grace": "6s", "request_timeout": "60s"}
-		if node != "" {
-			c["node"] = node
-		}
-		b, _ := json.Marshal(c)
-		return writeFile(t, dir, role+".json", b, 0o600)
-	}
-	// The gateway first: it makes the stream and the buckets.
-	tenants := writeFile(t, dir, "tenants.toml", []byte(testTenants), 0o600)
-	audit := filepath.Join(dir, "gateway-audit.log")
-	gw := startProc(t, exec.Command(bin, "gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gwPort), "--cert", certFile, "--key", keyFile,
-		"--tenants", tenants, "--cluster", clusterFile("gateway", ""), "--audit-log", audit))
-	defer stopProc(t, gw)
-	if !gw.Await(proctest.Budget(t, 30*time.Second), "serving HTTPS") {
-		t.Fatalf("the gateway did not start:\n%s", gw.Stdout())
-	}
-
-	node := startProc(t, exec.Command(bin, "serve", "--socket", filepath.Join(dir, "s.sock"), "--cluster", clusterFile("n1", "n1"),
-		"--audit-log", "", "--concurrency", "2", "--pool", "1", "--grace", "5s"))
-	defer stopProc(t, node)
-	if !node.Await(proctest.Budget(t, 90*time.Second), "taking work") {
-		t.Fatalf("the node did not join:\n%s", node.Stdout())
-	}
-
-	tg := &testGateway{addr: fmt.Sprintf("127.0.0.1:%d", gwPort), ca: ca}
+	e := startE2E(t)
+	tg, node, gw, caFile, tenants, audit := e.tg, e.node, e.gw, e.caFile, e.tenants, e.audit
 	c := tg.client(t, nil)
 	c.Timeout = proctest.Budget(t, 120*time.Second)
 	code, body := tg.do(t, c, "POST", "/v1/run", tokenAlice, `{"code":"print(6 * 7)"}`, map[string]string{"Idempotency-Key": "e2e-run-1"})
@@ -180,6 +128,77 @@ with c.session() as s:
 	if log, err := os.ReadFile(audit); err != nil || !strings.Contains(string(log), `"tenant":"alice"`) {
 		t.Fatalf("the audit log was not reopened on SIGHUP: %v\n%s", err, log)
 	}
+}
+
+// e2e is the real thing the end-to-end tests run against: a nats-server,
+// the gateway binary and one `stockade serve --cluster` node, all stopped
+// with the test.
+type e2e struct {
+	tg             *testGateway
+	bin            string // the stockade binary
+	caFile         string // the CA of the gateway's (and NATS's) certificate
+	tenants, audit string // the gateway's tenants file and audit log
+	gw, node       *proctest.Proc
+}
+
+// startE2E starts the processes of e2e (skipping without root, the binary
+// or STOCKADE_NATS_SERVER) and returns once the node takes work.
+func startE2E(t *testing.T) *e2e {
+	t.Helper()
+	testenv.NeedRoot(t, "the node starts real jails")
+	bin := testenv.NeedBinary(t, "the node and the gateway are the built stockade")
+	natsBin := os.Getenv("STOCKADE_NATS_SERVER")
+	if natsBin == "" {
+		t.Skip("set STOCKADE_NATS_SERVER to a nats-server (make test installs one into build/nats)")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := newCA(t, "stockade e2e CA")
+	cert, key := ca.issue(t, "gateway", false) // for 127.0.0.1: NATS's and the gateway's
+	certFile := writeFile(t, dir, "server.crt", cert, 0o644)
+	keyFile := writeFile(t, dir, "server.key", key, 0o600)
+	caFile := writeFile(t, dir, "ca.crt", ca.pem, 0o644)
+
+	natsPort, gwPort := freePort(t), freePort(t)
+	pw := func(role string) string { return fmt.Sprintf("pw-%s-%d", role, os.Getpid()) }
+	conf := fmt.Sprintf(`listen: "127.0.0.1:%d"
+tls: { cert_file: %q, key_file: %q, ca_file: %q, timeout: 5 }
+jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
+authorization { users: [ { user: gateway, password: %q }, { user: n1, password: %q } ] }
+`, natsPort, certFile, keyFile, caFile, filepath.Join(dir, "js"), pw("gateway"), pw("n1"))
+	natsConf := writeFile(t, dir, "nats.conf", []byte(conf), 0o600)
+	nats := startProc(t, exec.Command(natsBin, "-c", natsConf))
+	waitListening(t, nats, natsPort)
+
+	clusterFile := func(role, node string) string {
+		c := map[string]any{"urls": []string{fmt.Sprintf("tls://127.0.0.1:%d", natsPort)}, "ca": caFile,
+			"user": role, "password": pw(role), "grace": "6s", "request_timeout": "60s"}
+		if node != "" {
+			c["node"] = node
+		}
+		b, _ := json.Marshal(c)
+		return writeFile(t, dir, role+".json", b, 0o600)
+	}
+	// The gateway first: it makes the stream and the buckets.
+	tenants := writeFile(t, dir, "tenants.toml", []byte(testTenants), 0o600)
+	audit := filepath.Join(dir, "gateway-audit.log")
+	gw := startProc(t, exec.Command(bin, "gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gwPort), "--cert", certFile, "--key", keyFile,
+		"--tenants", tenants, "--cluster", clusterFile("gateway", ""), "--audit-log", audit))
+	t.Cleanup(func() { stopProc(t, gw) })
+	if !gw.Await(proctest.Budget(t, 30*time.Second), "serving HTTPS") {
+		t.Fatalf("the gateway did not start:\n%s", gw.Stdout())
+	}
+
+	node := startProc(t, exec.Command(bin, "serve", "--socket", filepath.Join(dir, "s.sock"), "--cluster", clusterFile("n1", "n1"),
+		"--audit-log", "", "--concurrency", "2", "--pool", "1", "--grace", "5s"))
+	t.Cleanup(func() { stopProc(t, node) })
+	if !node.Await(proctest.Budget(t, 90*time.Second), "taking work") {
+		t.Fatalf("the node did not join:\n%s", node.Stdout())
+	}
+	return &e2e{tg: &testGateway{addr: fmt.Sprintf("127.0.0.1:%d", gwPort), ca: ca}, bin: bin, caFile: caFile,
+		tenants: tenants, audit: audit, gw: gw, node: node}
 }
 
 // repoRoot is the repository's top directory (the test runs in gateway/).
