@@ -69,6 +69,7 @@ with c.session() as s:
 	if o := proctest.Run(t, py, proctest.Budget(t, 180*time.Second)); o.Code() != 0 || strings.Fields(o.Stdout)[0] != "42" || !strings.Contains(o.Stdout, "21") {
 		t.Fatalf("the Python client through the gateway: exit %d\n%s\n%s", o.Code(), o.Stdout, o.Stderr)
 	}
+	runCLI(t, e)
 	// Bob's max_sessions (2) is held across the cluster: the gateway
 	// counts his sessions through it.
 	var bobs []string
@@ -264,5 +265,52 @@ func waitListening(t *testing.T, p *proctest.Proc, port int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not listening on %d: %v\n%s", p.Cmd.Path, port, err, p.Stdout())
 		}
+	}
+}
+
+// runCLI is `stockade run --server https://...` through e's gateway, as a
+// user types it: the token from $STOCKADE_TOKEN (or --token, which wins),
+// the gateway's CA from --ca-file, stdin carried, the output streamed and
+// the run's exit status the command's; the gateway's refusals (a wrong
+// token, a limit above the tenant's cap) are stockade's own exit 125 with
+// the gateway's reason.
+func runCLI(t *testing.T, e *e2e) {
+	t.Helper()
+	server := "https://" + e.tg.addr
+	cli := func(token string, stdin string, args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.Command(e.bin, append([]string{"run", "--server", server, "--ca-file", e.caFile}, args...)...)
+		cmd.Env = append(os.Environ(), "STOCKADE_TOKEN="+token)
+		cmd.Stdin = strings.NewReader(stdin)
+		o := proctest.Run(t, cmd, proctest.Budget(t, 120*time.Second))
+		return o.Code(), o.Stdout, o.Stderr
+	}
+	code, out, errs := cli(tokenAlice, "from stdin", "--memory", "200M", "--",
+		"python3", "-c", "import os, sys; print(sys.stdin.read().upper(), os.getuid()); sys.exit(3)")
+	if code != 3 || !strings.HasPrefix(out, "FROM STDIN ") {
+		t.Fatalf("run --server through the gateway: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = cli(tokenAlice, "", "--json", "--", "python3", "-c", "print(6 * 7)")
+	var res struct {
+		Verdict string `json:"verdict"`
+		Stdout  string `json:"stdout"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Verdict != "ok" || res.Stdout != "42\n" {
+		t.Fatalf("run --server --json: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// --token over $STOCKADE_TOKEN: the environment's good token loses to
+	// the flag's wrong one.
+	if code, _, errs := cli(tokenAlice, "", "--token", strings.Repeat("f0", 20), "--", "true"); code != 125 || !strings.Contains(errs, "401") {
+		t.Fatalf("a wrong --token: exit %d, stderr %q; want 125 naming the 401", code, errs)
+	}
+	// Bob's memory cap is 256M: the flag's 1G is the tenant policy's 422.
+	if code, _, errs := cli(tokenBob, "", "--memory", "1G", "--", "true"); code != 125 || !strings.Contains(errs, "422") || !strings.Contains(errs, "256M") {
+		t.Fatalf("--memory above bob's cap: exit %d, stderr %q; want 125 naming the 422", code, errs)
+	}
+	// Without --ca-file the system's roots do not know the test CA.
+	cmd := exec.Command(e.bin, "run", "--server", server, "--", "true")
+	cmd.Env = append(os.Environ(), "STOCKADE_TOKEN="+tokenAlice)
+	if o := proctest.Run(t, cmd, proctest.Budget(t, 60*time.Second)); o.Code() != 125 || !strings.Contains(o.Stderr, "certificate") {
+		t.Fatalf("no --ca-file: exit %d, stderr %q; want 125 naming the certificate", o.Code(), o.Stderr)
 	}
 }
