@@ -139,6 +139,7 @@ type e2e struct {
 	bin            string // the stockade binary
 	caFile         string // the CA of the gateway's (and NATS's) certificate
 	tenants, audit string // the gateway's tenants file and audit log
+	nodeAudit      string // the node's audit log
 	gw, node       *proctest.Proc
 }
 
@@ -192,14 +193,15 @@ authorization { users: [ { user: gateway, password: %q }, { user: n1, password: 
 		t.Fatalf("the gateway did not start:\n%s", gw.Stdout())
 	}
 
+	nodeAudit := filepath.Join(dir, "node-audit.log")
 	node := startProc(t, exec.Command(bin, "serve", "--socket", filepath.Join(dir, "s.sock"), "--cluster", clusterFile("n1", "n1"),
-		"--audit-log", "", "--concurrency", "2", "--pool", "1", "--grace", "5s"))
+		"--audit-log", nodeAudit, "--concurrency", "2", "--pool", "1", "--grace", "5s"))
 	t.Cleanup(func() { stopProc(t, node) })
 	if !node.Await(proctest.Budget(t, 90*time.Second), "taking work") {
 		t.Fatalf("the node did not join:\n%s", node.Stdout())
 	}
 	return &e2e{tg: &testGateway{addr: fmt.Sprintf("127.0.0.1:%d", gwPort), ca: ca}, bin: bin, caFile: caFile,
-		tenants: tenants, audit: audit, gw: gw, node: node}
+		tenants: tenants, audit: audit, nodeAudit: nodeAudit, gw: gw, node: node}
 }
 
 // repoRoot is the repository's top directory (the test runs in gateway/).
@@ -312,5 +314,63 @@ func runCLI(t *testing.T, e *e2e) {
 	cmd.Env = append(os.Environ(), "STOCKADE_TOKEN="+tokenAlice)
 	if o := proctest.Run(t, cmd, proctest.Budget(t, 60*time.Second)); o.Code() != 125 || !strings.Contains(o.Stderr, "certificate") {
 		t.Fatalf("no --ca-file: exit %d, stderr %q; want 125 naming the certificate", o.Code(), o.Stderr)
+	}
+}
+
+// The official MCP TypeScript SDK's client (npm, pinned in
+// tests/mcp-sdk's lockfile) through the real gateway's POST /v1/mcp:
+// Streamable HTTP over HTTPS with a bearer token, the test CA given to
+// Node by NODE_EXTRA_CA_CERTS; run_python, a session made, used (its
+// state kept) and closed, no token refused, a tenant's cap held
+// (tests/mcp-sdk/gateway.mjs). make test-mcp-sdk runs it after npm ci,
+// with STOCKADE_MCP_SDK naming tests/mcp-sdk; without it, it skips.
+func TestGatewayMCPSDKClient(t *testing.T) {
+	sdkDir := os.Getenv("STOCKADE_MCP_SDK")
+	if sdkDir == "" {
+		t.Skip("set STOCKADE_MCP_SDK to tests/mcp-sdk with its node_modules (make test-mcp-sdk does, after npm ci)")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node on PATH (Debian: apt-get install nodejs)")
+	}
+	if _, err := os.Stat(filepath.Join(sdkDir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
+		t.Fatalf("STOCKADE_MCP_SDK=%s has no SDK installed (npm ci --prefix %s): %v", sdkDir, sdkDir, err)
+	}
+	e := startE2E(t)
+	cmd := exec.Command(node, filepath.Join(sdkDir, "gateway.mjs"))
+	cmd.Env = append(os.Environ(), "MCP_URL=https://"+e.tg.addr+"/v1/mcp", "MCP_TOKEN="+tokenAlice,
+		"MCP_TOKEN_CAPPED="+tokenBob, fmt.Sprintf("MCP_CAPPED_MEMORY=%d", 256<<20), "NODE_EXTRA_CA_CERTS="+e.caFile)
+	o := proctest.Run(t, cmd, proctest.Budget(t, 300*time.Second))
+	if o.Code() != 0 || !strings.Contains(o.Stdout, "0 failed") {
+		t.Fatalf("the MCP SDK's client through the gateway: exit %d\n%s\n%s\nnode:\n%s", o.Code(), o.Stdout, o.Stderr, e.node.Stdout())
+	}
+	t.Log(strings.TrimSpace(o.Stdout))
+	// The tools ran as their tenants on the node (the gateway's audit
+	// has the /v1/mcp requests; the node's, what the tools asked of it).
+	log, err := os.ReadFile(e.nodeAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs, execs []string // a run's "tenant memory", an exec's state
+	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		var ev struct {
+			Event, Tenant, State string
+			Limits               struct {
+				MemoryBytes int64 `json:"memory_bytes"`
+			}
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("the node's audit log: %v: %s", err, line)
+		}
+		switch ev.Event {
+		case "end":
+			runs = append(runs, fmt.Sprintf("%s %d", ev.Tenant, ev.Limits.MemoryBytes))
+		case "exec_end":
+			execs = append(execs, ev.State)
+		}
+	}
+	if len(runs) != 2 || !strings.HasPrefix(runs[0], "alice ") || runs[1] != fmt.Sprintf("bob %d", 256<<20) ||
+		strings.Join(execs, " ") != "kept kept" {
+		t.Fatalf("the node's audit log has runs %q and execs %q; want alice's, bob's at his cap, and two kept:\n%s", runs, execs, log)
 	}
 }
