@@ -321,8 +321,9 @@ func runCLI(t *testing.T, e *e2e) {
 // tests/mcp-sdk's lockfile) through the real gateway's POST /v1/mcp:
 // Streamable HTTP over HTTPS with a bearer token, the test CA given to
 // Node by NODE_EXTRA_CA_CERTS; run_python, a session made, used (its
-// state kept) and closed, no token refused, a tenant's cap held
-// (tests/mcp-sdk/gateway.mjs). make test-mcp-sdk runs it after npm ci,
+// state kept) and closed, no token refused, a tenant's cap held; then the
+// same over stdio through `stockade mcp --server https://...` with
+// $STOCKADE_TOKEN and --ca-file (tests/mcp-sdk/gateway.mjs). make test-mcp-sdk runs it after npm ci,
 // with STOCKADE_MCP_SDK naming tests/mcp-sdk; without it, it skips.
 func TestGatewayMCPSDKClient(t *testing.T) {
 	sdkDir := os.Getenv("STOCKADE_MCP_SDK")
@@ -339,7 +340,7 @@ func TestGatewayMCPSDKClient(t *testing.T) {
 	e := startE2E(t)
 	cmd := exec.Command(node, filepath.Join(sdkDir, "gateway.mjs"))
 	cmd.Env = append(os.Environ(), "MCP_URL=https://"+e.tg.addr+"/v1/mcp", "MCP_TOKEN="+tokenAlice,
-		"MCP_TOKEN_CAPPED="+tokenBob, fmt.Sprintf("MCP_CAPPED_MEMORY=%d", 256<<20), "NODE_EXTRA_CA_CERTS="+e.caFile)
+		"MCP_TOKEN_CAPPED="+tokenBob, fmt.Sprintf("MCP_CAPPED_MEMORY=%d", 256<<20), "NODE_EXTRA_CA_CERTS="+e.caFile, "STOCKADE_BIN="+e.bin)
 	o := proctest.Run(t, cmd, proctest.Budget(t, 300*time.Second))
 	if o.Code() != 0 || !strings.Contains(o.Stdout, "0 failed") {
 		t.Fatalf("the MCP SDK's client through the gateway: exit %d\n%s\n%s\nnode:\n%s", o.Code(), o.Stdout, o.Stderr, e.node.Stdout())
@@ -369,8 +370,10 @@ func TestGatewayMCPSDKClient(t *testing.T) {
 			execs = append(execs, ev.State)
 		}
 	}
-	if len(runs) != 2 || !strings.HasPrefix(runs[0], "alice ") || runs[1] != fmt.Sprintf("bob %d", 256<<20) ||
-		strings.Join(execs, " ") != "kept kept" {
-		t.Fatalf("the node's audit log has runs %q and execs %q; want alice's, bob's at his cap, and two kept:\n%s", runs, execs, log)
+	// Over HTTP: alice's run, bob's at his cap; over stdio: alice's run;
+	// each time a session's two execs.
+	if len(runs) != 3 || !strings.HasPrefix(runs[0], "alice ") || runs[1] != fmt.Sprintf("bob %d", 256<<20) || runs[2] != runs[0] ||
+		strings.Join(execs, " ") != "kept kept kept kept" {
+		t.Fatalf("the node's audit log has runs %q and execs %q; want alice's, bob's at his cap, alice's, and four kept:\n%s", runs, execs, log)
 	}
 }
