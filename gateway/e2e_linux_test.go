@@ -369,6 +369,12 @@ func TestGatewayMCPSDKClient(t *testing.T) {
 		case "exec_end":
 			execs = append(execs, ev.State)
 		}
+		// A session's lines name its tenant too, as a run's do.
+		if strings.HasPrefix(ev.Event, "session_") || strings.HasPrefix(ev.Event, "exec_") {
+			if ev.Tenant != "alice" {
+				t.Errorf("the node's %s line names tenant %q, want alice: %s", ev.Event, ev.Tenant, line)
+			}
+		}
 	}
 	// Over HTTP: alice's run, bob's at his cap; over stdio: alice's run;
 	// each time a session's two execs.
