@@ -106,8 +106,13 @@ test-mcp-inspector: build
 # The official MCP TypeScript SDK's client (its Node range, >=18, takes
 # Debian 12's nodejs) drives stockade mcp over stdio and HTTP: the tools,
 # run_python, a session made, used and closed; npm ci from its lockfile.
-test-mcp-sdk: build
+# Then the same client through stockade gateway's /v1/mcp over HTTPS with
+# a token, in front of a real nats-server and node (TestGatewayMCPSDKClient,
+# which skips in make test: it needs the node_modules run installs).
+test-mcp-sdk: build $(NATS_SERVER)
 	tests/mcp-sdk/run $(BIN)
+	STOCKADE_MCP_SDK=$(CURDIR)/tests/mcp-sdk STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_NATS_SERVER=$(CURDIR)/$(NATS_SERVER) \
+	  $(GO) test -count=1 -timeout 10m -run '^TestGatewayMCPSDKClient$$' ./gateway/
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSize$$' -fuzztime=$(FUZZTIME) ./profiles/

@@ -72,3 +72,28 @@ func readStream(r io.Reader, max int64, what string, out Output) ([]byte, error)
 	}
 	return nil, fmt.Errorf("%s: the stream ended without a result", what)
 }
+
+// writeWhole hands the output of a result answered whole to a streamed
+// request (a gateway's cluster answers a run whole: it streams nothing)
+// to out, stdout then stderr, so the caller gets it either way.
+func writeWhole(body []byte, what string, out Output) error {
+	var res struct {
+		Stdout string `json:"stdout"`
+		Stderr string `json:"stderr"`
+	}
+	if err := json.Unmarshal(body, &res); err != nil {
+		return nil // not a result: do decodes it and says so
+	}
+	for _, o := range []struct {
+		w    io.Writer
+		data string
+		name string
+	}{{out.Stdout, res.Stdout, "stdout"}, {out.Stderr, res.Stderr, "stderr"}} {
+		if o.w != nil && o.data != "" {
+			if _, err := io.WriteString(o.w, o.data); err != nil {
+				return fmt.Errorf("%s: write the %s: %w", what, o.name, err)
+			}
+		}
+	}
+	return nil
+}

@@ -209,6 +209,11 @@ func (cl *Client) send(ctx context.Context, c call) ([]byte, error) {
 	if resp.StatusCode != c.ok && !(c.resultOn500 && resp.StatusCode == 500 && hasVerdict(body)) {
 		return nil, refusal(c, resp.StatusCode, body)
 	}
+	if c.stream != nil && resp.Header.Get("Content-Type") != api.NDJSON {
+		if err := writeWhole(body, what, *c.stream); err != nil {
+			return nil, err
+		}
+	}
 	return body, nil
 }
 

@@ -151,6 +151,24 @@ func TestRunStreamHandsOutputOnAndReturnsTheResult(t *testing.T) {
 	}
 }
 
+// A server that answers a streamed run whole (a gateway in front of a
+// cluster streams nothing) still has its output handed to the writers,
+// once, and the result returned.
+func TestRunStreamAnsweredWholeHandsTheOutputOn(t *testing.T) {
+	c := unixClient(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(api.RunResponse{Result: &api.Result{Verdict: api.VerdictExit, ExitCode: 3, Stdout: "a\nb\n", Stderr: "warn\n"}})
+	}, Options{})
+	var out, errw bytes.Buffer
+	res, err := c.RunStream(ctx(t), &api.RunRequest{Argv: []string{"x"}}, Output{Stdout: &out, Stderr: &errw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "a\nb\n" || errw.String() != "warn\n" || res.ExitCode != 3 {
+		t.Fatalf("stdout %q stderr %q result %+v", out.String(), errw.String(), res)
+	}
+}
+
 func TestStreamWithoutAResultIsAnError(t *testing.T) {
 	c := unixClient(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", api.NDJSON)

@@ -381,7 +381,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	}
 	now := time.Now()
 	ctx, stopJail := context.WithCancel(context.Background())
-	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
+	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, ownerTenant: caller.tenant, limits: sessionLimitsOf(spec, idle, ttl),
 		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, noNetwork: !spec.Network.Enabled(), idle: idle,
 		created: now, expires: now.Add(ttl), env: req.Env, pool: use, jl: jl, conn: conn, caps: caps, workFD: -1, lastUsed: now,
 		slot: make(chan struct{}, 1), broken: make(chan struct{}),
@@ -766,7 +766,7 @@ func execAudit(event string, caller peer, ss *session, code string, files, n int
 	hashString(h, code)
 	l := ss.limits
 	return AuditEntry{Event: event, RunID: fmt.Sprintf("%s/%d", ss.id, n), SessionID: ss.id, Time: time.Now().UTC(),
-		UID: caller.uid, PID: caller.pid, Profile: ss.profile, CodeSHA256: hex.EncodeToString(h.Sum(nil)), CodeBytes: len(code),
+		UID: caller.uid, PID: caller.pid, Tenant: caller.tenant, Profile: ss.profile, CodeSHA256: hex.EncodeToString(h.Sum(nil)), CodeBytes: len(code),
 		Files: files, Limits: AuditLimits{TimeoutMs: jail.LimitMs(timeout), CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
 			CPUs: l.CPUs, Pids: l.Pids, OutputLimit: l.OutputBytes, Seccomp: l.Seccomp}, Pool: ss.pool}
 }
@@ -786,7 +786,7 @@ func (s *Server) auditExecEnd(caller peer, ss *session, req *api.ExecRequest, ti
 // auditSession writes a session's start or end line.
 func (s *Server) auditSession(event string, ss *session) error {
 	l := ss.limits
-	e := AuditEntry{Event: event, RunID: ss.id, SessionID: ss.id, Time: time.Now().UTC(), UID: ss.owner, PID: ss.ownerPID,
+	e := AuditEntry{Event: event, RunID: ss.id, SessionID: ss.id, Time: time.Now().UTC(), UID: ss.owner, PID: ss.ownerPID, Tenant: ss.ownerTenant,
 		Profile: ss.profile, Limits: AuditLimits{TimeoutMs: l.TimeoutMs, CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
 			CPUs: l.CPUs, Pids: l.Pids, OutputLimit: l.OutputBytes, Seccomp: l.Seccomp}, Pool: ss.pool}
 	if event == "session_end" {

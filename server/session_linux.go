@@ -51,7 +51,8 @@ type sessionEnd struct {
 type session struct {
 	id, profile string
 	owner       uint32
-	ownerPID    int32 // the creating process, for the audit log
+	ownerPID    int32  // the creating process, for the audit log
+	ownerTenant string // a cluster node's: the tenant the gateway named, for the audit log
 	limits      api.SessionLimits
 	execTimeout time.Duration // each exec's default and ceiling
 	execCPU     time.Duration // each exec's CPU time (0: none)

@@ -44,7 +44,9 @@ func mcpCommand(stdin *os.File, stdout, stderr io.Writer) *cli.Command {
 		}
 	}
 	flags = append(flags,
-		&cli.StringFlag{Name: "server", EnvVars: []string{"STOCKADE_SOCKET"}, Usage: "use the stockade serve listening on this unix socket (default: " + defaultSocket + " if a server answers there, else a pool of its own)"},
+		&cli.StringFlag{Name: "server", EnvVars: []string{"STOCKADE_SOCKET"}, Usage: "use the stockade serve listening on this unix socket, or a gateway at https://HOST:PORT (default: " + defaultSocket + " if a server answers there, else a pool of its own)"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"STOCKADE_TOKEN"}, Usage: "with --server https://...: the bearer `TOKEN` the gateway asks for"},
+		&cli.StringFlag{Name: "ca-file", Usage: "with --server https://...: the PEM `FILE` of the certificates that may sign the gateway's (default: the system's)"},
 		&cli.IntFlag{Name: "pool", Value: 1, Usage: "jails kept prepared when running its own pool (0: none)"},
 		&cli.StringFlag{Name: "http", Usage: "serve stateless Streamable HTTP on this loopback address (127.0.0.1:PORT) instead of stdio; anyone on this host who can reach the port can use it"},
 	)
@@ -101,8 +103,9 @@ func mcpBackend(ctx context.Context, c *cli.Context, opts *mcp.Options, stderr i
 		return nil, nil, fmt.Errorf("%s: not with --server (nor $STOCKADE_SOCKET): the server applies its own profile and pool, and a request carries only %s (set it in a profile on the server, or leave out --server to run a pool of its own)",
 			strings.Join(own, ", "), strings.Join(carried, ", "))
 	}
+	copts := client.Options{Token: c.String("token"), CAFile: c.String("ca-file")}
 	if sock == "" && len(own) == 0 {
-		if err := probeServer(ctx, defaultSocket); err == nil {
+		if err := probeServer(ctx, defaultSocket, client.Options{}); err == nil {
 			sock = defaultSocket
 		} else {
 			fmt.Fprintf(stderr, "stockade mcp: no server at %s (%v)\n", defaultSocket, err)
@@ -111,7 +114,7 @@ func mcpBackend(ctx context.Context, c *cli.Context, opts *mcp.Options, stderr i
 	if sock == "" {
 		return ownPool(c, stderr)
 	}
-	if err := probeServer(ctx, sock); err != nil {
+	if err := probeServer(ctx, sock, copts); err != nil {
 		return nil, nil, fmt.Errorf("--server %s: %w", sock, err)
 	}
 	// The limits are parsed here as a local run's flags are, as run
@@ -122,7 +125,7 @@ func mcpBackend(ctx context.Context, c *cli.Context, opts *mcp.Options, stderr i
 	if err != nil {
 		return nil, nil, err
 	}
-	cl, err := client.New(sock, client.Options{})
+	cl, err := client.New(sock, copts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--server %s: %w", sock, err)
 	}
@@ -158,10 +161,10 @@ func poolMissNotice(c *cli.Context, stderr io.Writer) func(string) {
 }
 
 // probeServer asks the server at sock for its health.
-func probeServer(ctx context.Context, sock string) error {
+func probeServer(ctx context.Context, sock string, opts client.Options) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	cl, err := client.New(sock, client.Options{})
+	cl, err := client.New(sock, opts)
 	if err != nil {
 		return err
 	}
