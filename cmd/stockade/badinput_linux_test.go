@@ -27,6 +27,7 @@ var badFlagValues = map[string][]string{
 	"work-size":    {"0", "-1", "lots", "", "9999999T"},
 	"rootfs":       {"", "root", "./root", "/srv/../etc", "/srv/root/", "/srv/\x00root"},
 	"seccomp":      {"", "none", "Python", "python "},
+	"isolation":    {"", "VM", "kvm", "container", "vm "},
 	"workdir":      {"", "work", "./work", "/", "/srv/../etc", "/srv/work/", "/srv/\x00work"},
 	"ro": {"", ":", "rel:/x", "/usr/share:rel", "/usr/share:", ":/x", "/usr/share:/", "/usr/share:/work",
 		"/usr/share:/work/x", "/usr/share:/proc", "/usr/share:/proc/1", "/usr/share:/dev/x", "/usr/share:/sys",
