@@ -241,7 +241,7 @@ func ignoreBody(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) authenticate(r *http.Request) (*Tenant, string) {
 	ts := g.tenants.Load()
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-		for _, name := range certNames(r.TLS.VerifiedChains[0][0]) {
+		for _, name := range certNames(r.TLS.VerifiedChains[0]) {
 			if t := ts.ByCertName(name); t != nil {
 				return t, "cert"
 			}
