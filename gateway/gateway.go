@@ -60,7 +60,8 @@ type Gateway struct {
 	audit   *slog.Logger
 	counts  counters
 	mcp     http.Handler // POST /v1/mcp
-	mu      sync.Mutex   // reloads
+	pending pendingSessions
+	mu      sync.Mutex // reloads
 }
 
 // New checks cfg, loads the tenants file and the certificates, and
@@ -208,8 +209,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // forward hands an admitted request to the backend as tenant t, holding
 // the tenant to its session quota first.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, t *Tenant, key string) {
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/sessions" && !g.underQuota(w, r, t) {
-		return
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/sessions" {
+		release, ok := g.underQuota(w, r, t)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	g.counts.forwarded.Add(1)
 	g.backend.Serve(w, r, t.Name, key)

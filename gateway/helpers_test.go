@@ -124,6 +124,9 @@ type fakeBackend struct {
 	sessions map[string]string // id -> tenant
 	calls    []fakeCall
 	next     int
+	// createDelay is how long a session takes to start, as a node's
+	// jail does (0: at once).
+	createDelay time.Duration
 }
 
 type fakeCall struct {
@@ -133,6 +136,12 @@ type fakeCall struct {
 
 func (f *fakeBackend) Serve(w http.ResponseWriter, r *http.Request, tenant, key string) {
 	body, _ := io.ReadAll(r.Body)
+	if r.Method == "POST" && r.URL.Path == "/v1/sessions" {
+		f.mu.Lock()
+		d := f.createDelay
+		f.mu.Unlock()
+		time.Sleep(d)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sessions == nil {
