@@ -54,8 +54,8 @@ func (g *Gateway) underQuota(w http.ResponseWriter, r *http.Request, t *Tenant) 
 	return release, true
 }
 
-// pendingSessions counts, by tenant, the session requests being
-// forwarded now.
+// pendingSessions counts, by tenant, the requests of a kind in the
+// gateway now.
 type pendingSessions struct {
 	mu sync.Mutex
 	n  map[string]int
