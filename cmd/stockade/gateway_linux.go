@@ -41,6 +41,9 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			defer stop()
 			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), PerTenant: c.Int("per-tenant"), Version: version}
 			var err error
+			if cfg.PerTenant < 1 {
+				return fail(fmt.Errorf("--per-tenant %d: at least 1", cfg.PerTenant))
+			}
 			if cfg.MaxBody, err = profiles.ParseSize(c.String("max-body")); err != nil {
 				return fail(fmt.Errorf("--max-body: %w", err))
 			}
