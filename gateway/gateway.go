@@ -30,6 +30,10 @@ type Config struct {
 	MaxBody      int64  // --max-body: the largest request body forwarded
 	// BodyTimeout is how long a body may take to arrive (408 after).
 	BodyTimeout time.Duration
+	// PerTenant bounds the requests one tenant has in this gateway at
+	// once (429 past it, before its body is read): each may hold
+	// MaxBody in memory, so a tenant holds at most PerTenant × MaxBody.
+	PerTenant int
 	// Audit gets one JSON line per request, naming the tenant.
 	Audit io.Writer
 	// Version is stockade's, in MCP's server information.
@@ -40,7 +44,7 @@ type Config struct {
 // `stockade serve`, so that a body the gateway forwards is one a node
 // takes.
 func Defaults() Config {
-	return Config{MaxBody: 16 << 20, BodyTimeout: 30 * time.Second}
+	return Config{MaxBody: 16 << 20, BodyTimeout: 30 * time.Second, PerTenant: 256}
 }
 
 // MaxIdempotencyKey is the longest Idempotency-Key taken, in bytes: a
@@ -60,7 +64,9 @@ type Gateway struct {
 	audit   *slog.Logger
 	counts  counters
 	mcp     http.Handler // POST /v1/mcp
-	mu      sync.Mutex   // reloads
+	pending pendingSessions
+	held    pendingSessions // requests in this gateway, by tenant
+	mu      sync.Mutex      // reloads
 }
 
 // New checks cfg, loads the tenants file and the certificates, and
@@ -73,6 +79,9 @@ func New(cfg Config, backend Backend) (*Gateway, error) {
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = d.BodyTimeout
+	}
+	if cfg.PerTenant <= 0 {
+		cfg.PerTenant = d.PerTenant
 	}
 	if cfg.Audit == nil {
 		cfg.Audit = io.Discard
@@ -173,6 +182,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reject(rec, http.StatusUnauthorized, "a valid bearer token or client certificate is required")
 		return
 	}
+	if n := g.held.add(t.Name, 1); n > g.cfg.PerTenant {
+		g.held.add(t.Name, -1)
+		rec.Header().Set("Retry-After", "1")
+		reject(rec, http.StatusTooManyRequests, fmt.Sprintf("tenant %s has %d requests in this gateway already (--per-tenant)", t.Name, g.cfg.PerTenant))
+		return
+	}
+	defer g.held.add(t.Name, -1)
 	if r.URL.Path == "/v1/metrics" {
 		ignoreBody(rec, r)
 		g.metrics(rec, r, t)
@@ -208,8 +224,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // forward hands an admitted request to the backend as tenant t, holding
 // the tenant to its session quota first.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, t *Tenant, key string) {
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/sessions" && !g.underQuota(w, r, t) {
-		return
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/sessions" {
+		release, ok := g.underQuota(w, r, t)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	g.counts.forwarded.Add(1)
 	g.backend.Serve(w, r, t.Name, key)
@@ -241,7 +261,7 @@ func ignoreBody(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) authenticate(r *http.Request) (*Tenant, string) {
 	ts := g.tenants.Load()
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-		for _, name := range certNames(r.TLS.VerifiedChains[0][0]) {
+		for _, name := range certNames(r.TLS.VerifiedChains[0]) {
 			if t := ts.ByCertName(name); t != nil {
 				return t, "cert"
 			}

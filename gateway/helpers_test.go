@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -124,6 +125,10 @@ type fakeBackend struct {
 	sessions map[string]string // id -> tenant
 	calls    []fakeCall
 	next     int
+	// createDelay is how long a session takes to start, as a node's
+	// jail does (0: at once).
+	createDelay time.Duration
+	arrived     atomic.Int64 // session creations that reached Serve
 }
 
 type fakeCall struct {
@@ -133,6 +138,13 @@ type fakeCall struct {
 
 func (f *fakeBackend) Serve(w http.ResponseWriter, r *http.Request, tenant, key string) {
 	body, _ := io.ReadAll(r.Body)
+	if r.Method == "POST" && r.URL.Path == "/v1/sessions" {
+		f.arrived.Add(1)
+		f.mu.Lock()
+		d := f.createDelay
+		f.mu.Unlock()
+		time.Sleep(d)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sessions == nil {
@@ -170,6 +182,12 @@ func (f *fakeBackend) Serve(w http.ResponseWriter, r *http.Request, tenant, key 
 
 func (f *fakeBackend) Metrics(w io.Writer) {
 	fmt.Fprintln(w, "stockade_cluster_fake 1")
+}
+
+// calls0 counts the session requests that reached the backend,
+// including those still starting (createDelay).
+func (f *fakeBackend) calls0() int {
+	return int(f.arrived.Load())
 }
 
 func (f *fakeBackend) callCount() int {

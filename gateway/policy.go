@@ -84,6 +84,17 @@ func applyPolicy(t *Tenant, body []byte) ([]byte, error) {
 	if err := dec.Decode(&doc); err != nil || doc == nil {
 		return nil, &policyError{400, "the body is not a JSON object"}
 	}
+	// A node matches a key to a field as encoding/json does, by Unicode
+	// case folding ("limitſ" is "limits"), the last one winning: a key
+	// the policy governs is taken only as spelled, or the node would
+	// read limits the policy never saw.
+	for k := range doc {
+		for _, f := range []string{"profile", "limits"} {
+			if k != f && strings.EqualFold(k, f) {
+				return nil, &policyError{400, fmt.Sprintf("field %q: write it %q", k, f)}
+			}
+		}
+	}
 	if len(t.Profiles) > 0 {
 		var name string
 		if raw, ok := doc["profile"]; ok {

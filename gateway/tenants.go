@@ -43,7 +43,7 @@ const minToken = 32
 //
 //	[tenant.alice]
 //	tokens = ["...at least 32 printable characters..."]
-//	cert_names = ["alice.clients.example"]   # a client certificate's CN or SAN
+//	cert_names = ["alice.clients.example"]   # a client certificate's SAN (CN: see certNames)
 //	profiles = ["python", "data"]
 //	max_sessions = 4
 //	metrics = false
@@ -91,8 +91,8 @@ func (ts *Tenants) ByToken(tok string) *Tenant {
 	return found
 }
 
-// ByCertName returns the tenant a verified client certificate's CN or
-// SAN names, or nil.
+// ByCertName returns the tenant a verified client certificate's name
+// (certNames) is, or nil.
 func (ts *Tenants) ByCertName(name string) *Tenant {
 	return ts.certs[name]
 }

@@ -43,16 +43,32 @@ func tlsConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 }
 
 // certNames are the names a verified client certificate may be a tenant
-// by: its subject's CN, then its DNS, email and URI SANs.
-func certNames(c *x509.Certificate) []string {
+// by: its DNS, email and URI SANs; its subject's CN only when it has no
+// SAN at all and no CA of its chain is name-constrained. A CA's name
+// constraints bind SANs, never the CN (RFC 5280; Go checks SANs only):
+// a CN beside SANs, or under a constrained CA, is a name nobody checked,
+// and a delegated CA could write any tenant's name there.
+func certNames(chain []*x509.Certificate) []string {
+	c := chain[0]
 	var names []string
-	if c.Subject.CommonName != "" {
-		names = append(names, c.Subject.CommonName)
-	}
 	names = append(names, c.DNSNames...)
 	names = append(names, c.EmailAddresses...)
 	for _, u := range c.URIs {
 		names = append(names, u.String())
 	}
+	if len(names) == 0 && len(c.IPAddresses) == 0 && c.Subject.CommonName != "" && !nameConstrained(chain[1:]) {
+		names = append(names, c.Subject.CommonName)
+	}
 	return names
+}
+
+// nameConstrained says whether any of cas limits the names it may issue.
+func nameConstrained(cas []*x509.Certificate) bool {
+	for _, ca := range cas {
+		if len(ca.PermittedDNSDomains)+len(ca.ExcludedDNSDomains)+len(ca.PermittedIPRanges)+len(ca.ExcludedIPRanges)+
+			len(ca.PermittedEmailAddresses)+len(ca.ExcludedEmailAddresses)+len(ca.PermittedURIDomains)+len(ca.ExcludedURIDomains) > 0 {
+			return true
+		}
+	}
+	return false
 }

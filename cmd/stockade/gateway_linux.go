@@ -29,6 +29,7 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "tenants", Usage: "the tenants file (TOML, mode 0600): tokens, certificate names and each tenant's policy; reread on SIGHUP; required"},
 			&cli.StringFlag{Name: "cluster", Usage: "the cluster file (NATS URLs, TLS, credentials) of the nodes' cluster; required"},
 			&cli.StringFlag{Name: "max-body", Value: profiles.FormatSize(d.MaxBody), Usage: "largest request body forwarded (413 past it, before it is forwarded)"},
+			&cli.IntFlag{Name: "per-tenant", Value: d.PerTenant, Usage: "requests one tenant may have in this gateway at once (429 past it, before the body is read)"},
 			&cli.StringFlag{Name: "body-timeout", Value: flagDuration(d.BodyTimeout), Usage: "how long a request body may take to arrive before 408"},
 			&cli.StringFlag{Name: "grace", Value: "30s", Usage: "on SIGTERM, how long requests in flight may finish"},
 			&cli.StringFlag{Name: "audit-log", Value: "-", Usage: `one JSON line per request, naming the tenant: a FILE (appended, 0600; reopened on SIGHUP, for logrotate), "-" for stderr`},
@@ -38,8 +39,11 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			signal.Ignore(syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), Version: version}
+			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), PerTenant: c.Int("per-tenant"), Version: version}
 			var err error
+			if cfg.PerTenant < 1 {
+				return fail(fmt.Errorf("--per-tenant %d: at least 1", cfg.PerTenant))
+			}
 			if cfg.MaxBody, err = profiles.ParseSize(c.String("max-body")); err != nil {
 				return fail(fmt.Errorf("--max-body: %w", err))
 			}
