@@ -25,7 +25,7 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: ":8443", Usage: "TCP address to serve HTTPS on (TLS only: there is no plain listener)"},
 			&cli.StringFlag{Name: "cert", Usage: "the gateway's TLS certificate (PEM, with its chain); required"},
 			&cli.StringFlag{Name: "key", Usage: "the certificate's private key (PEM); required"},
-			&cli.StringFlag{Name: "client-ca", Usage: "CA certificates (PEM) that client certificates are verified against: mutual TLS, the tenant named by the certificate's CN or SAN"},
+			&cli.StringFlag{Name: "client-ca", Usage: "CA certificates (PEM) that client certificates are verified against: mutual TLS, the tenant named by the certificate's SANs (its CN only when it has none and no CA in its chain is name-constrained)"},
 			&cli.StringFlag{Name: "tenants", Usage: "the tenants file (TOML, mode 0600): tokens, certificate names and each tenant's policy; reread on SIGHUP; required"},
 			&cli.StringFlag{Name: "cluster", Usage: "the cluster file (NATS URLs, TLS, credentials) of the nodes' cluster; required"},
 			&cli.StringFlag{Name: "max-body", Value: profiles.FormatSize(d.MaxBody), Usage: "largest request body forwarded (413 past it, before it is forwarded)"},
