@@ -460,17 +460,6 @@ func (g *Backend) nodes(ctx context.Context) map[string]heartbeat {
 	return out
 }
 
-// forward sends one session request to node and writes its answer; a
-// node that is not there answers 410 lost at once.
-// heartbeatOf reads node's heartbeat now.
-func (g *Backend) heartbeatOf(ctx context.Context, node string) (heartbeat, bool) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var hb heartbeat
-	e, err := g.b.nodes.Get(ctx, node)
-	return hb, err == nil && json.Unmarshal(e.Value(), &hb) == nil
-}
-
 // sessionGone answers for a session whose node no longer holds it: 410
 // ended with verdict shutdown when the node said why (drained, fenced),
 // else 410 lost.
@@ -486,6 +475,8 @@ func (g *Backend) sessionGone(w http.ResponseWriter, rec sessionRec) {
 	writeJSON(w, 410, errorBody("the host holding this session is gone", map[string]any{"state": "lost", "node": rec.Node}))
 }
 
+// forward sends one session request to its node and returns the answer;
+// a node that is not there is answered 410 lost at once (false).
 func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant string, rec sessionRec, body []byte) (reply, bool) {
 	node := rec.Node
 	data, _ := json.Marshal(call{Tenant: tenant, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body})
