@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/client"
+	"github.com/stockade/stockade/internal/httpbuf"
 	"github.com/stockade/stockade/mcp"
 )
 
@@ -57,22 +58,22 @@ func (t *inGateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.Body == nil {
 		r.Body = http.NoBody
 	}
-	w := &bufferWriter{header: http.Header{}, max: maxToolAnswer}
+	w := httpbuf.New(maxToolAnswer)
 	switch {
 	case r.URL.Path == "/v1/mcp":
 		writeError(w, http.StatusNotFound, "no /v1/mcp inside /v1/mcp")
 	case t.g.bound(w, r, t.tenant):
 		t.g.forward(w, r, t.tenant, "")
 	}
-	if w.overflow {
+	if w.Over() {
 		return nil, fmt.Errorf("%s %s: an answer over %d bytes", r.Method, r.URL.Path, maxToolAnswer)
 	}
-	h := w.header.Clone()
-	h.Set("Content-Length", strconv.Itoa(w.body.Len()))
+	h := w.Header().Clone()
+	h.Set("Content-Length", strconv.Itoa(len(w.Body())))
 	return &http.Response{
-		Status: fmt.Sprintf("%d %s", w.status(), http.StatusText(w.status())), StatusCode: w.status(),
+		Status: fmt.Sprintf("%d %s", w.Status(), http.StatusText(w.Status())), StatusCode: w.Status(),
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h,
-		Body: io.NopCloser(bytes.NewReader(w.body.Bytes())), ContentLength: int64(w.body.Len()), Request: req,
+		Body: io.NopCloser(bytes.NewReader(w.Body())), ContentLength: int64(len(w.Body())), Request: req,
 	}, nil
 }
 

@@ -1,12 +1,12 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
+
+	"github.com/stockade/stockade/internal/httpbuf"
 )
 
 // underQuota holds a tenant to its max_sessions before a new session is
@@ -33,15 +33,15 @@ func (g *Gateway) underQuota(w http.ResponseWriter, r *http.Request, t *Tenant) 
 		return nil, false
 	}
 	list.TLS, list.RemoteAddr, list.Body = r.TLS, r.RemoteAddr, http.NoBody
-	rec := &bufferWriter{header: http.Header{}, max: 16 << 20}
+	rec := httpbuf.New(16 << 20)
 	g.backend.Serve(rec, list, t.Name, "")
 	var answer struct {
 		Sessions []json.RawMessage `json:"sessions"`
 	}
-	if rec.status() != http.StatusOK || rec.overflow || json.Unmarshal(rec.body.Bytes(), &answer) != nil {
+	if rec.Status() != http.StatusOK || rec.Over() || json.Unmarshal(rec.Body(), &answer) != nil {
 		release()
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot count tenant %s's sessions for its quota (the backend answered %d)", t.Name, rec.status()))
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot count tenant %s's sessions for its quota (the backend answered %d)", t.Name, rec.Status()))
 		return nil, false
 	}
 	if n := len(answer.Sessions) + others; n >= t.MaxSessions {
@@ -74,39 +74,4 @@ func (p *pendingSessions) add(tenant string, d int) int {
 		delete(p.n, tenant)
 	}
 	return n
-}
-
-// bufferWriter is an answer kept in memory: the backend's to a question
-// the gateway asks on its own.
-type bufferWriter struct {
-	header   http.Header
-	code     int
-	body     bytes.Buffer
-	max      int  // bytes kept at most
-	overflow bool // more came
-}
-
-func (b *bufferWriter) Header() http.Header { return b.header }
-func (b *bufferWriter) Write(p []byte) (int, error) {
-	if b.code == 0 {
-		b.code = http.StatusOK
-	}
-	if b.body.Len()+len(p) > b.max {
-		b.overflow = true
-		return 0, fmt.Errorf("an answer over %d bytes", b.max)
-	}
-	return b.body.Write(p)
-}
-func (b *bufferWriter) WriteHeader(code int) {
-	if b.code == 0 {
-		b.code = code
-	}
-}
-func (b *bufferWriter) SetWriteDeadline(time.Time) error { return nil }
-
-func (b *bufferWriter) status() int {
-	if b.code == 0 {
-		return http.StatusOK
-	}
-	return b.code
 }
