@@ -96,19 +96,22 @@ func (b *bodyBudget) inUse() int64 {
 // three times of a buffer that doubles.
 const bodyChunk = 256 << 10
 
+// errBodyTooLarge is a body over its bound: its Content-Length said so
+// (it was not read) or more than the bound came.
+var errBodyTooLarge = errors.New("request body too large")
+
 // readBody reads a whole body of length bytes (-1: unknown, up to max)
-// into one slice of its size. Over max is a 413; a body that ends early
-// or stalls past the connection's read deadline is an error the caller
-// tells apart (net.Error Timeout: 408).
+// into one slice of its size. Over max is errBodyTooLarge; a body that
+// ends early is io.ErrUnexpectedEOF (or io.EOF when nothing came), one
+// that stalls past the connection's read deadline a net.Error Timeout.
 func readBody(r io.Reader, length, max int64) ([]byte, error) {
-	tooBig := &api.Error{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes (--max-body)", max)}
 	if length > max {
-		return nil, tooBig
+		return nil, errBodyTooLarge
 	}
 	if length >= 0 {
 		b := make([]byte, length)
 		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, bodyError(err, length)
+			return nil, err
 		}
 		return b, nil
 	}
@@ -119,14 +122,14 @@ func readBody(r io.Reader, length, max int64) ([]byte, error) {
 		n, err := io.ReadFull(r, c)
 		total += int64(n)
 		if total > max {
-			return nil, tooBig
+			return nil, errBodyTooLarge
 		}
 		chunks = append(chunks, c[:n])
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			break
 		}
 		if err != nil {
-			return nil, bodyError(err, -1)
+			return nil, err
 		}
 	}
 	b := make([]byte, 0, total)
@@ -136,7 +139,13 @@ func readBody(r io.Reader, length, max int64) ([]byte, error) {
 	return b, nil
 }
 
-func bodyError(err error, length int64) error {
+// bodyError is readBody's error as the server answers it: 413 over
+// --max-body, 400 for a body that ended early or failed, and the
+// deadline's error as it is (bodyRefusal's 408).
+func bodyError(err error, length, max int64) error {
+	if errors.Is(err, errBodyTooLarge) {
+		return &api.Error{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes (--max-body)", max)}
+	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return fmt.Errorf("read body: %w", err) // the body's deadline: 408

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stockade/stockade/api"
 )
@@ -99,5 +103,56 @@ func TestDecodeRequestSharesTheBody(t *testing.T) {
 	t.Logf("a body of %d bytes: %d bytes allocated to decode and check it", len(body), n)
 	if n > 256<<10 {
 		t.Errorf("decoding and checking a body of %d bytes allocated %d bytes: its strings do not share its memory", len(body), n)
+	}
+}
+
+// timeoutErr is a read that ran past the connection's deadline.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// A body read's failures as the server answers them: the status and the
+// words each caller sees (the deadline's stays an error, bodyRefusal's 408).
+func TestBodyErrorAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		length int64
+		status int
+		msg    string
+	}{
+		{"Content-Length over the bound", strings.NewReader(""), 11, 413, "request body larger than 10 bytes (--max-body)"},
+		{"chunked over the bound", strings.NewReader(strings.Repeat("a", 11)), -1, 413, "request body larger than 10 bytes (--max-body)"},
+		{"ends early", strings.NewReader("abc"), 5, 400, "request body ended before its Content-Length of 5 bytes"},
+		{"nothing came", strings.NewReader(""), 5, 400, "request body ended before its Content-Length of 5 bytes"},
+		{"read fails", iotest.ErrReader(errors.New("reset")), -1, 400, "read body: reset"},
+		{"stalls", iotest.ErrReader(timeoutErr{}), 5, 0, "read body: i/o timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := readBody(tc.body, tc.length, 10)
+			if err == nil {
+				t.Fatalf("read %q, want an error", b)
+			}
+			err = bodyError(err, tc.length, 10)
+			var ae *api.Error
+			switch {
+			case tc.status == 0:
+				var ne net.Error
+				if errors.As(err, &ae) || !errors.As(err, &ne) || !ne.Timeout() || err.Error() != tc.msg {
+					t.Fatalf("%v (%T), want the deadline's error %q", err, err, tc.msg)
+				}
+			case !errors.As(err, &ae) || ae.Status != tc.status || ae.Msg != tc.msg:
+				t.Fatalf("%v, want %d %q", err, tc.status, tc.msg)
+			}
+		})
+	}
+	for _, body := range []string{"", "0123456789"} {
+		for _, length := range []int64{int64(len(body)), -1} {
+			if b, err := readBody(strings.NewReader(body), length, 10); err != nil || string(b) != body {
+				t.Errorf("readBody(%q, %d) = %q, %v", body, length, b, err)
+			}
+		}
 	}
 }

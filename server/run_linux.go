@@ -102,7 +102,7 @@ func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([
 	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	b, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
 	if err != nil {
-		return nil, unreadBody{err}
+		return nil, unreadBody{bodyError(err, r.ContentLength, s.cfg.MaxBody)}
 	}
 	return b, nil
 }
