@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/httpbody"
 )
 
 // What a request body costs the server, outside any jail's cgroup. It was
@@ -91,59 +92,11 @@ func (b *bodyBudget) inUse() int64 {
 	return b.used
 }
 
-// bodyChunk is how a body without a Content-Length is read: in chunks,
-// joined once at the end, so it costs at most twice its size, never the
-// three times of a buffer that doubles.
-const bodyChunk = 256 << 10
-
-// errBodyTooLarge is a body over its bound: its Content-Length said so
-// (it was not read) or more than the bound came.
-var errBodyTooLarge = errors.New("request body too large")
-
-// readBody reads a whole body of length bytes (-1: unknown, up to max)
-// into one slice of its size. Over max is errBodyTooLarge; a body that
-// ends early is io.ErrUnexpectedEOF (or io.EOF when nothing came), one
-// that stalls past the connection's read deadline a net.Error Timeout.
-func readBody(r io.Reader, length, max int64) ([]byte, error) {
-	if length > max {
-		return nil, errBodyTooLarge
-	}
-	if length >= 0 {
-		b := make([]byte, length)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-	var chunks [][]byte
-	var total int64
-	for {
-		c := make([]byte, bodyChunk)
-		n, err := io.ReadFull(r, c)
-		total += int64(n)
-		if total > max {
-			return nil, errBodyTooLarge
-		}
-		chunks = append(chunks, c[:n])
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	b := make([]byte, 0, total)
-	for _, c := range chunks {
-		b = append(b, c...)
-	}
-	return b, nil
-}
-
 // bodyError is readBody's error as the server answers it: 413 over
 // --max-body, 400 for a body that ended early or failed, and the
 // deadline's error as it is (bodyRefusal's 408).
 func bodyError(err error, length, max int64) error {
-	if errors.Is(err, errBodyTooLarge) {
+	if errors.Is(err, httpbody.ErrTooLarge) {
 		return &api.Error{Status: 413, Msg: fmt.Sprintf("request body larger than %d bytes (--max-body)", max)}
 	}
 	var ne net.Error

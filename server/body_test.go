@@ -14,6 +14,7 @@ import (
 	"testing/iotest"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/httpbody"
 )
 
 // decodeRequest unescapes the request's strings in place, over the body;
@@ -131,7 +132,7 @@ func TestBodyErrorAnswers(t *testing.T) {
 		{"stalls", iotest.ErrReader(timeoutErr{}), 5, 0, "read body: i/o timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := readBody(tc.body, tc.length, 10)
+			b, err := httpbody.Read(tc.body, tc.length, 10)
 			if err == nil {
 				t.Fatalf("read %q, want an error", b)
 			}
@@ -150,8 +151,8 @@ func TestBodyErrorAnswers(t *testing.T) {
 	}
 	for _, body := range []string{"", "0123456789"} {
 		for _, length := range []int64{int64(len(body)), -1} {
-			if b, err := readBody(strings.NewReader(body), length, 10); err != nil || string(b) != body {
-				t.Errorf("readBody(%q, %d) = %q, %v", body, length, b, err)
+			if b, err := httpbody.Read(strings.NewReader(body), length, 10); err != nil || string(b) != body {
+				t.Errorf("httpbody.Read(%q, %d) = %q, %v", body, length, b, err)
 			}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stockade/stockade/server/internal/capacity"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/httpbody"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/server/internal/kernel"
 )
@@ -100,7 +101,7 @@ func checkJSONType(r *http.Request) error {
 func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([]byte, error) {
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	b, err := readBody(r.Body, r.ContentLength, s.cfg.MaxBody)
+	b, err := httpbody.Read(r.Body, r.ContentLength, s.cfg.MaxBody)
 	if err != nil {
 		return nil, unreadBody{bodyError(err, r.ContentLength, s.cfg.MaxBody)}
 	}
