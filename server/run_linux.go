@@ -93,15 +93,11 @@ func checkJSONType(r *http.Request) error {
 }
 
 // readBodyWithin reads the request's body whole, within --body-timeout
-// (a body trickled in or stalled holds its memory and its caller's count,
-// and the header's deadline does not cover it) and --max-body. The
-// connection's read deadline is lifted after: it also bounds net/http's
-// own read that watches for the caller going away, which would cancel a
-// run longer than the body's deadline.
+// (a body trickled in or stalled holds its memory and its caller's count)
+// and --max-body. The connection's read deadline is lifted after: it
+// would cancel a run longer than the body's deadline.
 func (s *Server) readBodyWithin(rc *http.ResponseController, r *http.Request) ([]byte, error) {
-	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	b, err := httpbody.Read(r.Body, r.ContentLength, s.cfg.MaxBody)
+	b, err := httpbody.ReadWithin(rc, r, s.cfg.MaxBody, s.cfg.BodyTimeout)
 	if err != nil {
 		return nil, unreadBody{bodyError(err, r.ContentLength, s.cfg.MaxBody)}
 	}
