@@ -8,7 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"time"
+
+	"github.com/stockade/stockade/internal/httpbody"
 )
 
 // bound reads the whole body before anything is forwarded, as the server
@@ -31,19 +32,17 @@ func (g *Gateway) bound(w http.ResponseWriter, r *http.Request, t *Tenant) bool 
 		g.counts.tooLarge.Add(1)
 		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than %d bytes (--max-body)", r.ContentLength, max))
 	}
-	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
-	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	body, err := httpbody.ReadWithin(rc, r, max, g.cfg.BodyTimeout)
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		return refuse(http.StatusRequestTimeout, fmt.Sprintf("request body not received within %v", g.cfg.BodyTimeout))
-	case err != nil:
-		return refuse(http.StatusBadRequest, "read body: "+err.Error())
-	case int64(len(body)) > max:
+	case errors.Is(err, httpbody.ErrTooLarge):
 		g.counts.tooLarge.Add(1)
 		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes (--max-body)", max))
+	case err != nil:
+		return refuse(http.StatusBadRequest, "read body: "+err.Error())
 	}
-	_ = rc.SetReadDeadline(time.Time{})
 	if startsWork(r) {
 		if body, err = applyPolicy(t, body); err != nil {
 			var pe *policyError
