@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stockade/stockade/internal/httpbody"
 )
 
 // Backend is what a gateway forwards each authenticated request to.
@@ -164,13 +165,14 @@ func (g *Backend) Serve(w http.ResponseWriter, r *http.Request, tenant, idempote
 	}
 }
 
-// readBounded reads r's body, at most max bytes.
+// readBounded reads r's body, at most max bytes (false past them), with
+// no deadline of its own: the gateway read the body within its own.
 func readBounded(r *http.Request, max int64) ([]byte, bool, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-	if err != nil {
-		return nil, false, err
+	b, err := httpbody.ReadWithin(nil, r, max, 0)
+	if errors.Is(err, httpbody.ErrTooLarge) {
+		return nil, false, nil
 	}
-	return b, int64(len(b)) <= max, nil
+	return b, true, err
 }
 
 func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key string) {
