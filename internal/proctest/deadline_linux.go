@@ -1,7 +1,6 @@
 package proctest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -75,7 +73,7 @@ func Within(t testing.TB, d time.Duration, f func(ctx context.Context)) (expired
 // overstays.
 type Proc struct {
 	Cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
+	stdout, stderr *Buffer
 	begin          time.Time
 	done           chan struct{}
 	waitErr        error
@@ -119,7 +117,7 @@ func (o Outcome) Overstayed() string {
 // buffers a descendant outside the group holds open is let go 5 s after it
 // exits (exec.Cmd.WaitDelay).
 func Start(cmd *exec.Cmd) (*Proc, error) {
-	p := &Proc{Cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &Proc{Cmd: cmd, stdout: &Buffer{}, stderr: &Buffer{}, done: make(chan struct{})}
 	Group(cmd)
 	if cmd.Stdout != nil && cmd.Stdout == cmd.Stderr {
 		// One writer for both is one pipe, in the order written
@@ -180,7 +178,7 @@ func KillAfter(cmd *exec.Cmd, d time.Duration) (stop func() (fired bool)) {
 
 // keep adds buf to w: an *os.File the command gets as it is (a terminal,
 // a pipe end the caller reads), so that is not copied.
-func keep(w io.Writer, buf *lockedBuffer) io.Writer {
+func keep(w io.Writer, buf *Buffer) io.Writer {
 	switch w.(type) {
 	case nil:
 		return buf
@@ -280,21 +278,4 @@ func tail(s string) string {
 		return "..." + s[len(s)-2000:]
 	}
 	return s
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
