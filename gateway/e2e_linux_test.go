@@ -226,7 +226,7 @@ func freePort(t *testing.T) int {
 // with the test.
 func startProc(t *testing.T, cmd *exec.Cmd) *proctest.Proc {
 	t.Helper()
-	var out syncBuffer
+	var out proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	p, err := proctest.Start(cmd)
 	if err != nil {

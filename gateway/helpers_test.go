@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/proctest"
 )
 
 // testCA is a certificate authority made for one test.
@@ -209,24 +211,7 @@ type testGateway struct {
 	addr    string
 	ca      *testCA // the server's and the clients' CA
 	dir     string
-	audit   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	audit   *proctest.Buffer
 }
 
 func startGateway(t *testing.T, adjust func(*Config)) *testGateway {
@@ -239,7 +224,7 @@ func startGateway(t *testing.T, adjust func(*Config)) *testGateway {
 	cfg.KeyFile = writeFile(t, dir, "gw.key", key, 0o600)
 	cfg.ClientCAFile = writeFile(t, dir, "clients-ca.crt", ca.pem, 0o644)
 	cfg.TenantsFile = writeFile(t, dir, "tenants.toml", []byte(testTenants), 0o600)
-	audit := &syncBuffer{}
+	audit := &proctest.Buffer{}
 	cfg.Audit = audit
 	if adjust != nil {
 		adjust(&cfg)
