@@ -11,12 +11,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stockade/stockade/client"
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 )
 
@@ -33,29 +33,12 @@ func mcpBin(t *testing.T) string {
 	return bin
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // mcpStdio launches `stockade mcp args...` and connects the SDK's client to
 // it. Closing the session closes its stdin; the process must then exit.
-func mcpStdio(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *syncBuffer) {
+func mcpStdio(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *proctest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(mcpBin(t), append([]string{"mcp"}, args...)...)
-	stderr := &syncBuffer{}
+	stderr := &proctest.Buffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -328,7 +311,7 @@ func TestMCPDocsHostConfigs(t *testing.T) {
 		for k, v := range srv.Env {
 			cmd.Env = append(cmd.Env, k+"="+strings.ReplaceAll(v, defaultSocket, sock))
 		}
-		stderr := &syncBuffer{}
+		stderr := &proctest.Buffer{}
 		cmd.Stderr = stderr
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		cs, err := sdk.NewClient(&sdk.Implementation{Name: "host", Version: "1"}, nil).

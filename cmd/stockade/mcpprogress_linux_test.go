@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stockade/stockade/internal/proctest"
 )
 
 // TestMCPStdioInterruptAndProgress: over stdio, as a host runs it, a long
@@ -21,7 +22,7 @@ func TestMCPStdioInterruptAndProgress(t *testing.T) {
 	needSessions(t, sock)
 	notes := make(chan *sdk.ProgressNotificationParams, 1000)
 	cmd := exec.Command(mcpBin(t), "mcp", "--server", sock)
-	stderr := &syncBuffer{}
+	stderr := &proctest.Buffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
