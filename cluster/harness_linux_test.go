@@ -23,7 +23,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,7 +49,7 @@ type host struct {
 	dir          string
 	nats         *proctest.Proc
 	serve        *proctest.Proc
-	serveLog     *lockedBuf
+	serveLog     *proctest.Buffer
 	// cgroup, when set, is a cgroup directory (v1 cpu) the host's serve
 	// joins before it starts (make bench's CPU quota per host); env is
 	// added to its environment.
@@ -69,23 +68,6 @@ type fixture struct {
 	gcfg    Config
 	bin     string
 	natsBin string
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func needCluster(t testing.TB) (bin, natsBin string) {
@@ -397,7 +379,7 @@ func (f *fixture) startNode(h *host, args ...string) {
 	b, _ := json.Marshal(c)
 	file := filepath.Join(h.dir, "cluster.json")
 	os.WriteFile(file, b, 0o600)
-	h.serveLog = &lockedBuf{}
+	h.serveLog = &proctest.Buffer{}
 	argv := append([]string{"nsenter", "--net=/run/netns/" + h.ns, f.bin, "serve", "--socket", filepath.Join(h.dir, "s.sock"),
 		"--cluster", file, "--audit-log", filepath.Join(h.dir, "audit.log"), "--audit-required",
 		"--concurrency", "2", "--pool", "1", "--grace", "5s"}, args...)
