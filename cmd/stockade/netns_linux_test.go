@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,8 +26,8 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/internal/clitest"
+	"github.com/stockade/stockade/internal/netnstest"
 	"github.com/stockade/stockade/internal/testenv"
-	"golang.org/x/sys/unix"
 )
 
 // testNet is a small network of its own for the network tests: a "host"
@@ -152,42 +151,6 @@ func (n *testNet) close() {
 	}
 }
 
-// inNS runs f on a thread that has joined the namespace at path; sockets
-// f makes belong to that namespace for good, wherever they are used.
-func inNS(path string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: if switching back failed, the thread must die
-		// with this goroutine rather than serve others in the wrong
-		// namespace.
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // serveUpstream starts the upstream's servers: HTTPS on 443 (v4 and v6)
 // with a test CA, plain HTTP on 80, a TCP canary on 8443 that no direct
 // connection may reach, and a UDP canary on 53.
@@ -223,7 +186,7 @@ func (n *testNet) serveUpstream() {
 	})
 	listen := func(network, addr string) net.Listener {
 		var ln net.Listener
-		if err := inNS(n.upNS, func() (err error) { ln, err = net.Listen(network, addr); return err }); err != nil {
+		if err := netnstest.In(n.upNS, func() (err error) { ln, err = net.Listen(network, addr); return err }); err != nil {
 			t.Fatalf("listen %s in the upstream namespace: %v", addr, err)
 		}
 		t.Cleanup(func() { ln.Close() })
@@ -250,7 +213,7 @@ func (n *testNet) serveUpstream() {
 		}
 	}()
 	var udp net.PacketConn
-	if err := inNS(n.upNS, func() (err error) { udp, err = net.ListenPacket("udp", netUpAddr+":53"); return err }); err != nil {
+	if err := netnstest.In(n.upNS, func() (err error) { udp, err = net.ListenPacket("udp", netUpAddr+":53"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { udp.Close() })

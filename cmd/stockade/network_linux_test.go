@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stockade/stockade/internal/netnstest"
 	"github.com/stockade/stockade/internal/testenv"
 )
 
@@ -346,7 +347,7 @@ func TestAttackNetMetadataThroughAllowPrivate(t *testing.T) {
 	}
 	hosts.Close()
 	var canary net.Listener
-	if err := inNS(n.upNS, func() (err error) { canary, err = net.Listen("tcp", ":443"); return err }); err != nil {
+	if err := netnstest.In(n.upNS, func() (err error) { canary, err = net.Listen("tcp", ":443"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer canary.Close()
