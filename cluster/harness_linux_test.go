@@ -20,14 +20,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/stockade/stockade/internal/netnstest"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
@@ -191,39 +189,16 @@ func tailOf(s string, n int) string {
 type nsDialer struct{ ns string }
 
 func (d nsDialer) Dial(network, addr string) (net.Conn, error) {
-	type res struct {
-		c   net.Conn
-		err error
+	var c net.Conn
+	err := netnstest.In(d.ns, func() (err error) {
+		c, err = net.DialTimeout(network, addr, 3*time.Second)
+		return err
+	})
+	if err != nil && c != nil { // dialled, but the thread could not return
+		c.Close()
+		return nil, err
 	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Not unlocked on failure: the thread, in a foreign namespace,
-		// then ends with the goroutine.
-		self, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer self.Close()
-		target, err := os.Open(d.ns)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		c, err := net.DialTimeout(network, addr, 3*time.Second)
-		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- res{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
+	return c, err
 }
 
 // certs makes a CA, the servers' certificate (for clients and routes:
