@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +36,7 @@ type testServer struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	sock   string
-	log    *bytes.Buffer
+	log    *proctest.Buffer
 	hc     *http.Client
 	exited chan struct{}
 	before map[string]bool // run directories and cgroups there before it started
@@ -84,9 +83,9 @@ func startServerWith(t *testing.T, bin, sock string, files []*os.File, args ...s
 // in its own process (a wrapper may come first, and exec it).
 func startServerCmd(t *testing.T, sock string, cmd *exec.Cmd) *testServer {
 	t.Helper()
-	s := &testServer{t: t, sock: sock, log: &bytes.Buffer{}, exited: make(chan struct{}), before: entrySet()}
+	s := &testServer{t: t, sock: sock, log: &proctest.Buffer{}, exited: make(chan struct{}), before: entrySet()}
 	s.cmd = cmd
-	s.cmd.Stderr = &lockedWriter{w: s.log}
+	s.cmd.Stderr = s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -128,12 +127,7 @@ func (s *testServer) waitReady() {
 	s.t.Fatalf("server not ready in 30s:\n%s", s.log)
 }
 
-func (s *testServer) logString() string {
-	w := s.cmd.Stderr.(*lockedWriter)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return s.log.String()
-}
+func (s *testServer) logString() string { return s.log.String() }
 
 func (s *testServer) stop() {
 	select {
@@ -317,17 +311,6 @@ func processesWith(mark string) []string {
 		}
 	}
 	return found
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func eventually(t *testing.T, what string, f func() bool) {

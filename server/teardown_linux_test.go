@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
@@ -27,9 +27,9 @@ func TestServeAnswersBeforeTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log, audit bytes.Buffer
+	var log, audit proctest.Buffer
 	srv, err := New(Config{Profiles: []Profile{{Name: "python", Policy: p}}, Host: jail.DefaultHost(), Pool: 1,
-		Log: &lockedWriter{w: &log}, Audit: NewAuditWriter(&lockedWriter{w: &audit}), Grace: 2 * time.Second})
+		Log: &log, Audit: NewAuditWriter(&audit), Grace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
