@@ -3,16 +3,11 @@ package main
 import (
 	"archive/zip"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/certtest"
 	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/netnstest"
 	"github.com/stockade/stockade/internal/testenv"
@@ -156,11 +152,10 @@ func (n *testNet) close() {
 // connection may reach, and a UDP canary on 53.
 func (n *testNet) serveUpstream() {
 	t := n.t
-	caPEM, cert := testCA(t, []string{"pkg.stockade.test", "plain.stockade.test", "six.pkg.stockade.test", "other.stockade.test"})
-	n.ca = filepath.Join(n.dir, "ca.pem")
-	if err := os.WriteFile(n.ca, caPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	names := []string{"pkg.stockade.test", "plain.stockade.test", "six.pkg.stockade.test", "other.stockade.test"}
+	ca := certtest.NewCA(t, "stockade test CA")
+	cert := ca.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: names[0]}, DNSNames: names, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}).TLS
+	n.ca = certtest.WriteFile(t, n.dir, "ca.pem", ca.PEM, 0o644)
 	wheel := tinyWheel(t)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
@@ -272,29 +267,6 @@ func (n *testNet) runJSON(args ...string) netResult {
 		n.t.Fatalf("exit %d, no JSON result: %v\nstdout: %s\nstderr: %s", code, err, out, errs)
 	}
 	return r
-}
-
-func testCA(t testing.TB, names []string) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stockade test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 // tinyWheel is a valid pure-Python wheel, tinypkg 1.0.
