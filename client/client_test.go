@@ -3,28 +3,23 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/certtest"
 )
 
 // These tests answer the client with handlers of their own, over a unix
@@ -357,40 +352,10 @@ func TestSessionRoutes(t *testing.T) {
 // as PEM files in dir; usage says what the leaf is for.
 func testCA(t *testing.T, dir, name string, usage x509.ExtKeyUsage) (caFile, certFile, keyFile string, pool *x509.CertPool, leaf tls.Certificate) {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	write := func(file, typ string, b []byte) string {
-		p := filepath.Join(dir, file)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caFile = write(name+"-ca.pem", "CERTIFICATE", caDER)
-	certFile = write(name+".pem", "CERTIFICATE", der)
-	keyFile = write(name+"-key.pem", "EC PRIVATE KEY", keyDER)
-	pool = x509.NewCertPool()
-	pool.AddCert(caCert)
-	leaf, err = tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return caFile, certFile, keyFile, pool, leaf
+	ca := certtest.NewCA(t, name+" CA")
+	l := ca.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: name}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{usage}})
+	return certtest.WriteFile(t, dir, name+"-ca.pem", ca.PEM, 0o600), certtest.WriteFile(t, dir, name+".pem", l.CertPEM, 0o600),
+		certtest.WriteFile(t, dir, name+"-key.pem", l.KeyPEM, 0o600), ca.Pool(), l.TLS
 }
 
 // tlsGateway is an HTTPS server that wants token and, with clients set, a
