@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/certtest"
 )
 
 // Tenant B must not reach tenant A's session: the backend is told the
@@ -225,8 +227,8 @@ func TestAttackPlainHTTPListener(t *testing.T) {
 // handshake, whatever its name; one from the trusted CA names its tenant.
 func TestAttackClientCertOtherCA(t *testing.T) {
 	tg := startGateway(t, nil)
-	other := newCA(t, "someone else's CA")
-	certPEM, keyPEM := other.issue(t, "alice.clients.test", true)
+	other := certtest.NewCA(t, "someone else's CA")
+	certPEM, keyPEM := issue(t, other, "alice.clients.test", true)
 	bad, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +244,7 @@ func TestAttackClientCertOtherCA(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("a certificate of another CA was answered %d", resp.StatusCode)
 	}
-	certPEM, keyPEM = tg.ca.issue(t, "alice.clients.test", true)
+	certPEM, keyPEM = issue(t, tg.ca, "alice.clients.test", true)
 	good, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -254,13 +256,13 @@ func TestAttackClientCertOtherCA(t *testing.T) {
 		t.Fatalf("a certificate for alice came through as tenant %q", got.tenant)
 	}
 	// A SAN names the tenant as well as a CN does.
-	certPEM, keyPEM = tg.ca.issue(t, "workload-7", true, "alice.clients.test")
+	certPEM, keyPEM = issue(t, tg.ca, "workload-7", true, "alice.clients.test")
 	bySAN, _ := tls.X509KeyPair(certPEM, keyPEM)
 	if code, body := tg.do(t, tg.client(t, &bySAN), "GET", "/v1/sessions", "", "", nil); code != 200 || tg.backend.last().tenant != "alice" {
 		t.Fatalf("alice's name in a SAN: %d %s, tenant %q", code, body, tg.backend.last().tenant)
 	}
 	// A certificate of the trusted CA for a name no tenant has: 401.
-	certPEM, keyPEM = tg.ca.issue(t, "mallory.clients.test", true)
+	certPEM, keyPEM = issue(t, tg.ca, "mallory.clients.test", true)
 	nobody, _ := tls.X509KeyPair(certPEM, keyPEM)
 	if code, _ := tg.do(t, tg.client(t, &nobody), "GET", "/v1/sessions", "", "", nil); code != 401 {
 		t.Fatalf("a certificate naming no tenant: %d, want 401", code)

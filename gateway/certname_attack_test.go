@@ -10,12 +10,14 @@ import (
 	"math/big"
 	"testing"
 	"time"
+
+	"github.com/stockade/stockade/internal/certtest"
 )
 
 // constrainedSubCA is a CA the test CA delegated to, allowed by X.509
 // name constraints to name hosts under permitted only: the standard way
 // to let a team issue its own client certificates.
-func (ca *testCA) constrainedSubCA(t *testing.T, permitted string) *testCA {
+func constrainedSubCA(t *testing.T, ca *certtest.CA, permitted string) *certtest.CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -27,12 +29,12 @@ func (ca *testCA) constrainedSubCA(t *testing.T, permitted string) *testCA {
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 		PermittedDNSDomainsCritical: true, PermittedDNSDomains: []string{permitted},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key}
+	return &certtest.CA{Cert: cert, Key: key}
 }
 
 // TestAttackCertCommonNameOverSAN: name constraints bind a certificate's
@@ -44,10 +46,10 @@ func (ca *testCA) constrainedSubCA(t *testing.T, permitted string) *testCA {
 // A CN beside SANs counts for nothing, whoever issued it.
 func TestAttackCertCommonNameOverSAN(t *testing.T) {
 	tg := startGateway(t, nil)
-	sub := tg.ca.constrainedSubCA(t, "team-b.test")
+	sub := constrainedSubCA(t, tg.ca, "team-b.test")
 	for _, tc := range []struct {
 		name string
-		ca   *testCA
+		ca   *certtest.CA
 		cn   string
 		sans []string
 	}{
@@ -58,13 +60,13 @@ func TestAttackCertCommonNameOverSAN(t *testing.T) {
 		// as Go's own hostname check has held since 1.15.
 		{"alice's CN beside another SAN, from the root", tg.ca, "alice.clients.test", []string{"worker.team-b.test"}},
 	} {
-		certPEM, keyPEM := tc.ca.issue(t, tc.cn, true, tc.sans...)
+		certPEM, keyPEM := issue(t, tc.ca, tc.cn, true, tc.sans...)
 		leaf, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if tc.ca != tg.ca {
-			leaf.Certificate = append(leaf.Certificate, tc.ca.cert.Raw)
+			leaf.Certificate = append(leaf.Certificate, tc.ca.Cert.Raw)
 		}
 		before := tg.backend.callCount()
 		code, body := tg.do(t, tg.client(t, &leaf), "GET", "/v1/sessions", "", "", nil)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/certtest"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 )
@@ -157,11 +158,11 @@ func startE2E(t *testing.T) *e2e {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ca := newCA(t, "stockade e2e CA")
-	cert, key := ca.issue(t, "gateway", false) // for 127.0.0.1: NATS's and the gateway's
+	ca := certtest.NewCA(t, "stockade e2e CA")
+	cert, key := issue(t, ca, "gateway", false) // for 127.0.0.1: NATS's and the gateway's
 	certFile := writeFile(t, dir, "server.crt", cert, 0o644)
 	keyFile := writeFile(t, dir, "server.key", key, 0o600)
-	caFile := writeFile(t, dir, "ca.crt", ca.pem, 0o644)
+	caFile := writeFile(t, dir, "ca.crt", ca.PEM, 0o644)
 
 	natsPort, gwPort := freePort(t), freePort(t)
 	pw := func(role string) string { return fmt.Sprintf("pw-%s-%d", role, os.Getpid()) }

@@ -3,70 +3,30 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/certtest"
 	"github.com/stockade/stockade/internal/proctest"
 )
 
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
 // issue makes a leaf certificate: a server's for 127.0.0.1 and
 // localhost, or a client's with cn.
-func (ca *testCA) issue(t *testing.T, cn string, client bool, sans ...string) (certPEM, keyPEM []byte) {
+func issue(t *testing.T, ca *certtest.CA, cn string, client bool, sans ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: cn}}
 	if client {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 		tmpl.DNSNames = sans
@@ -75,24 +35,13 @@ func (ca *testCA) issue(t *testing.T, cn string, client bool, sans ...string) (c
 		tmpl.DNSNames = []string{"localhost"}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, _ := x509.MarshalECPrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+	l := ca.Issue(t, tmpl)
+	return l.CertPEM, l.KeyPEM
 }
 
 func writeFile(t *testing.T, dir, name string, b []byte, mode os.FileMode) string {
 	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, b, mode); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, mode); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return certtest.WriteFile(t, dir, name, b, mode)
 }
 
 // Tokens of the tenants the tests use.
@@ -209,7 +158,7 @@ type testGateway struct {
 	g       *Gateway
 	backend *fakeBackend
 	addr    string
-	ca      *testCA // the server's and the clients' CA
+	ca      *certtest.CA // the server's and the clients' CA
 	dir     string
 	audit   *proctest.Buffer
 }
@@ -217,12 +166,12 @@ type testGateway struct {
 func startGateway(t *testing.T, adjust func(*Config)) *testGateway {
 	t.Helper()
 	dir := t.TempDir()
-	ca := newCA(t, "stockade test CA")
-	cert, key := ca.issue(t, "gateway", false)
+	ca := certtest.NewCA(t, "stockade test CA")
+	cert, key := issue(t, ca, "gateway", false)
 	cfg := Defaults()
 	cfg.CertFile = writeFile(t, dir, "gw.crt", cert, 0o644)
 	cfg.KeyFile = writeFile(t, dir, "gw.key", key, 0o600)
-	cfg.ClientCAFile = writeFile(t, dir, "clients-ca.crt", ca.pem, 0o644)
+	cfg.ClientCAFile = writeFile(t, dir, "clients-ca.crt", ca.PEM, 0o644)
 	cfg.TenantsFile = writeFile(t, dir, "tenants.toml", []byte(testTenants), 0o600)
 	audit := &proctest.Buffer{}
 	cfg.Audit = audit
@@ -252,7 +201,7 @@ func startGateway(t *testing.T, adjust func(*Config)) *testGateway {
 // client certificate.
 func (tg *testGateway) client(t *testing.T, cert *tls.Certificate) *http.Client {
 	pool := x509.NewCertPool()
-	pool.AddCert(tg.ca.cert)
+	pool.AddCert(tg.ca.Cert)
 	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
@@ -288,7 +237,7 @@ func (tg *testGateway) do(t *testing.T, c *http.Client, method, path, token, bod
 func (tg *testGateway) raw(t *testing.T, request string) string {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AddCert(tg.ca.cert)
+	pool.AddCert(tg.ca.Cert)
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", tg.addr, &tls.Config{RootCAs: pool})
 	if err != nil {
 		t.Fatal(err)
