@@ -3,16 +3,11 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/gateway"
+	"github.com/stockade/stockade/internal/certtest"
 	"github.com/stockade/stockade/internal/proctest"
 )
 
@@ -227,19 +223,10 @@ type benchGateway struct {
 // startBenchGateway serves a real gateway (HTTPS, a bearer token) on
 // loopback in front of the fixture's backend.
 func startBenchGateway(b testing.TB, f *fixture) *benchGateway {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "gateway"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile, tenants := filepath.Join(f.dir, "gw.pem"), filepath.Join(f.dir, "gw-key.pem"), filepath.Join(f.dir, "tenants.toml")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	ca := certtest.NewCA(b, "gateway CA")
+	leaf := ca.Issue(b, &x509.Certificate{Subject: pkix.Name{CommonName: "gateway"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	certFile, keyFile, tenants := certtest.WriteFile(b, f.dir, "gw.pem", leaf.CertPEM, 0o644), certtest.WriteFile(b, f.dir, "gw-key.pem", leaf.KeyPEM, 0o600), filepath.Join(f.dir, "tenants.toml")
 	token := strings.Repeat("b7", 20)
 	os.WriteFile(tenants, []byte("[tenant.bench]\ntokens = [\""+token+"\"]\n"), 0o600)
 	g, err := gateway.New(gateway.Config{TenantsFile: tenants, CertFile: certFile, KeyFile: keyFile}, f.g)
@@ -254,10 +241,7 @@ func startBenchGateway(b testing.TB, f *fixture) *benchGateway {
 	done := make(chan struct{})
 	go func() { defer close(done); g.Serve(ctx, l, time.Second) }()
 	b.Cleanup(func() { cancel(); <-done })
-	pool := x509.NewCertPool()
-	cert, _ := x509.ParseCertificate(der)
-	pool.AddCert(cert)
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Minute}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Minute}
 	b.Cleanup(c.CloseIdleConnections)
 	return &benchGateway{b: b, url: "https://" + l.Addr().String(), token: token, client: c}
 }

@@ -3,16 +3,12 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/certtest"
 	"github.com/stockade/stockade/internal/netnstest"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
@@ -204,41 +201,15 @@ func (d nsDialer) Dial(network, addr string) (net.Conn, error) {
 // certs makes a CA, the servers' certificate (for clients and routes:
 // server and client auth, every host's address) and writes them.
 func (f *fixture) certs(ips []string) {
-	t := f.t
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stockade test CA " + f.tag},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write := func(name string, blocks ...*pem.Block) {
-		var b bytes.Buffer
-		for _, bl := range blocks {
-			pem.Encode(&b, bl)
-		}
-		if err := os.WriteFile(filepath.Join(f.dir, name), b.Bytes(), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	f.ca = filepath.Join(f.dir, "ca.pem")
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	ca := certtest.NewCA(f.t, "stockade test CA "+f.tag)
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "nats"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	for _, ip := range ips {
 		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	write("server.pem", &pem.Block{Type: "CERTIFICATE", Bytes: der})
-	write("server-key.pem", &pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+	leaf := ca.Issue(f.t, tmpl)
+	f.ca = certtest.WriteFile(f.t, f.dir, "ca.pem", ca.PEM, 0o600)
+	certtest.WriteFile(f.t, f.dir, "server.pem", leaf.CertPEM, 0o600)
+	certtest.WriteFile(f.t, f.dir, "server-key.pem", leaf.KeyPEM, 0o600)
 }
 
 // password of a role in the test's NATS users.
@@ -467,14 +438,4 @@ func leftEntries(pid int) []string {
 }
 
 // otherCA is a CA certificate (PEM) that signed nothing of the fixture's.
-func otherCA(t *testing.T) []byte {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(9), Subject: pkix.Name{CommonName: "another CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
+func otherCA(t *testing.T) []byte { return certtest.NewCA(t, "another CA").PEM }
