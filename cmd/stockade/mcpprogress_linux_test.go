@@ -113,12 +113,7 @@ func TestMCPStdioInterruptAndProgress(t *testing.T) {
 	if err != nil || res.IsError || single["verdict"] != "ok" || single["stdout"] != "single\n" || single["type"] != nil {
 		t.Errorf("a single-use run with progress: %v %v", err, single)
 	}
-	sawSingle := false
-	for len(notes) > 0 {
-		n := <-notes
-		sawSingle = sawSingle || strings.Contains(n.Message, "single\n")
-	}
-	if !sawSingle {
+	if !awaitNote(ctx, notes, func(n *sdk.ProgressNotificationParams) bool { return strings.Contains(n.Message, "single\n") }) {
 		t.Errorf("no progress with a single-use run's output")
 	}
 
@@ -131,12 +126,30 @@ func TestMCPStdioInterruptAndProgress(t *testing.T) {
 	if res, err := cs.CallTool(ctx, p); err != nil || res.IsError {
 		t.Fatalf("the silent cell: %v %v", err, res)
 	}
-	beat := false
-	for len(notes) > 0 {
-		n := <-notes
-		beat = beat || (strings.Contains(n.Message, "running for") && n.ProgressToken == float64(7))
-	}
-	if !beat {
+	if !awaitNote(ctx, notes, func(n *sdk.ProgressNotificationParams) bool {
+		return strings.Contains(n.Message, "running for") && n.ProgressToken == float64(7)
+	}) {
 		t.Errorf("no beat during a silent 7 s cell")
+	}
+}
+
+// awaitNote waits for a notification that matches: the client's handler
+// is called apart from the call's answer, so on a loaded host a note sent
+// before the answer can be handled after CallTool returned. It gives up
+// after 30 s (or ctx), having seen none.
+func awaitNote(ctx context.Context, notes <-chan *sdk.ProgressNotificationParams, match func(*sdk.ProgressNotificationParams) bool) bool {
+	give := time.NewTimer(30 * time.Second)
+	defer give.Stop()
+	for {
+		select {
+		case n := <-notes:
+			if match(n) {
+				return true
+			}
+		case <-give.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
