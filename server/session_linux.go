@@ -545,6 +545,7 @@ func (srv *Server) janitor(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
+		srv.vmJanitor(now)
 		for _, s := range srv.sessions.all() {
 			s.mu.Lock()
 			idleOver := !s.busy && now.After(s.lastUsed.Add(s.idle))

@@ -36,6 +36,9 @@ type Plan struct {
 	// init exits, "silent": it never answers, "flood": it writes to the
 	// console without end). The host is the only one who writes a Plan.
 	Fault string `json:"fault,omitempty"`
+	// Serve, instead of one run, makes the guest serve a session
+	// (session_linux.go): Spec then only sized the guest.
+	Serve *ServePlan `json:"serve,omitempty"`
 }
 
 // Reply is the guest's answer: the jail's Result as the guest's jail made
