@@ -629,3 +629,46 @@ func (t *sessionTable) closingNow() bool {
 	defer t.mu.Unlock()
 	return t.closing
 }
+
+// runVM is POST /v1/run of a vm profile: the run, as made, in a guest of
+// its own (a warm one when the pool has it), ended with the answer. The
+// guest's server runs it in its jail; the host bounds the answer (the
+// client's bound) and lays its own pool's word over it.
+func (s *Server) runVM(ctx context.Context, req *runRequest, spec jail.Spec) (*api.RunResponse, *api.Error) {
+	admitted := time.Now()
+	pl := s.vmPools[req.Profile]
+	wg, use := usePool(pl)
+	if wg == nil {
+		pspec := pl.Spec()
+		if !s.budget.TryTake(pspec.Cgroup.MemoryMax, pspec.Cgroup.PidsMax) {
+			return nil, &api.Error{Status: 503, Msg: "busy: the memory or pids budget is spent (--budget-memory, --budget-pids)"}
+		}
+		var err error
+		if wg, err = s.warmGuest(ctx, req.Profile, pspec); err != nil {
+			s.budget.Give(pspec.Cgroup.MemoryMax, pspec.Cgroup.PidsMax)
+			return nil, &api.Error{Status: 500, Msg: "start the run's guest: " + err.Error()}
+		}
+	}
+	defer func() {
+		if err := wg.Close(s.budget); err != nil {
+			s.closeFailed(err)
+		}
+	}()
+	use.WaitedMs = ms(time.Since(admitted))
+	// The guest's own timeout ends the run; this one ends a guest that
+	// does not answer.
+	ctx, cancel := context.WithTimeout(ctx, spec.Timeout+2*time.Minute)
+	defer cancel()
+	fwd := *req.RunRequest
+	fwd.Profile = ""
+	resp, err := client.Over(wg, client.Options{MaxAnswer: s.vmAnswerMax(spec)}).Run(ctx, &fwd)
+	if err != nil {
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 {
+			return nil, &api.Error{Status: ce.Status, Msg: ce.Body.Msg}
+		}
+		return nil, &api.Error{Status: 502, Msg: "the run's guest: " + err.Error()}
+	}
+	resp.Pool = use
+	return resp, nil
+}
