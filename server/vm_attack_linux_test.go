@@ -270,3 +270,32 @@ func TestVMSessionHostDecidesItsEnd(t *testing.T) {
 	}
 	t.Errorf("a session whose guest ended: %d, want 410", code)
 }
+
+// TestVMRunInItsOwnGuest: POST /v1/run of a vm profile goes to a guest
+// of its own, made for it and ended with the answer, which carries the
+// host's word on the pool.
+func TestVMRunInItsOwnGuest(t *testing.T) {
+	var guests []*fakeGuest
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if method != "POST" || path != "/v1/run" || !bytes.Contains(body, []byte("print(6*7)")) || bytes.Contains(body, []byte(`"profile"`)) {
+				return 400, strings.NewReader(`{"error":"unexpected call"}`)
+			}
+			b, _ := json.Marshal(api.RunResponse{Result: &api.Result{Verdict: "ok", Stdout: "42\n"}, Pool: api.PoolUse{Hit: true, WaitedMs: -1}})
+			return 200, bytes.NewReader(b)
+		})
+		guests = append(guests, g)
+		return g
+	})
+	code, body := as(s, 1000, "POST", "/v1/run", api.RunRequest{Code: ptr("print(6*7)"), Profile: "vm"})
+	var r api.RunResponse
+	if code != 200 || json.Unmarshal(body, &r) != nil || r.Result == nil || r.Stdout != "42\n" {
+		t.Fatalf("POST /v1/run: %d %s", code, body)
+	}
+	if r.Pool.Hit || r.Pool.WaitedMs < 0 || r.Pool.Reason != "no pool" {
+		t.Errorf("pool: %+v, want the host's (no pool)", r.Pool)
+	}
+	if len(guests) != 1 || !guests[0].wasClosed() {
+		t.Errorf("want one guest, ended with the answer: %d, closed %v", len(guests), len(guests) > 0 && guests[0].wasClosed())
+	}
+}
