@@ -299,3 +299,59 @@ func TestVMRunInItsOwnGuest(t *testing.T) {
 		t.Errorf("want one guest, ended with the answer: %d, closed %v", len(guests), len(guests) > 0 && guests[0].wasClosed())
 	}
 }
+
+// TestVMSessionThroughMCPBackend: /v1/mcp's tools reach a vm session
+// through its routes: made, an exec answered by its guest, a file
+// written and read, closed, and then gone (410).
+func TestVMSessionThroughMCPBackend(t *testing.T) {
+	var g *fakeGuest
+	files := map[string][]byte{}
+	s := vmTestServer(t, func() *fakeGuest {
+		g = newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			switch {
+			case method == "POST" && path == "/v1/sessions":
+				return 201, strings.NewReader(`{"session_id":"ab"}`)
+			case strings.HasSuffix(path, "/exec"):
+				return 200, strings.NewReader(`{"verdict":"ok","stdout":"in the guest\n","session":{"session_id":"ab"}}`)
+			case method == "PUT" && strings.HasPrefix(path, "/v1/sessions/ab/files/"):
+				files[strings.TrimPrefix(path, "/v1/sessions/ab/files/")] = body
+				return 201, strings.NewReader(fmt.Sprintf(`{"path":"x","bytes":%d}`, len(body)))
+			case method == "GET" && strings.HasPrefix(path, "/v1/sessions/ab/files/"):
+				return 200, bytes.NewReader(files[strings.TrimPrefix(path, "/v1/sessions/ab/files/")])
+			case method == "DELETE":
+				return 200, strings.NewReader(`{"session_id":"ab","verdict":"closed"}`)
+			}
+			return 404, strings.NewReader(`{"error":"no"}`)
+		})
+		return g
+	})
+	m := &mcpCaller{s: s, caller: peer{uid: 1000, pid: 1}}
+	ctx := context.Background()
+	created, err := m.CreateSession(ctx, &api.SessionRequest{Profile: "vm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Exec(ctx, created.SessionID, &api.ExecRequest{Code: ptr("print('x')")}, nil)
+	if err != nil || res.Stdout != "in the guest\n" {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	if err := m.WriteFile(ctx, created.SessionID, "a.txt", []byte("data")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	f, _, err := m.OpenFile(ctx, created.SessionID, "a.txt")
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "data" {
+		t.Fatalf("read back %q", b)
+	}
+	end, err := m.CloseSession(ctx, created.SessionID)
+	if err != nil || end.SessionID != created.SessionID || !g.wasClosed() {
+		t.Fatalf("close: %+v %v, guest closed %v", end, err, g.wasClosed())
+	}
+	if _, err := m.Exec(ctx, created.SessionID, &api.ExecRequest{Code: ptr("1")}, nil); err == nil || !strings.Contains(err.Error(), "ended") {
+		t.Fatalf("exec after close: %v, want the session ended", err)
+	}
+}
