@@ -325,6 +325,8 @@ func TestVMSessionThroughMCPBackend(t *testing.T) {
 		})
 		return g
 	})
+	var audit bytes.Buffer
+	s.cfg.Audit = NewAuditWriter(&audit)
 	m := &mcpCaller{s: s, caller: peer{uid: 1000, pid: 1}}
 	ctx := context.Background()
 	created, err := m.CreateSession(ctx, &api.SessionRequest{Profile: "vm"})
@@ -353,5 +355,20 @@ func TestVMSessionThroughMCPBackend(t *testing.T) {
 	}
 	if _, err := m.Exec(ctx, created.SessionID, &api.ExecRequest{Code: ptr("1")}, nil); err == nil || !strings.Contains(err.Error(), "ended") {
 		t.Fatalf("exec after close: %v, want the session ended", err)
+	}
+	// The audit log has the session's lines, by the host's id.
+	var events []string
+	for _, line := range strings.Split(strings.TrimSpace(audit.String()), "\n") {
+		var e AuditEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.SessionID != created.SessionID || e.UID != 1000 {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if e.Event == "exec_start" && e.CodeSHA256 == "" {
+			t.Errorf("exec_start without the code's hash: %s", line)
+		}
+		events = append(events, e.Event)
+	}
+	if got := strings.Join(events, " "); got != "session_start exec_start exec_end session_end" {
+		t.Errorf("audit events: %s", got)
 	}
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -302,6 +304,10 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 		return fail(503, "shutting down: no new sessions")
 	}
 	held = false
+	if err := s.auditVM("session_start", v, caller, nil, nil); err != nil && s.cfg.AuditRequired {
+		s.endVMSession(v, api.SessionFailed, "its audit line could not be written (--audit-required)")
+		return nil, &api.Error{Status: 503, Msg: fmt.Sprintf("the session was not started: its audit line could not be written (--audit-required): %v", err)}
+	}
 	go func() {
 		<-wg.Done()
 		why := "its guest ended"
@@ -342,6 +348,8 @@ func (s *Server) endVMSession(v *vmSession, verdict api.Verdict, why string) boo
 	if err := v.guest.Close(s.budget); err != nil {
 		s.closeFailed(err)
 	}
+	w := why
+	_ = s.auditVM("session_end", v, peer{uid: v.owner}, nil, &AuditOutcome{Verdict: verdict, WallMs: ms(time.Since(v.created)), Error: &w})
 	s.logf("session %s ended (%s): %s", v.id, verdict, why)
 	return true
 }
@@ -428,10 +436,37 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 		r.Method = http.MethodGet
 	}
 	stream := sub == "exec" && strings.Contains(r.Header.Get("Accept"), api.NDJSON)
+	var code *string
+	if sub == "exec" {
+		// The guest's server checks the request; the host logs its code.
+		var req api.ExecRequest
+		_ = json.Unmarshal(body, &req)
+		if code = req.Code; code == nil {
+			code = new(string)
+		}
+		if err := s.auditVM("exec_start", v, caller, code, nil); err != nil && s.cfg.AuditRequired {
+			s.writeError(w, &api.Error{Status: 503, Msg: fmt.Sprintf("the exec was not run: its audit line could not be written (--audit-required): %v", err)})
+			return
+		}
+	}
 	status, ct, answer, e := s.callVM(r.Context(), v, r.Method, sub, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
 	if e != nil {
+		if code != nil {
+			msg := e.Msg
+			_ = s.auditVM("exec_end", v, caller, code, &AuditOutcome{Verdict: api.ExecFailed, Error: &msg})
+		}
 		s.writeError(w, e)
 		return
+	}
+	if code != nil {
+		var res api.ExecResult
+		_ = json.Unmarshal(answer, &res)
+		o := &AuditOutcome{Verdict: res.Verdict, State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
+		if status != 200 {
+			msg := fmt.Sprintf("%d", status)
+			o.Verdict, o.Error = api.ExecFailed, &msg
+		}
+		_ = s.auditVM("exec_end", v, caller, code, o)
 	}
 	if sub == "exec" && status == 200 {
 		v.mu.Lock()
@@ -671,4 +706,19 @@ func (s *Server) runVM(ctx context.Context, req *runRequest, spec jail.Spec) (*a
 	}
 	resp.Pool = use
 	return resp, nil
+}
+
+// auditVM writes a vm session's audit line: its start and end, and each
+// exec's (the code's hash, then the verdict), as a jail session's.
+func (s *Server) auditVM(event string, v *vmSession, caller peer, code *string, o *AuditOutcome) error {
+	l := v.limits
+	e := AuditEntry{Event: event, RunID: v.id, SessionID: v.id, Time: time.Now().UTC(), UID: caller.uid, PID: caller.pid, Tenant: caller.tenant,
+		Profile: v.profile, Limits: AuditLimits{TimeoutMs: l.TimeoutMs, CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
+			CPUs: l.CPUs, Pids: l.Pids, OutputLimit: l.OutputBytes, Seccomp: l.Seccomp}, Pool: v.pool, AuditOutcome: o}
+	if code != nil {
+		h := sha256.New()
+		hashString(h, *code)
+		e.CodeSHA256, e.CodeBytes = hex.EncodeToString(h.Sum(nil)), len(*code)
+	}
+	return s.writeAudit(e)
 }

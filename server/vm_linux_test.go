@@ -164,6 +164,7 @@ func TestVMSessionThroughServe(t *testing.T) {
 	if !created.Pool.Hit {
 		t.Errorf("the session did not take the warm guest: %+v", created.Pool)
 	}
+	t.Logf("a create from the warm pool waited %.0f ms", created.Pool.WaitedMs)
 	if r := s.cell(created.SessionID, "x = 41\nopen('/work/out.txt', 'w').write('from the guest')"); r.Verdict != api.ExecOK {
 		t.Fatalf("first exec: %+v", r)
 	}
