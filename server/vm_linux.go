@@ -200,6 +200,27 @@ func (s *Server) bootGuest(ctx context.Context, spec jail.Spec) (vmGuest, error)
 	return g, nil
 }
 
+// takeGuest is a guest of profile name for one session or run: a warm
+// one from the pool, else one booted now (its share of the budget
+// taken). Its Close(s.budget) gives the share back.
+func (s *Server) takeGuest(ctx context.Context, name string) (*warmGuest, api.PoolUse, *api.Error) {
+	pl := s.vmPools[name]
+	wg, use := usePool(pl)
+	if wg != nil {
+		return wg, use, nil
+	}
+	spec := pl.Spec()
+	if !s.budget.TryTake(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax) {
+		return nil, use, &api.Error{Status: 503, Msg: "busy: the memory or pids budget is spent (--budget-memory, --budget-pids)"}
+	}
+	wg, err := s.warmGuest(ctx, name, spec)
+	if err != nil {
+		s.budget.Give(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax)
+		return nil, use, &api.Error{Status: 500, Msg: "start a guest: " + err.Error()}
+	}
+	return wg, use, nil
+}
+
 // guestProfile is what the guest's server offers: the profile as this
 // server serves it, in the jail tier (the guest's jail is the inner
 // wall), and the --session-* flags this server lays over it.
@@ -254,18 +275,9 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 			s.sessions.unreserve(caller.uid)
 		}
 	}()
-	pl := s.vmPools[name]
-	wg, use := usePool(pl)
-	if wg == nil {
-		pspec := pl.Spec()
-		if !s.budget.TryTake(pspec.Cgroup.MemoryMax, pspec.Cgroup.PidsMax) {
-			return nil, &api.Error{Status: 503, Msg: "busy: the memory or pids budget is spent (--budget-memory, --budget-pids)"}
-		}
-		var err error
-		if wg, err = s.warmGuest(ctx, name, pspec); err != nil {
-			s.budget.Give(pspec.Cgroup.MemoryMax, pspec.Cgroup.PidsMax)
-			return nil, &api.Error{Status: 500, Msg: "start the session's guest: " + err.Error()}
-		}
+	wg, use, e := s.takeGuest(ctx, name)
+	if e != nil {
+		return nil, e
 	}
 	fail := func(status int, format string, a ...any) (*api.SessionCreated, *api.Error) {
 		if err := wg.Close(s.budget); err != nil {
@@ -671,18 +683,9 @@ func (t *sessionTable) closingNow() bool {
 // client's bound) and lays its own pool's word over it.
 func (s *Server) runVM(ctx context.Context, req *runRequest, spec jail.Spec) (*api.RunResponse, *api.Error) {
 	admitted := time.Now()
-	pl := s.vmPools[req.Profile]
-	wg, use := usePool(pl)
-	if wg == nil {
-		pspec := pl.Spec()
-		if !s.budget.TryTake(pspec.Cgroup.MemoryMax, pspec.Cgroup.PidsMax) {
-			return nil, &api.Error{Status: 503, Msg: "busy: the memory or pids budget is spent (--budget-memory, --budget-pids)"}
-		}
-		var err error
-		if wg, err = s.warmGuest(ctx, req.Profile, pspec); err != nil {
-			s.budget.Give(pspec.Cgroup.MemoryMax, pspec.Cgroup.PidsMax)
-			return nil, &api.Error{Status: 500, Msg: "start the run's guest: " + err.Error()}
-		}
+	wg, use, e := s.takeGuest(ctx, req.Profile)
+	if e != nil {
+		return nil, e
 	}
 	defer func() {
 		if err := wg.Close(s.budget); err != nil {
