@@ -41,6 +41,15 @@ type Plan struct {
 	Serve *ServePlan `json:"serve,omitempty"`
 }
 
+// ServePlan makes a booted guest serve one session (session_linux.go):
+// the profile (TOML, isolation "jail": the guest's jail is the inner
+// wall) and the extra arguments of the guest's `stockade serve` (its
+// --session-* flags).
+type ServePlan struct {
+	Profile []byte   `json:"profile"`
+	Args    []string `json:"args,omitempty"`
+}
+
 // Reply is the guest's answer: the jail's Result as the guest's jail made
 // it, or why the guest could not run it, and /work's files after the run
 // when the Plan had a --workdir.

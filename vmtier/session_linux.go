@@ -30,14 +30,6 @@ import (
 // caller's session requests as calls; every answer is bounded here, and
 // the host's server decides who may call and when the guest ends.
 
-// ServePlan makes a booted guest serve one session: the profile (TOML,
-// isolation "jail": the guest's jail is the inner wall) and the extra
-// arguments of the guest's `stockade serve` (its --session-* flags).
-type ServePlan struct {
-	Profile []byte   `json:"profile"`
-	Args    []string `json:"args,omitempty"`
-}
-
 // serveReady is the guest's answer to a ServePlan.
 type serveReady struct {
 	Error string `json:"error,omitempty"`
