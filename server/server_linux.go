@@ -80,7 +80,12 @@ type Config struct {
 	// tier's host side (its binary, kernel, cache).
 	VMPool int
 	VM     vmtier.Options
-	Audit  *AuditLog // one JSON line per run (nil: none)
+	// SessionStart bounds a new session's (or a restart's) interpreter
+	// from its job to its first answer (0: 30 s). A vm session's guest
+	// server gets more under emulation, where Python starts ten times
+	// slower.
+	SessionStart time.Duration
+	Audit        *AuditLog // one JSON line per run (nil: none)
 	// AuditRequired: no run without its audit line. Each run's start line
 	// is written before its code reaches the jail, and a run whose line
 	// cannot be written is refused (503).

@@ -422,11 +422,11 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		}
 		return nil, e
 	}
-	if err := conn.Send(kernel.Session{Op: "session", Hello: hello, Env: req.Env}, nil, time.Now().Add(helloTimeout)); err != nil {
+	if err := conn.Send(kernel.Session{Op: "session", Hello: hello, Env: req.Env}, nil, time.Now().Add(s.helloTimeout())); err != nil {
 		return abort(fail("the driver did not take the job", err))
 	}
 	var h kernel.Hello
-	if err := conn.ReadFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
+	if err := conn.ReadFrame(&h, time.Now().Add(s.helloTimeout())); err != nil || h.Hello != hello {
 		if err == nil {
 			err = errors.New("its first frame is not the hello sent")
 		}

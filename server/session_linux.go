@@ -586,3 +586,12 @@ func (srv *Server) closeSession(s *session, v api.Verdict, why string, async boo
 	}
 	return true
 }
+
+// helloTimeout is how long a session's interpreter may take from its job
+// to its first answer: Config.SessionStart, else helloTimeout.
+func (srv *Server) helloTimeout() time.Duration {
+	if srv.cfg.SessionStart > 0 {
+		return srv.cfg.SessionStart
+	}
+	return helloTimeout
+}

@@ -58,6 +58,10 @@ func (w *warmGuest) Close(b *capacity.Budget) error {
 	return err
 }
 
+// vmStartEmulated is how long a guest's session interpreter may take to
+// start under emulation.
+const vmStartEmulated = 3 * time.Minute
+
 // vmAnswerMax bounds what the host reads of one of the guest's answers:
 // as much as the server itself would send for the session (its files
 // bound, an exec's output twice over, JSON's escapes).
@@ -244,6 +248,11 @@ func (s *Server) guestProfile(name string) (vmtier.ServePlan, error) {
 	// are only a backstop past them.
 	life := (s.cfg.SessionMaxLife + time.Hour).String()
 	plan.Args = append(plan.Args, "--session-ttl", life, "--session-idle", life, "--session-max-life", life)
+	if vmtier.KVM() != nil {
+		// Emulated, the guest's Python starts ten times slower than the
+		// host's: the interpreter's start gets what a boot gets.
+		plan.Args = append(plan.Args, "--session-start-timeout", vmStartEmulated.String())
+	}
 	return plan, nil
 }
 
@@ -290,7 +299,10 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 	fwd := *req
 	fwd.Profile, fwd.TTL, fwd.IdleTimeout = "", "", ""
 	gc := client.Over(wg, client.Options{MaxAnswer: s.vmAnswerMax(spec)})
-	created, err := gc.CreateSession(ctx, &fwd)
+	// A guest that never answers holds no create for ever.
+	cctx, cancel := context.WithTimeout(ctx, vmStartEmulated+time.Minute)
+	created, err := gc.CreateSession(cctx, &fwd)
+	cancel()
 	if err != nil {
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 {

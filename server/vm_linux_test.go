@@ -208,6 +208,11 @@ func TestVMSessionThroughServe(t *testing.T) {
 	if code != 410 || !strings.Contains(string(body), "SIGKILL") {
 		t.Fatalf("exec after the VMM's SIGKILL: %d %s, want 410 saying the VMM was killed", code, body)
 	}
-	// The server's stop (cleanup) kills the guest the pool is booting
-	// and checks that no process of its stays.
+	// The server's stop kills the guest the pool is booting (or has
+	// booted) for the next session, and leaves nothing of it.
+	rest := guestsOf(t, s.cmd.Process.Pid)
+	s.stop()
+	for _, g := range rest {
+		g.gone(t)
+	}
 }
