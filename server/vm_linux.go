@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,10 @@ type vmGuest interface {
 type warmGuest struct {
 	vmGuest
 	mem, pids int64
+	// made is the session the guest's server made while the guest waited
+	// in the pool ("": none), with the profile's own limits: a create that
+	// asks for no other limits and no environment takes it.
+	made string
 }
 
 func (w *warmGuest) Close(b *capacity.Budget) error {
@@ -167,13 +172,15 @@ func (s *Server) isVM(name string) bool { return s.vmPools[name] != nil }
 // neither.
 func (s *Server) newVMPool(name string, spec jail.Spec) *capacity.Pool[*warmGuest] {
 	return capacity.NewPool(name, spec, s.cfg.VMPool, s.budget, func(ctx context.Context) (*warmGuest, error) {
-		return s.warmGuest(ctx, name, spec)
+		return s.warmGuest(ctx, name, spec, true)
 	}, s.logf, s.closeFailed)
 }
 
-// warmGuest boots a guest for profile name and starts its server. The
-// caller has taken its share of the budget.
-func (s *Server) warmGuest(ctx context.Context, name string, spec jail.Spec) (*warmGuest, error) {
+// warmGuest boots a guest for profile name and starts its server, and
+// with session, the session a create without limits or environment
+// takes, so that such a create waits for no interpreter's start either.
+// The caller has taken its share of the budget.
+func (s *Server) warmGuest(ctx context.Context, name string, spec jail.Spec, session bool) (*warmGuest, error) {
 	plan, err := s.guestProfile(name)
 	if err != nil {
 		return nil, fmt.Errorf("the guest's profile: %w", err)
@@ -182,13 +189,29 @@ func (s *Server) warmGuest(ctx context.Context, name string, spec jail.Spec) (*w
 	if err != nil {
 		return nil, err
 	}
-	if err := g.Serve(plan); err != nil {
+	fail := func(err error) (*warmGuest, error) {
 		if cerr := g.Close(); cerr != nil {
 			s.closeFailed(cerr)
 		}
 		return nil, err
 	}
-	return &warmGuest{vmGuest: g, mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}, nil
+	if err := g.Serve(plan); err != nil {
+		return fail(err)
+	}
+	w := &warmGuest{vmGuest: g, mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}
+	if session {
+		cctx, cancel := context.WithTimeout(ctx, vmStartEmulated+time.Minute)
+		made, err := client.Over(g, client.Options{MaxAnswer: s.vmAnswerMax(spec)}).CreateSession(cctx, &api.SessionRequest{})
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("the guest's session: %w", err))
+		}
+		if !guestIDOK(made.SessionID) {
+			return fail(fmt.Errorf("the guest's session: it answered a session id %.80q", made.SessionID))
+		}
+		w.made = made.SessionID
+	}
+	return w, nil
 }
 
 // bootGuest is the server's vmBoot: a guest booted to its hello.
@@ -217,7 +240,7 @@ func (s *Server) takeGuest(ctx context.Context, name string) (*warmGuest, api.Po
 	if !s.budget.TryTake(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax) {
 		return nil, use, &api.Error{Status: 503, Msg: "busy: the memory or pids budget is spent (--budget-memory, --budget-pids)"}
 	}
-	wg, err := s.warmGuest(ctx, name, spec)
+	wg, err := s.warmGuest(ctx, name, spec, false)
 	if err != nil {
 		s.budget.Give(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax)
 		return nil, use, &api.Error{Status: 500, Msg: "start a guest: " + err.Error()}
@@ -301,7 +324,7 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 	gc := client.Over(wg, client.Options{MaxAnswer: s.vmAnswerMax(spec)})
 	// A guest that never answers holds no create for ever.
 	cctx, cancel := context.WithTimeout(ctx, vmStartEmulated+time.Minute)
-	created, err := gc.CreateSession(cctx, &fwd)
+	guestID, err := s.guestSession(cctx, gc, wg, &fwd)
 	cancel()
 	if err != nil {
 		var ce *client.Error
@@ -310,11 +333,11 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 		}
 		return fail(502, "start the session in its guest: %v", err)
 	}
-	if !guestIDOK(created.SessionID) {
-		return fail(502, "start the session in its guest: it answered a session id %.80q", created.SessionID)
+	if !guestIDOK(guestID) {
+		return fail(502, "start the session in its guest: it answered a session id %.80q", guestID)
 	}
 	now := time.Now()
-	v := &vmSession{id: newID(), profile: name, owner: caller.uid, guest: wg, guestID: created.SessionID, spec: spec,
+	v := &vmSession{id: newID(), profile: name, owner: caller.uid, guest: wg, guestID: guestID, spec: spec,
 		limits: sessionLimitsOf(spec, idle, ttl), created: now, idle: idle, pool: use, expires: now.Add(ttl), lastUsed: now}
 	use.WaitedMs = ms(time.Since(admitted))
 	v.pool = use
@@ -343,6 +366,32 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 	s.logf("session %s (profile %s, uid %d): in a guest of its own", v.id, name, caller.uid)
 	return &api.SessionCreated{SessionID: v.id, Profile: name, Limits: v.limits, CreatedAt: now,
 		ExpiresAt: v.expires, IdleExpiresAt: now.Add(idle), Pool: use}, nil
+}
+
+// guestSession is the guest's session for req: the one the warm guest
+// made, given req's files, when req asks for no other limits and no
+// environment; else one made now (the made one ended first: the guest's
+// server holds one).
+func (s *Server) guestSession(ctx context.Context, gc *client.Client, wg *warmGuest, req *api.SessionRequest) (string, error) {
+	if wg.made != "" && len(req.Limits) == 0 && len(req.Env) == 0 {
+		for p, b64 := range req.Files {
+			data, _ := base64.StdEncoding.DecodeString(b64) // checkFiles passed it
+			if _, err := gc.WriteFile(ctx, wg.made, p, bytes.NewReader(data)); err != nil {
+				return "", fmt.Errorf("files: %s: %w", p, err)
+			}
+		}
+		return wg.made, nil
+	}
+	if wg.made != "" {
+		if _, err := gc.EndSession(ctx, wg.made); err != nil {
+			return "", err
+		}
+	}
+	created, err := gc.CreateSession(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	return created.SessionID, nil
 }
 
 // guestIDOK admits the guest's session id into the paths of the calls
