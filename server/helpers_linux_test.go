@@ -83,6 +83,13 @@ func startServerWith(t *testing.T, bin, sock string, files []*os.File, args ...s
 // in its own process (a wrapper may come first, and exec it).
 func startServerCmd(t *testing.T, sock string, cmd *exec.Cmd) *testServer {
 	t.Helper()
+	return startServerReadyWithin(t, sock, cmd, 30*time.Second)
+}
+
+// startServerReadyWithin is startServerCmd waiting up to ready for its
+// pools (a VM profile's boot guests).
+func startServerReadyWithin(t *testing.T, sock string, cmd *exec.Cmd, ready time.Duration) *testServer {
+	t.Helper()
 	s := &testServer{t: t, sock: sock, log: &proctest.Buffer{}, exited: make(chan struct{}), before: entrySet()}
 	s.cmd = cmd
 	s.cmd.Stderr = s.log
@@ -92,7 +99,7 @@ func startServerCmd(t *testing.T, sock string, cmd *exec.Cmd) *testServer {
 	go func() { s.cmd.Wait(); close(s.exited) }()
 	s.hc = unixClient(sock)
 	t.Cleanup(func() { s.stop() })
-	s.waitReady()
+	s.waitReadyWithin(ready)
 	return s
 }
 
@@ -106,7 +113,12 @@ func unixClient(sock string) *http.Client {
 // waitReady waits until every pool is full.
 func (s *testServer) waitReady() {
 	s.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	s.waitReadyWithin(30 * time.Second)
+}
+
+func (s *testServer) waitReadyWithin(d time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		var h api.Health
 		if code := s.get("/v1/health", &h); code == 200 {
@@ -124,7 +136,7 @@ func (s *testServer) waitReady() {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	s.t.Fatalf("server not ready in 30s:\n%s", s.log)
+	s.t.Fatalf("server not ready in %v:\n%s", d, s.log)
 }
 
 func (s *testServer) logString() string { return s.log.String() }

@@ -128,6 +128,10 @@ func (m *mcpCaller) Run(ctx context.Context, wire *api.RunRequest, onOutput mcp.
 		return nil, s.gateRefusal(ctx, err)
 	}
 	defer s.gate.Leave()
+	if s.isVM(req.Profile) {
+		resp, e := s.runVM(ctx, req, spec)
+		return resp, errOf(e)
+	}
 	resp, e := s.run(ctx, m.caller, req, spec, cold, output(onOutput))
 	return resp, errOf(e)
 }
@@ -138,6 +142,10 @@ func (m *mcpCaller) CreateSession(ctx context.Context, req *api.SessionRequest) 
 }
 
 func (m *mcpCaller) Exec(ctx context.Context, id string, req *api.ExecRequest, onOutput mcp.OutputFunc) (*api.ExecResult, error) {
+	if c := m.vmClient(id); c != nil {
+		res, err := c.Exec(ctx, id, req)
+		return res, apiError(err)
+	}
 	ss, e := m.s.sessionOf(m.caller, id)
 	if e != nil {
 		return nil, e
@@ -146,7 +154,10 @@ func (m *mcpCaller) Exec(ctx context.Context, id string, req *api.ExecRequest, o
 	return res, errOf(e)
 }
 
-func (m *mcpCaller) Interrupt(_ context.Context, id string) error {
+func (m *mcpCaller) Interrupt(ctx context.Context, id string) error {
+	if c := m.vmClient(id); c != nil {
+		return apiError(c.Interrupt(ctx, id))
+	}
 	ss, e := m.s.sessionOf(m.caller, id)
 	if e != nil {
 		return e
@@ -154,7 +165,11 @@ func (m *mcpCaller) Interrupt(_ context.Context, id string) error {
 	return errOf(ss.interruptExec())
 }
 
-func (m *mcpCaller) CloseSession(_ context.Context, id string) (*api.SessionEnd, error) {
+func (m *mcpCaller) CloseSession(ctx context.Context, id string) (*api.SessionEnd, error) {
+	if c := m.vmClient(id); c != nil {
+		end, err := c.EndSession(ctx, id)
+		return end, apiError(err)
+	}
 	ss, e := m.s.sessionOf(m.caller, id)
 	if e != nil {
 		return nil, e
@@ -183,7 +198,11 @@ func (m *mcpCaller) workOf(id, p string, writes bool) (*session, func(), error) 
 	return ss, unlock, nil
 }
 
-func (m *mcpCaller) ListFiles(_ context.Context, id, dir string) (*api.FileList, error) {
+func (m *mcpCaller) ListFiles(ctx context.Context, id, dir string) (*api.FileList, error) {
+	if c := m.vmClient(id); c != nil {
+		list, err := c.ListFiles(ctx, id, dir)
+		return list, apiError(err)
+	}
 	p := workPathOf(dir)
 	ss, unlock, err := m.workOf(id, p, false)
 	if err != nil {
@@ -199,7 +218,11 @@ func (m *mcpCaller) ListFiles(_ context.Context, id, dir string) (*api.FileList,
 
 // OpenFile opens a file of the session's /work. Its /work stays held
 // (ss.work) until the file is closed.
-func (m *mcpCaller) OpenFile(_ context.Context, id, p string) (io.ReadCloser, int64, error) {
+func (m *mcpCaller) OpenFile(ctx context.Context, id, p string) (io.ReadCloser, int64, error) {
+	if c := m.vmClient(id); c != nil {
+		f, size, err := c.OpenFile(ctx, id, p)
+		return f, size, apiError(err)
+	}
 	ss, unlock, err := m.workOf(id, p, false)
 	if err != nil {
 		return nil, 0, err
@@ -229,7 +252,11 @@ func (h *heldFile) Close() error {
 	return err
 }
 
-func (m *mcpCaller) WriteFile(_ context.Context, id, p string, data []byte) error {
+func (m *mcpCaller) WriteFile(ctx context.Context, id, p string, data []byte) error {
+	if c := m.vmClient(id); c != nil {
+		_, err := c.WriteFile(ctx, id, p, bytes.NewReader(data))
+		return apiError(err)
+	}
 	ss, unlock, err := m.workOf(id, p, true)
 	if err != nil {
 		return err

@@ -69,14 +69,15 @@ func (r *ready) Close(b *capacity.Budget) error { return r.close(b) }
 
 // usePool takes a waiting jail of p for a request its jails serve, and
 // says what the pool did for it.
-func usePool(p *capacity.Pool[*ready]) (*ready, api.PoolUse) {
+func usePool[J capacity.Jail](p *capacity.Pool[J]) (J, api.PoolUse) {
+	var none J
 	if p.Target() == 0 {
-		return nil, api.PoolUse{Reason: "no pool"}
+		return none, api.PoolUse{Reason: "no pool"}
 	}
-	if r := p.Take(); r != nil {
+	if r := p.Take(); any(r) != any(none) {
 		return r, api.PoolUse{Hit: true}
 	}
-	return nil, api.PoolUse{Reason: "pool empty"}
+	return none, api.PoolUse{Reason: "pool empty"}
 }
 
 // PoolStats is what GET /v1/health reports of one profile's pool.

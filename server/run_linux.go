@@ -50,7 +50,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request, caller peer) 
 	}
 	defer s.gate.Leave()
 	out := s.streamOf(w, rc, r)
-	resp, e := s.run(r.Context(), caller, req, spec, cold, out)
+	var resp *api.RunResponse
+	var e *api.Error
+	if s.isVM(req.Profile) {
+		resp, e = s.runVM(r.Context(), req, spec)
+	} else {
+		resp, e = s.run(r.Context(), caller, req, spec, cold, out)
+	}
 	if e != nil {
 		retryAfter(w, time.Second)
 		s.writeError(w, e)

@@ -19,6 +19,7 @@ import (
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/server/internal/capacity"
 	"github.com/stockade/stockade/server/internal/kernel"
+	"github.com/stockade/stockade/vmtier"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,6 +75,16 @@ type Config struct {
 	// nil: SessionDefaults alone.
 	SessionLayer *profiles.Profile
 	Grace        time.Duration
+	// VMPool is how many booted guests each profile with isolation =
+	// "vm" keeps waiting for a session (server/vm_linux.go); VM is the VM
+	// tier's host side (its binary, kernel, cache).
+	VMPool int
+	VM     vmtier.Options
+	// SessionStart bounds a new session's (or a restart's) interpreter
+	// from its job to its first answer (0: 30 s). A vm session's guest
+	// server gets more under emulation, where Python starts ten times
+	// slower.
+	SessionStart time.Duration
 	Audit        *AuditLog // one JSON line per run (nil: none)
 	// AuditRequired: no run without its audit line. Each run's start line
 	// is written before its code reaches the jail, and a run whose line
@@ -93,7 +104,7 @@ type Config struct {
 // port).
 func Defaults() Config {
 	return Config{
-		Pool: 2, Concurrency: 8, Queue: 64, QueueWait: 10 * time.Second,
+		Pool: 2, VMPool: 1, Concurrency: 8, Queue: 64, QueueWait: 10 * time.Second,
 		MaxBody: 16 << 20, BodyBudget: 128 << 20, BodyTimeout: 30 * time.Second, WriteTimeout: 10 * time.Second,
 		IdleTimeout: 30 * time.Second, MaxConns: 1024, MaxConnsPerCaller: 128, FilesMax: 8 << 20,
 		SessionIdle: 10 * time.Minute, SessionTTL: time.Hour, Sessions: 32, SessionsPerCaller: 8,
@@ -186,6 +197,13 @@ type Server struct {
 	muxOnce   sync.Once
 	mux       http.Handler
 	tenantIDs tenants
+
+	// The VM tier's sessions (vm_linux.go): each vm profile's pool of
+	// warm guests, the sessions in guests, and how a guest is booted
+	// (tests: a fake).
+	vmPools map[string]*capacity.Pool[*warmGuest]
+	vm      *vmTable
+	vmBoot  func(context.Context, jail.Spec) (vmGuest, error)
 }
 
 // closeFailed reports a jail's close that left something behind. The
@@ -261,7 +279,9 @@ func New(cfg Config) (*Server, error) {
 		sessionPolicies: map[string]*profiles.Profile{}, sessionSpecs: map[string]jail.Spec{},
 		gate:   capacity.NewGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
 		budget: capacity.NewBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now(),
-		sessions: newSessionTable(cfg.Sessions, cfg.SessionsPerCaller), metrics: newMetrics()}
+		sessions: newSessionTable(cfg.Sessions, cfg.SessionsPerCaller), metrics: newMetrics(),
+		vmPools: map[string]*capacity.Pool[*warmGuest]{}, vm: newVMTable()}
+	s.vmBoot = s.bootGuest
 	s.runs, s.killRuns = context.WithCancelCause(context.Background())
 	for _, p := range cfg.Profiles {
 		if p.Policy == nil {
@@ -292,7 +312,14 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serve: profile %s, for sessions: %w", p.Name, err)
 		}
 		s.sessionPolicies[p.Name], s.sessionSpecs[p.Name] = sessionPolicy, sessionPolicy.Spec(kernel.Args(), cfg.Host)
-		s.pools[p.Name] = capacity.NewPool(p.Name, spec, cfg.Pool, s.budget, func(ctx context.Context) (*ready, error) { return prepareJail(ctx, spec, cfg.Notices) }, s.logf, s.closeFailed)
+		jails := cfg.Pool
+		if policy.Isolation == profiles.IsolationVM {
+			// Its sessions run in guests (vm_linux.go): no jail of the
+			// host's ever runs it.
+			jails = 0
+			s.vmPools[p.Name] = s.newVMPool(p.Name, s.sessionSpecs[p.Name])
+		}
+		s.pools[p.Name] = capacity.NewPool(p.Name, spec, jails, s.budget, func(ctx context.Context) (*ready, error) { return prepareJail(ctx, spec, cfg.Notices) }, s.logf, s.closeFailed)
 	}
 	return s, nil
 }
@@ -345,6 +372,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer s.killRuns(errors.New("the server stopped"))
 	poolCtx, stopPools := context.WithCancel(context.Background())
 	for _, p := range s.pools {
+		go p.Refill(poolCtx)
+	}
+	for _, p := range s.vmPools {
 		go p.Refill(poolCtx)
 	}
 	mux := s.handler()
@@ -403,9 +433,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for _, ss := range s.sessions.all() {
 		s.closeSession(ss, api.SessionShutdown, "the server stopped", true)
 	}
+	s.closeVMSessions()
 	s.releasing.Wait()
 	stopPools()
 	for _, p := range s.pools {
+		<-p.Drained()
+	}
+	for _, p := range s.vmPools {
 		<-p.Drained()
 	}
 	if serr := s.sweep(); serr != nil {
@@ -430,7 +464,7 @@ func (s *Server) handler() http.Handler {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, &api.Error{Status: 404, Msg: "no such endpoint: " + r.URL.Path + " (POST /v1/run, /v1/sessions, /v1/mcp, GET /v1/health, /v1/metrics)"})
 		})
-		s.mux = mux
+		s.mux = s.vmRoutes(mux)
 	})
 	return s.mux
 }
@@ -479,6 +513,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.cfg.Profiles {
 		h.Profiles = append(h.Profiles, p.Name)
 		h.Pool[p.Name] = s.pools[p.Name].Snapshot()
+		if vp := s.vmPools[p.Name]; vp != nil {
+			h.Pool[p.Name] = vp.Snapshot() // its warm guests
+		}
 	}
 	h.Running, h.Queued = s.gate.Counts()
 	if h.Audit = s.cfg.Audit.health(s.cfg.AuditRequired); h.Audit.Failing {

@@ -203,6 +203,7 @@ func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller p
 		for _, ss := range s.sessions.list(caller.uid) {
 			list = append(list, ss.info())
 		}
+		list = append(list, s.vmList(r.Context(), caller)...)
 		s.writeJSON(w, 200, api.SessionList{Sessions: list})
 		return
 	}
@@ -269,6 +270,9 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *api.Sessio
 	ttl, err := sessionDuration("ttl", req.TTL, s.cfg.SessionTTL)
 	if err != nil {
 		return nil, err.(*api.Error)
+	}
+	if s.isVM(name) {
+		return s.createVMSession(ctx, caller, name, spec, idle, ttl, req)
 	}
 	switch err := s.sessions.reserve(caller.uid); {
 	case errors.Is(err, errCallerSessions):
@@ -418,11 +422,11 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 		}
 		return nil, e
 	}
-	if err := conn.Send(kernel.Session{Op: "session", Hello: hello, Env: req.Env}, nil, time.Now().Add(helloTimeout)); err != nil {
+	if err := conn.Send(kernel.Session{Op: "session", Hello: hello, Env: req.Env}, nil, time.Now().Add(s.helloTimeout())); err != nil {
 		return abort(fail("the driver did not take the job", err))
 	}
 	var h kernel.Hello
-	if err := conn.ReadFrame(&h, time.Now().Add(helloTimeout)); err != nil || h.Hello != hello {
+	if err := conn.ReadFrame(&h, time.Now().Add(s.helloTimeout())); err != nil || h.Hello != hello {
 		if err == nil {
 			err = errors.New("its first frame is not the hello sent")
 		}

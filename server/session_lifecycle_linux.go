@@ -139,10 +139,10 @@ func (ss *session) restart(srv *Server) (*api.RestartResult, *api.Error) {
 	// The inbox opens before the request goes, as an exec's does.
 	inbox := ss.openInbox()
 	defer ss.closeInbox()
-	if err := ss.conn.Send(kernel.Request{Op: "restart", Token: newID(), Hello: hello, SessionEnv: ss.env}, nil, time.Now().Add(helloTimeout)); err != nil {
+	if err := ss.conn.Send(kernel.Request{Op: "restart", Token: newID(), Hello: hello, SessionEnv: ss.env}, nil, time.Now().Add(srv.helloTimeout())); err != nil {
 		return fail(fmt.Sprintf("restart: the driver did not take the request: %v", err))
 	}
-	deadline := time.NewTimer(helloTimeout)
+	deadline := time.NewTimer(srv.helloTimeout())
 	defer deadline.Stop()
 	select {
 	case fr := <-inbox:
@@ -181,7 +181,7 @@ func (ss *session) restart(srv *Server) (*api.RestartResult, *api.Error) {
 		e := ss.ended()
 		return fail(fmt.Sprintf("restart: the session ended (%s: %s)", e.Verdict, e.Why))
 	case <-deadline.C:
-		return fail(fmt.Sprintf("restart: the fresh interpreter did not answer within %v", helloTimeout))
+		return fail(fmt.Sprintf("restart: the fresh interpreter did not answer within %v", srv.helloTimeout()))
 	}
 	ss.mu.Lock()
 	ss.restarts++

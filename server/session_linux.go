@@ -545,6 +545,7 @@ func (srv *Server) janitor(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
+		srv.vmJanitor(now)
 		for _, s := range srv.sessions.all() {
 			s.mu.Lock()
 			idleOver := !s.busy && now.After(s.lastUsed.Add(s.idle))
@@ -584,4 +585,13 @@ func (srv *Server) closeSession(s *session, v api.Verdict, why string, async boo
 		do()
 	}
 	return true
+}
+
+// helloTimeout is how long a session's interpreter may take from its job
+// to its first answer: Config.SessionStart, else helloTimeout.
+func (srv *Server) helloTimeout() time.Duration {
+	if srv.cfg.SessionStart > 0 {
+		return srv.cfg.SessionStart
+	}
+	return helloTimeout
 }

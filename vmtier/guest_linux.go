@@ -42,6 +42,9 @@ const (
 func GuestMain() {
 	c, plan, err := guestSetup()
 	var reply Reply
+	if err == nil && plan.Serve != nil {
+		guestServe(c, plan.Serve) // never returns
+	}
 	if err == nil {
 		switch plan.Fault {
 		case "panic":

@@ -36,6 +36,18 @@ type Plan struct {
 	// init exits, "silent": it never answers, "flood": it writes to the
 	// console without end). The host is the only one who writes a Plan.
 	Fault string `json:"fault,omitempty"`
+	// Serve, instead of one run, makes the guest serve a session
+	// (session_linux.go): Spec then only sized the guest.
+	Serve *ServePlan `json:"serve,omitempty"`
+}
+
+// ServePlan makes a booted guest serve one session (session_linux.go):
+// the profile (TOML, isolation "jail": the guest's jail is the inner
+// wall) and the extra arguments of the guest's `stockade serve` (its
+// --session-* flags).
+type ServePlan struct {
+	Profile []byte   `json:"profile"`
+	Args    []string `json:"args,omitempty"`
 }
 
 // Reply is the guest's answer: the jail's Result as the guest's jail made

@@ -295,24 +295,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 	}
 	sock := filepath.Join(dir, "ctl")
 
-	vcpus := int(math.Ceil(spec.Cgroup.CPUs))
-	vcpus = max(1, min(vcpus, runtime.NumCPU()))
-	ramMiB := (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
-	args := []string{
-		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-machine", "q35", "-m", strconv.FormatInt(ramMiB, 10), "-smp", strconv.Itoa(vcpus),
-		"-kernel", t.kernel, "-initrd", t.initrd,
-		"-append", "console=ttyS0 rdinit=/usr/local/bin/stockade panic=-1 quiet loglevel=1 -- " + GuestArg,
-		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
-		"-chardev", "socket,id=ctl,path=" + sock + ",server=on,wait=off", "-serial", "chardev:ctl",
-		"-nic", "none",
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-	}
-	if t.kvm {
-		args = append(args, "-accel", "kvm", "-cpu", "host")
-	} else {
-		args = append(args, "-accel", "tcg,tb-size=64", "-cpu", "max")
-	}
+	args, vcpus, ramMiB := t.qemuArgs(spec, sock)
 	cmd := exec.Command(t.qemu, args...)
 	// Its own namespaces: no network at all (not even the host's
 	// loopback), its own pids (QEMU is their init: its death ends every
@@ -480,6 +463,30 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 			return r, nil
 		}
 	}
+}
+
+// qemuArgs is the VMM's command line for spec, its control channel the
+// unix socket sock, with the guest's vCPUs and RAM (MiB) it sets.
+func (t *tier) qemuArgs(spec jail.Spec, sock string) (args []string, vcpus int, ramMiB int64) {
+	vcpus = int(math.Ceil(spec.Cgroup.CPUs))
+	vcpus = max(1, min(vcpus, runtime.NumCPU()))
+	ramMiB = (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
+	args = []string{
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-machine", "q35", "-m", strconv.FormatInt(ramMiB, 10), "-smp", strconv.Itoa(vcpus),
+		"-kernel", t.kernel, "-initrd", t.initrd,
+		"-append", "console=ttyS0 rdinit=/usr/local/bin/stockade panic=-1 quiet loglevel=1 -- " + GuestArg,
+		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+		"-chardev", "socket,id=ctl,path=" + sock + ",server=on,wait=off", "-serial", "chardev:ctl",
+		"-nic", "none",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+	if t.kvm {
+		args = append(args, "-accel", "kvm", "-cpu", "host")
+	} else {
+		args = append(args, "-accel", "tcg,tb-size=64", "-cpu", "max")
+	}
+	return args, vcpus, ramMiB
 }
 
 // cleanStale removes the cgroups a dead stockade's slot records; a slot

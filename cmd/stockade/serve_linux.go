@@ -37,6 +37,8 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "group", Usage: "group that owns the socket (mode 0660)"},
 			&cli.StringSliceFlag{Name: "profile", Usage: "profile to offer (repeatable; the first is the default)", DefaultText: "python"},
 			&cli.IntFlag{Name: "pool", Value: d.Pool, Usage: "jails kept prepared per profile (0: none)"},
+			&cli.StringFlag{Name: "session-start-timeout", Hidden: true, Usage: "how long a session's interpreter may take to start (a vm session's guest server is given more under emulation)"},
+			&cli.IntFlag{Name: "vm-pool", Value: d.VMPool, Usage: `guests kept booted per profile with isolation = "vm", each waiting for a session (0: none; a session then waits a boot)`},
 			&cli.IntFlag{Name: "concurrency", Value: d.Concurrency, Usage: "runs at once"},
 			&cli.IntFlag{Name: "queue", Value: d.Queue, Usage: "requests that may wait for a run slot"},
 			&cli.StringFlag{Name: "queue-wait", Value: flagDuration(d.QueueWait), Usage: "how long a request may wait before 503"},
@@ -137,7 +139,10 @@ func flagDuration(d time.Duration) string {
 }
 
 func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
-	cfg := server.Config{Pool: c.Int("pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
+	if c.Int("vm-pool") < 0 {
+		return server.Config{}, fmt.Errorf("--vm-pool %d: must not be negative (0: none)", c.Int("vm-pool"))
+	}
+	cfg := server.Config{Pool: c.Int("pool"), VMPool: c.Int("vm-pool"), Concurrency: c.Int("concurrency"), Queue: c.Int("queue"),
 		PerCaller: c.Int("per-caller"), MaxConns: c.Int("max-conns"), MaxConnsPerCaller: c.Int("max-conns-per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
 		Sessions: c.Int("sessions"), SessionsPerCaller: c.Int("sessions-per-caller"),
 		Notices: os.Stderr, Version: version, Host: hostOf(c)}
@@ -174,6 +179,11 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 	for _, f := range []string{"sessions", "sessions-per-caller"} {
 		if c.Int(f) < 0 {
 			return cfg, fmt.Errorf("--%s %d: must not be negative (0: no cap)", f, c.Int(f))
+		}
+	}
+	if v := c.String("session-start-timeout"); v != "" {
+		if cfg.SessionStart, err = profiles.ParseDuration(v); err != nil {
+			return cfg, fmt.Errorf("--session-start-timeout: %w", err)
 		}
 	}
 	if cfg.BodyTimeout, err = profiles.ParseDuration(c.String("body-timeout")); err != nil {

@@ -1,0 +1,374 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/jail"
+	"github.com/stockade/stockade/profiles"
+	"github.com/stockade/stockade/vmtier"
+)
+
+// These tests put a hostile guest behind a vm profile's sessions: a fake
+// of the guest's side of the channel that answers what it likes. No VM
+// boots; what they check is the host's side, which holds whatever the
+// guest says to its bounds and keeps its own word on the session.
+
+// fakeGuest answers every call with answer(call's method, path, body).
+type fakeGuest struct {
+	answer func(method, path string, body []byte) (int, io.Reader)
+	mu     sync.Mutex
+	calls  []string
+	done   chan struct{}
+	once   sync.Once
+	closed bool
+}
+
+func newFakeGuest(answer func(method, path string, body []byte) (int, io.Reader)) *fakeGuest {
+	return &fakeGuest{answer: answer, done: make(chan struct{})}
+}
+
+func (g *fakeGuest) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+	}
+	g.mu.Lock()
+	g.calls = append(g.calls, r.Method+" "+r.URL.Path)
+	g.mu.Unlock()
+	status, rd := g.answer(r.Method, r.URL.Path, body)
+	return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(rd), Request: r}, nil
+}
+
+func (g *fakeGuest) Serve(vmtier.ServePlan) error { return nil }
+func (g *fakeGuest) Done() <-chan struct{}        { return g.done }
+func (g *fakeGuest) Err() error                   { return nil }
+func (g *fakeGuest) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.once.Do(func() { close(g.done) })
+	return nil
+}
+
+func (g *fakeGuest) wasClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+func (g *fakeGuest) callsTo() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.calls...)
+}
+
+// vmTestServer is a server offering the vm profile "vm" whose guests are
+// made by guest, called once per session (no warm pool).
+func vmTestServer(t *testing.T, guest func() *fakeGuest) *Server {
+	t.Helper()
+	p := profiles.Defaults().Clone()
+	if err := p.Set(profiles.FieldIsolation, profiles.IsolationVM, profiles.Origin{File: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Profiles: []Profile{{Name: "vm", Policy: p}}, Host: jail.Host{NoCgroup: true}, VMPool: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.vmBoot = func(context.Context, jail.Spec) (vmGuest, error) { return guest(), nil }
+	return s
+}
+
+// as calls s's routes as uid.
+func as(s *Server, uid uint32, method, path string, body any) (int, []byte) {
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	r := httptest.NewRequest(method, "http://stockade"+path, rd)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, peer{uid: uid, pid: 1}))
+	w := httptest.NewRecorder()
+	s.handler().ServeHTTP(w, r)
+	return w.Code, w.Body.Bytes()
+}
+
+// liar is a guest whose server names its session "guestid" whatever
+// the host asks, says it lives until 2099 under another profile, and
+// answers an exec with which guest it is.
+func liar(name string) func(method, path string, body []byte) (int, io.Reader) {
+	const guestID = "0123456789abcdef0123456789abcdef"
+	far := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
+	return func(method, path string, body []byte) (int, io.Reader) {
+		switch {
+		case method == "POST" && path == "/v1/sessions":
+			b, _ := json.Marshal(api.SessionCreated{SessionID: guestID, Profile: "other", ExpiresAt: far})
+			return 201, bytes.NewReader(b)
+		case strings.HasSuffix(path, "/exec"):
+			b, _ := json.Marshal(map[string]any{"verdict": "ok", "stdout": name, "session": api.SessionState{ID: guestID, Alive: true, ExpiresAt: far}})
+			return 200, bytes.NewReader(b)
+		default:
+			b, _ := json.Marshal(api.SessionInfo{SessionID: guestID, Profile: "other", Alive: true, ExpiresAt: far})
+			return 200, bytes.NewReader(b)
+		}
+	}
+}
+
+// TestAttackVMGuestNamesSession: two guests that both name their session
+// the same id, and claim a lifetime to 2099, get two sessions with the
+// host's ids, each reaching its own guest, each its owner's alone, with
+// the host's expiry in every answer.
+func TestAttackVMGuestNamesSession(t *testing.T) {
+	var guests []*fakeGuest
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(liar(fmt.Sprintf("guest %d", len(guests))))
+		guests = append(guests, g)
+		return g
+	})
+	var ids []string
+	var expires []time.Time
+	for uid := uint32(1000); uid < 1002; uid++ {
+		code, body := as(s, uid, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm", TTL: "10m"})
+		var c api.SessionCreated
+		if code != 201 || json.Unmarshal(body, &c) != nil {
+			t.Fatalf("create as uid %d: %d %s", uid, code, body)
+		}
+		if c.SessionID == "0123456789abcdef0123456789abcdef" || c.Profile != "vm" || c.ExpiresAt.Year() == 2099 {
+			t.Fatalf("the host answered the guest's word: %+v", c)
+		}
+		ids, expires = append(ids, c.SessionID), append(expires, c.ExpiresAt)
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("two sessions, one id %s", ids[0])
+	}
+	for i, id := range ids {
+		uid := uint32(1000 + i)
+		code, body := as(s, uid, "POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("1")})
+		var r struct {
+			Stdout  string           `json:"stdout"`
+			Session api.SessionState `json:"session"`
+		}
+		if code != 200 || json.Unmarshal(body, &r) != nil {
+			t.Fatalf("exec in %s: %d %s", id, code, body)
+		}
+		if want := fmt.Sprintf("guest %d", i); r.Stdout != want {
+			t.Errorf("exec in session %d reached %q, want %q", i, r.Stdout, want)
+		}
+		if r.Session.ID != id || !r.Session.ExpiresAt.Equal(expires[i]) {
+			t.Errorf("exec's session: %+v, want id %s expiring %v (the host's)", r.Session, id, expires[i])
+		}
+		code, body = as(s, uid, "GET", "/v1/sessions/"+id, nil)
+		var in api.SessionInfo
+		if code != 200 || json.Unmarshal(body, &in) != nil || in.SessionID != id || in.Profile != "vm" || !in.ExpiresAt.Equal(expires[i]) {
+			t.Errorf("GET the session: %d %s", code, body)
+		}
+		// The other uid: no such session, and its guest hears nothing.
+		before := len(guests[i].callsTo())
+		if code, _ := as(s, uid^1, "POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("1")}); code != 404 {
+			t.Errorf("exec in uid %d's session as uid %d: %d, want 404", uid, uid^1, code)
+		}
+		if after := len(guests[i].callsTo()); after != before {
+			t.Errorf("another uid's call reached the guest: %v", guests[i].callsTo()[before:])
+		}
+	}
+	for i, id := range ids {
+		if code, body := as(s, uint32(1000+i), "DELETE", "/v1/sessions/"+id, nil); code != 200 {
+			t.Errorf("DELETE: %d %s", code, body)
+		}
+		if !guests[i].wasClosed() {
+			t.Errorf("guest %d not ended by DELETE", i)
+		}
+	}
+}
+
+// TestAttackVMGuestAnswerPastBound: a guest whose answer to an exec
+// never ends is read no further than the bound; the session ends (410
+// from then on) and its guest with it.
+func TestAttackVMGuestAnswerPastBound(t *testing.T) {
+	var g *fakeGuest
+	s := vmTestServer(t, func() *fakeGuest {
+		g = newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if method == "POST" && path == "/v1/sessions" {
+				b, _ := json.Marshal(api.SessionCreated{SessionID: "ab"})
+				return 201, bytes.NewReader(b)
+			}
+			return 200, io.MultiReader(strings.NewReader(`{"stdout":"`), endless{})
+		})
+		return g
+	})
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	code, body = as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("1")})
+	if code != 410 || len(body) > 4096 {
+		t.Fatalf("exec whose answer never ends: %d, %d bytes, want 410 and a short reason", code, len(body))
+	}
+	if !g.wasClosed() {
+		t.Error("the guest outlived its session")
+	}
+	if code, _ := as(s, 1000, "GET", "/v1/sessions/"+c.SessionID, nil); code != 410 {
+		t.Errorf("GET after: %d, want 410", code)
+	}
+}
+
+// endless is a reader that never ends: 'a' without end.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// TestVMSessionHostDecidesItsEnd: the host's clock ends a session at its
+// ttl, and a guest that goes away ends its session (410) at once.
+func TestVMSessionHostDecidesItsEnd(t *testing.T) {
+	var guests []*fakeGuest
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(liar("g"))
+		guests = append(guests, g)
+		return g
+	})
+	var ids []string
+	for range 2 {
+		code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm", TTL: "1m"})
+		var c api.SessionCreated
+		if code != 201 || json.Unmarshal(body, &c) != nil {
+			t.Fatalf("create: %d %s", code, body)
+		}
+		ids = append(ids, c.SessionID)
+	}
+	s.vmJanitor(time.Now().Add(2 * time.Minute))
+	code, body := as(s, 1000, "GET", "/v1/sessions/"+ids[0], nil)
+	if code != 410 || !strings.Contains(string(body), string(api.SessionTTL)) || !guests[0].wasClosed() {
+		t.Errorf("past its ttl (the guest says 2099): %d %s, guest closed %v", code, body, guests[0].wasClosed())
+	}
+	// The janitor ended both; a third session's guest dies under it.
+	code, body = as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	guests[2].Close()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if code, _ = as(s, 1000, "GET", "/v1/sessions/"+c.SessionID, nil); code == 410 {
+			return
+		}
+	}
+	t.Errorf("a session whose guest ended: %d, want 410", code)
+}
+
+// TestVMRunInItsOwnGuest: POST /v1/run of a vm profile goes to a guest
+// of its own, made for it and ended with the answer, which carries the
+// host's word on the pool.
+func TestVMRunInItsOwnGuest(t *testing.T) {
+	var guests []*fakeGuest
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if method != "POST" || path != "/v1/run" || !bytes.Contains(body, []byte("print(6*7)")) || bytes.Contains(body, []byte(`"profile"`)) {
+				return 400, strings.NewReader(`{"error":"unexpected call"}`)
+			}
+			b, _ := json.Marshal(api.RunResponse{Result: &api.Result{Verdict: "ok", Stdout: "42\n"}, Pool: api.PoolUse{Hit: true, WaitedMs: -1}})
+			return 200, bytes.NewReader(b)
+		})
+		guests = append(guests, g)
+		return g
+	})
+	code, body := as(s, 1000, "POST", "/v1/run", api.RunRequest{Code: ptr("print(6*7)"), Profile: "vm"})
+	var r api.RunResponse
+	if code != 200 || json.Unmarshal(body, &r) != nil || r.Result == nil || r.Stdout != "42\n" {
+		t.Fatalf("POST /v1/run: %d %s", code, body)
+	}
+	if r.Pool.Hit || r.Pool.WaitedMs < 0 || r.Pool.Reason != "no pool" {
+		t.Errorf("pool: %+v, want the host's (no pool)", r.Pool)
+	}
+	if len(guests) != 1 || !guests[0].wasClosed() {
+		t.Errorf("want one guest, ended with the answer: %d, closed %v", len(guests), len(guests) > 0 && guests[0].wasClosed())
+	}
+}
+
+// TestVMSessionThroughMCPBackend: /v1/mcp's tools reach a vm session
+// through its routes: made, an exec answered by its guest, a file
+// written and read, closed, and then gone (410).
+func TestVMSessionThroughMCPBackend(t *testing.T) {
+	var g *fakeGuest
+	files := map[string][]byte{}
+	s := vmTestServer(t, func() *fakeGuest {
+		g = newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			switch {
+			case method == "POST" && path == "/v1/sessions":
+				return 201, strings.NewReader(`{"session_id":"ab"}`)
+			case strings.HasSuffix(path, "/exec"):
+				return 200, strings.NewReader(`{"verdict":"ok","stdout":"in the guest\n","session":{"session_id":"ab"}}`)
+			case method == "PUT" && strings.HasPrefix(path, "/v1/sessions/ab/files/"):
+				files[strings.TrimPrefix(path, "/v1/sessions/ab/files/")] = body
+				return 201, strings.NewReader(fmt.Sprintf(`{"path":"x","bytes":%d}`, len(body)))
+			case method == "GET" && strings.HasPrefix(path, "/v1/sessions/ab/files/"):
+				return 200, bytes.NewReader(files[strings.TrimPrefix(path, "/v1/sessions/ab/files/")])
+			case method == "DELETE":
+				return 200, strings.NewReader(`{"session_id":"ab","verdict":"closed"}`)
+			}
+			return 404, strings.NewReader(`{"error":"no"}`)
+		})
+		return g
+	})
+	var audit bytes.Buffer
+	s.cfg.Audit = NewAuditWriter(&audit)
+	m := &mcpCaller{s: s, caller: peer{uid: 1000, pid: 1}}
+	ctx := context.Background()
+	created, err := m.CreateSession(ctx, &api.SessionRequest{Profile: "vm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Exec(ctx, created.SessionID, &api.ExecRequest{Code: ptr("print('x')")}, nil)
+	if err != nil || res.Stdout != "in the guest\n" {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	if err := m.WriteFile(ctx, created.SessionID, "a.txt", []byte("data")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	f, _, err := m.OpenFile(ctx, created.SessionID, "a.txt")
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "data" {
+		t.Fatalf("read back %q", b)
+	}
+	end, err := m.CloseSession(ctx, created.SessionID)
+	if err != nil || end.SessionID != created.SessionID || !g.wasClosed() {
+		t.Fatalf("close: %+v %v, guest closed %v", end, err, g.wasClosed())
+	}
+	if _, err := m.Exec(ctx, created.SessionID, &api.ExecRequest{Code: ptr("1")}, nil); err == nil || !strings.Contains(err.Error(), "ended") {
+		t.Fatalf("exec after close: %v, want the session ended", err)
+	}
+	// The audit log has the session's lines, by the host's id.
+	var events []string
+	for _, line := range strings.Split(strings.TrimSpace(audit.String()), "\n") {
+		var e AuditEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.SessionID != created.SessionID || e.UID != 1000 {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if e.Event == "exec_start" && e.CodeSHA256 == "" {
+			t.Errorf("exec_start without the code's hash: %s", line)
+		}
+		events = append(events, e.Event)
+	}
+	if got := strings.Join(events, " "); got != "session_start exec_start exec_end session_end" {
+		t.Errorf("audit events: %s", got)
+	}
+}

@@ -1,0 +1,170 @@
+package vmtier
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The guest's side of a session: its init starts `stockade serve` on a
+// unix socket of the guest's (the server's own session machinery, whose
+// jail, in this kernel, holds the session) and relays each call from the
+// channel to it, each answer back. The guest's server never sees the
+// host's callers: the host's server owns the session and decides when it
+// ends, by ending the guest.
+const (
+	guestSocket  = "/run/stockade/guest.sock"
+	guestProfile = guestDir + "/session.toml"
+	// guestServeLog bounds what the guest's server may write to the
+	// console over a session's life, well below the console's flood bound.
+	guestServeLog = 64 << 10
+)
+
+// guestServe runs the session's server and relays calls until the
+// channel or the server ends, then powers the guest off.
+func guestServe(c *os.File, p *ServePlan) {
+	exited, err := startGuestServer(p)
+	ready := serveReady{}
+	if err != nil {
+		ready.Error = err.Error()
+	}
+	w := &frameWriter{w: c}
+	if err := w.send(ready); err != nil || ready.Error != "" {
+		fmt.Fprintln(os.Stderr, "stockade-vm: serve:", ready.Error, err)
+		guestOff(c)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", guestSocket)
+	}}}
+	go func() {
+		// The server ending ends the session: the host sees the guest go.
+		<-exited
+		fmt.Fprintln(os.Stderr, "stockade-vm: the session's server exited")
+		guestOff(c)
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	for {
+		b, err := readFrame(r, maxCall+maxCall/2+4<<10, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "stockade-vm: channel:", err)
+			guestOff(c)
+		}
+		var cl call
+		if err := json.Unmarshal(b, &cl); err != nil {
+			fmt.Fprintln(os.Stderr, "stockade-vm: call:", err)
+			guestOff(c)
+		}
+		go w.send(relay(hc, &cl))
+	}
+}
+
+// startGuestServer writes the profile and starts the guest's `stockade
+// serve`, returning once its socket answers; the channel is closed when
+// that server exits.
+func startGuestServer(p *ServePlan) (<-chan struct{}, error) {
+	if err := os.MkdirAll(guestDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(guestProfile, p.Profile, 0o644); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--socket", guestSocket, "--profile", guestProfile, "--pool", "1",
+		"--audit-log", "", "--sessions", "1", "--cgroup-parent", guestCgroup}, p.Args...)
+	cmd := exec.Command(self, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, err
+	}
+	pw.Close()
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	go func() {
+		io.Copy(os.Stderr, io.LimitReader(pr, guestServeLog))
+		io.Copy(io.Discard, pr)
+		pr.Close()
+	}()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("the guest's stockade serve exited before it listened")
+		default:
+		}
+		if conn, err := net.Dial("unix", guestSocket); err == nil {
+			conn.Close()
+			return exited, nil
+		}
+	}
+	_ = cmd.Process.Kill()
+	return nil, fmt.Errorf("the guest's stockade serve did not listen on %s", guestSocket)
+}
+
+// relay makes one call to the guest's server.
+func relay(hc *http.Client, c *call) answer {
+	fail := func(err error) answer {
+		b, _ := json.Marshal(map[string]string{"error": "isolation vm: the guest's server: " + err.Error()})
+		return answer{ID: c.ID, Status: 502, Header: http.Header{"Content-Type": {"application/json"}}, Body: b}
+	}
+	req, err := http.NewRequest(c.Method, "http://guest"+c.Target, bytes.NewReader(c.Body))
+	if err != nil {
+		return fail(err)
+	}
+	for _, h := range callHeaders {
+		for _, v := range c.Header.Values(h) {
+			req.Header.Add(h, v)
+		}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer/2))
+	if err != nil {
+		return fail(err)
+	}
+	return answer{ID: c.ID, Status: resp.StatusCode, Header: http.Header{"Content-Type": {resp.Header.Get("Content-Type")}}, Body: b}
+}
+
+// frameWriter writes one frame at a time.
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (f *frameWriter) send(v any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return writeFrame(f.w, v, json.Marshal)
+}
+
+// guestOff powers the guest off: the host sees its VMM exit.
+func guestOff(c *os.File) {
+	_ = unix.IoctlSetInt(int(c.Fd()), unix.TCSBRK, 1)
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	for {
+		time.Sleep(time.Hour)
+	}
+}

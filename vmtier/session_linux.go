@@ -1,0 +1,467 @@
+package vmtier
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/stockade/stockade/cgroup"
+	"github.com/stockade/stockade/internal/runlock"
+	"github.com/stockade/stockade/jail"
+)
+
+// A session's guest: booted ahead (a warm pool keeps some waiting at the
+// hello), then given a ServePlan, after which its init runs `stockade
+// serve` inside the guest, whose own jail holds the session, and relays
+// HTTP calls from the channel to it. The host's server forwards its
+// caller's session requests as calls; every answer is bounded here, and
+// the host's server decides who may call and when the guest ends.
+
+// serveReady is the guest's answer to a ServePlan.
+type serveReady struct {
+	Error string `json:"error,omitempty"`
+}
+
+// call is one HTTP request to the guest's server; answer its response.
+type call struct {
+	ID     uint64      `json:"id"`
+	Method string      `json:"method"`
+	Target string      `json:"target"` // path and query
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+}
+
+type answer struct {
+	ID     uint64      `json:"id"`
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+}
+
+// callHeaders are the request headers a call carries: what says how the
+// body is written and how the answer should be.
+var callHeaders = []string{"Content-Type", "Accept"}
+
+// Bounds of a session's channel: one call's body (the host's server has
+// bounded it already), one answer's frame (JSON encodes the body as
+// base64: a third more).
+const (
+	maxCall       = 64 << 20
+	maxAnswer     = 96 << 20
+	maxHelloFrame = 4 << 10
+)
+
+// Guest is a booted guest: waiting for its ServePlan, then serving a
+// session until Close. It holds on the host its VMM (pid 1 of its own
+// namespaces), the VMM's cgroup (recorded in a run lock slot) and a run
+// directory with the channel's socket; Close removes all three.
+type Guest struct {
+	spec     jail.Spec
+	answer   time.Duration // how long the guest's server may take to start
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	waitErr  error
+	dir      string
+	mgr      *cgroup.Manager
+	grp      *cgroup.Group
+	cgroupID string
+	lock     *runlock.Lock
+	con      *console
+	conn     net.Conn
+	r        *bufio.Reader
+
+	wmu      sync.Mutex // one frame at a time on the channel
+	mu       sync.Mutex
+	nextID   uint64
+	waiting  map[uint64]chan *answer
+	cause    error         // why the guest is done
+	done     chan struct{} // closed once the guest can answer no more
+	closed   sync.Once
+	closeErr error
+}
+
+// Boot starts a guest for spec (Isolation "vm") and returns once it said
+// hello: a warm guest, waiting for its ServePlan. spec's limits size the
+// guest and the VMM's cgroup, as a single run's do.
+func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, setupErr("spec: %w", err)
+	}
+	if spec.Network.Enabled() {
+		return nil, setupErr(`isolation "vm": --allow-net is not available yet in sessions (docs/isolation.md)`)
+	}
+	emulate := spec.VMEmulate || os.Getenv(EmulateEnv) == "1"
+	kvmErr := KVM()
+	if kvmErr != nil && !emulate {
+		return nil, setupErr(`isolation "vm": no KVM (%v): load kvm_intel or kvm_amd and let stockade open /dev/kvm (docs/isolation.md#enabling-kvm); or, for testing only, allow software emulation with vm_emulate = true or %s=1`, kvmErr, EmulateEnv)
+	}
+	t, err := resolve(spec, o)
+	if err != nil {
+		return nil, err
+	}
+	t.kvm = kvmErr == nil
+	boot, allow := o.BootAllowance, o.AnswerAllowance
+	if boot == 0 {
+		boot = 20 * time.Second
+		if !t.kvm {
+			boot = 180 * time.Second
+		}
+	}
+	if allow == 0 {
+		allow = 15 * time.Second
+		if !t.kvm {
+			allow = 120 * time.Second
+		}
+	}
+	g := &Guest{spec: spec, answer: allow, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{})}
+	if err := g.start(t, o); err != nil {
+		g.Close()
+		return nil, err
+	}
+	if err := g.hello(ctx, boot); err != nil {
+		g.Close()
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-g.exited:
+			g.fail(g.died(errors.New("the VMM exited")))
+		case <-g.con.flood:
+			g.fail(&vmError{VerdictConsole, fmt.Sprintf("isolation vm: the guest wrote more than %d bytes to its console; the VMM was killed", consoleLimit)})
+			g.kill()
+		}
+	}()
+	return g, nil
+}
+
+// start makes the run directory and the cgroup and starts the VMM.
+func (g *Guest) start(t *tier, o Options) error {
+	dir, err := os.MkdirTemp("", "stockade-vm-")
+	if err != nil {
+		return setupErr("isolation vm: run directory: %w", err)
+	}
+	g.dir = dir
+	if o.runDir != nil {
+		o.runDir(dir)
+	}
+	sock := filepath.Join(dir, "ctl")
+	args, vcpus, ramMiB := t.qemuArgs(g.spec, sock)
+	cmd := exec.Command(t.qemu, args...)
+	// As a single run's VMM (run_linux.go's boot): no network, its own
+	// pids (its death ends every thread), SIGKILL with its parent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Pdeathsig: syscall.SIGKILL,
+		Setpgid:   true,
+	}
+	if !g.spec.Host.NoCgroup {
+		if g.mgr, err = cgroup.NewManager(cgroup.Options{Parent: g.spec.Host.CgroupParent}); err != nil {
+			return setupErr("isolation vm: cgroup: %w", err)
+		}
+		id := "vm-" + newID()
+		if g.lock, err = runlock.Acquire(runlock.DefaultDir(), cleanStale, func(error) {}); err != nil {
+			return setupErr("isolation vm: run lock: %w", err)
+		}
+		for _, d := range g.mgr.GroupDirs(id) {
+			if err := g.lock.Record("cgroup", d); err != nil {
+				return setupErr("isolation vm: run lock: %w", err)
+			}
+		}
+		if g.grp, err = g.mgr.Create(id, cgroup.Limits{MemoryMax: ramMiB<<20 + vmmOverhead, CPUs: float64(vcpus), PidsMax: 256}); err != nil {
+			return setupErr("isolation vm: cgroup: %w", err)
+		}
+		g.cgroupID = "stockade." + id
+		if o.cgroupID != nil {
+			o.cgroupID(g.cgroupID)
+		}
+		if fd, ok := g.grp.CgroupFD(); ok {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return setupErr("isolation vm: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return setupErr("isolation vm: start %s: %w", t.qemu, err)
+	}
+	pw.Close()
+	g.cmd = cmd
+	go func() { g.waitErr = cmd.Wait(); close(g.exited) }()
+	g.con = newConsole()
+	go func() { g.con.drain(pr); pr.Close() }()
+	if g.grp != nil && !cmd.SysProcAttr.UseCgroupFD {
+		if err := g.grp.AddProc(cmd.Process.Pid); err != nil {
+			return setupErr("isolation vm: cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+// hello connects to the channel and waits for the guest's hello.
+func (g *Guest) hello(ctx context.Context, boot time.Duration) error {
+	deadline := time.Now().Add(boot)
+	sock := filepath.Join(g.dir, "ctl")
+	for {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			g.conn = c
+			break
+		}
+		select {
+		case <-g.exited:
+			return g.died(fmt.Errorf("connect: %w", err))
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return &vmError{VerdictNoAnswer, fmt.Sprintf("isolation vm: the guest did not come up within %v%s", boot, g.con.quote())}
+		}
+	}
+	g.r = bufio.NewReaderSize(g.conn, 64<<10)
+	got := make(chan error, 1)
+	go func() {
+		g.conn.SetReadDeadline(deadline)
+		_, err := readFrame(g.r, maxHelloFrame, 64<<10)
+		g.conn.SetReadDeadline(time.Time{})
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			select {
+			case <-g.exited:
+				return g.died(fmt.Errorf("hello: %w", err))
+			case <-time.After(time.Second):
+			}
+			return &vmError{VerdictNoAnswer, fmt.Sprintf("isolation vm: the guest did not come up within %v (%v)%s", boot, err, g.con.quote())}
+		}
+		return nil
+	case <-ctx.Done():
+		g.conn.Close()
+		return context.Cause(ctx)
+	}
+}
+
+// died names how the VMM ended, once it has (else the channel's failure).
+func (g *Guest) died(cause error) error {
+	select {
+	case <-g.exited:
+	case <-time.After(2 * time.Second):
+	}
+	return (&tier{}).failure(g.con, g.exited, g.waitErr, cause)
+}
+
+// Serve sends the guest its ServePlan and waits until its server
+// answers: the guest then takes calls (RoundTrip) until Close.
+func (g *Guest) Serve(p ServePlan) error {
+	plan := Plan{Spec: g.spec, Serve: &p}
+	plan.Spec.Host = jail.Host{}
+	if err := g.write(&plan); err != nil {
+		return fmt.Errorf("isolation vm: send the serve plan: %w", err)
+	}
+	g.conn.SetReadDeadline(time.Now().Add(g.answer))
+	b, err := readFrame(g.r, maxHelloFrame, 0)
+	g.conn.SetReadDeadline(time.Time{})
+	if err != nil {
+		return g.died(fmt.Errorf("the guest's server did not start: %w", err))
+	}
+	var ready serveReady
+	if err := json.Unmarshal(b, &ready); err != nil {
+		return fmt.Errorf("isolation vm: the guest's server: %w", err)
+	}
+	if ready.Error != "" {
+		return fmt.Errorf("isolation vm: the guest's server did not start: %.400s", ready.Error)
+	}
+	go g.read()
+	return nil
+}
+
+func (g *Guest) write(v any) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	return writeFrame(g.conn, v, json.Marshal)
+}
+
+// read hands each answer to the call waiting for it. An answer no call
+// waits for (a guest speaking unasked, or to a call that gave up) is
+// dropped; a frame past the bound or that does not decode ends the guest.
+func (g *Guest) read() {
+	for {
+		b, err := readFrame(g.r, maxAnswer, 0)
+		if err != nil {
+			if errors.Is(err, errFrameTooBig) {
+				g.fail(fmt.Errorf("isolation vm: the guest answered past the bound: %w", err))
+				g.kill()
+				return
+			}
+			g.fail(g.died(fmt.Errorf("the channel: %w", err)))
+			return
+		}
+		var a answer
+		if err := json.Unmarshal(b, &a); err != nil {
+			g.fail(fmt.Errorf("isolation vm: the guest's answer does not decode: %w", err))
+			g.kill()
+			return
+		}
+		g.mu.Lock()
+		ch := g.waiting[a.ID]
+		delete(g.waiting, a.ID)
+		g.mu.Unlock()
+		if ch != nil {
+			ch <- &a
+		}
+	}
+}
+
+// fail marks the guest done with why, once.
+func (g *Guest) fail(why error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cause != nil {
+		return
+	}
+	g.cause = why
+	close(g.done)
+}
+
+// RoundTrip sends req to the guest's server and returns its answer, read
+// whole within the bound.
+func (g *Guest) RoundTrip(req *http.Request) (*http.Response, error) {
+	c := call{Method: req.Method, Target: req.URL.RequestURI(), Header: http.Header{}}
+	for _, h := range callHeaders {
+		if v := req.Header.Values(h); len(v) > 0 {
+			c.Header[h] = v
+		}
+	}
+	if req.Body != nil {
+		b, err := io.ReadAll(io.LimitReader(req.Body, maxCall+1))
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > maxCall {
+			return nil, fmt.Errorf("isolation vm: a request body over %d bytes", maxCall)
+		}
+		c.Body = b
+	}
+	ch := make(chan *answer, 1)
+	g.mu.Lock()
+	if g.cause != nil {
+		g.mu.Unlock()
+		return nil, g.Err()
+	}
+	g.nextID++
+	c.ID = g.nextID
+	g.waiting[c.ID] = ch
+	g.mu.Unlock()
+	forget := func() {
+		g.mu.Lock()
+		delete(g.waiting, c.ID)
+		g.mu.Unlock()
+	}
+	if err := g.write(&c); err != nil {
+		forget()
+		return nil, fmt.Errorf("isolation vm: send a call: %w", err)
+	}
+	select {
+	case a := <-ch:
+		if a.Status < 100 || a.Status > 599 {
+			return nil, fmt.Errorf("isolation vm: the guest answered status %d", a.Status)
+		}
+		h := http.Header{}
+		if ct := a.Header.Get("Content-Type"); ct != "" {
+			h.Set("Content-Type", ct)
+		}
+		return &http.Response{StatusCode: a.Status, Status: strconv.Itoa(a.Status) + " " + http.StatusText(a.Status),
+			Header: h, Body: io.NopCloser(bytes.NewReader(a.Body)), ContentLength: int64(len(a.Body)),
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: req}, nil
+	case <-g.done:
+		forget()
+		return nil, g.Err()
+	case <-req.Context().Done():
+		forget()
+		return nil, context.Cause(req.Context())
+	}
+}
+
+// Done is closed when the guest can answer no more: its VMM exited, its
+// channel failed, or it broke a bound.
+func (g *Guest) Done() <-chan struct{} { return g.done }
+
+// Err says why the guest is done (nil while it is not).
+func (g *Guest) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cause
+}
+
+// Pid is the VMM's pid on the host; Cgroup its cgroup's name; RunDir the
+// run directory with the channel's socket.
+func (g *Guest) Pid() int       { return g.cmd.Process.Pid }
+func (g *Guest) Cgroup() string { return g.cgroupID }
+func (g *Guest) RunDir() string { return g.dir }
+
+func (g *Guest) kill() {
+	if g.cmd != nil {
+		_ = g.cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// Close kills the VMM and removes its cgroup and run directory; an error
+// names what could not be removed (its run lock slot keeps the record
+// for the next sweep).
+func (g *Guest) Close() error {
+	g.closed.Do(func() {
+		g.fail(errors.New("isolation vm: the guest was closed"))
+		if g.cmd != nil {
+			g.kill()
+			<-g.exited
+		}
+		if g.conn != nil {
+			g.conn.Close()
+		}
+		leftover := false
+		if g.grp != nil {
+			_ = g.grp.Kill()
+			if err := g.grp.Delete(); err != nil {
+				leftover = true
+				g.closeErr = fmt.Errorf("isolation vm: cgroup %s: %w", g.cgroupID, err)
+			}
+		}
+		if g.lock != nil {
+			if leftover {
+				g.lock.Abandon()
+			} else {
+				_ = g.lock.Release()
+			}
+		}
+		if g.mgr != nil {
+			g.mgr.Close()
+		}
+		if g.dir != "" {
+			if err := os.RemoveAll(g.dir); err != nil && g.closeErr == nil {
+				g.closeErr = err
+			}
+		}
+	})
+	return g.closeErr
+}
