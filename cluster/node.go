@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/stockade/stockade/api"
 )
 
 // Local is the node's own server (package server's *Server): the seam a
@@ -380,17 +382,22 @@ func validKey(k string) bool {
 // run serves the claimed run and stores its answer. A run is never
 // cancelled by the node: its server's grace is what ends it.
 func (n *Node) run(j job) {
-	rec := newRecorder(n.cfg.MaxResult)
+	out := &streamOut{rec: newRecorder(n.cfg.MaxResult), nc: n.nc, subject: RunSubject(n.cfg.Node, j.RunID), max: n.cfg.maxLine()}
+	// Said to the waiting gateway once the answer is stored (or given up).
+	defer out.done()
 	if time.Now().After(j.Deadline) {
-		rec.WriteHeader(200)
-		rec.Write(errorBody("waited in the queue past its deadline; never started", map[string]any{"verdict": "expired", "run_id": j.RunID}))
+		out.WriteHeader(200)
+		out.Write(errorBody("waited in the queue past its deadline; never started", map[string]any{"verdict": "expired", "run_id": j.RunID}))
 	} else {
 		req, _ := http.NewRequest(http.MethodPost, "/v1/run", bytes.NewReader(j.Request))
 		req.Header.Set("Content-Type", "application/json")
+		if j.Stream {
+			req.Header.Set("Accept", api.NDJSON)
+		}
 		req.ContentLength = int64(len(j.Request))
-		n.local.ServeTenant(rec, req, j.Tenant, j.RunID)
+		n.local.ServeTenant(out, req, j.Tenant, j.RunID)
 	}
-	a := rec.answer()
+	a := out.answer()
 	b, _ := json.Marshal(result{Tenant: j.Tenant, Node: n.cfg.Node, Status: a.Status, ContentType: a.Header["Content-Type"],
 		RetryAfter: a.Header["Retry-After"], Body: jsonOrString(a.Body)})
 	// Stored until it is (a partition heals), for up to the results' TTL:
