@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -251,19 +252,19 @@ func (g *Backend) publish(ctx context.Context, id string, data []byte) (*jetstre
 }
 
 // A waiting gateway looks for a run's result, claim and the claimer's
-// heartbeat at first every pollMin, then less often, down to every
-// pollMax: a thousand runs waiting must not be a thousand reads each 50 ms.
-const (
-	pollMin = 20 * time.Millisecond
-	pollMax = 500 * time.Millisecond
-)
+// heartbeat every pollEvery: the run's node says when its answer is
+// stored (its Stockade-Done), so the looks are for what no node says (its
+// host lost, the run expired in the queue, a Done lost while the
+// gateway's connection was away). A look is four reads of the cluster: a
+// thousand runs waiting must not be a thousand looks each 50 ms.
+const pollEvery = 500 * time.Millisecond
 
 // wait answers the run's result once stored; host_lost once the node
 // that claimed it has a heartbeat older than grace (or a newer
-// incarnation); expired when nobody claimed it by deadline. It looks at
-// first every pollMin, then less often, and at once when the run's node
-// says on rs's subscription that the result is stored; a streamed run's
-// lines are forwarded as they come (rs.take).
+// incarnation); expired when nobody claimed it by deadline. It looks
+// every pollEvery (a resubmission at once: its answer may be stored), and
+// at once when the run's node says on rs's subscription that the answer
+// is stored; a streamed run's lines are forwarded as they come (rs.take).
 // A duplicate (enqueued zero) waits for the first submission's deadline
 // at most as long as queue_wait from now, and its wait is not observed.
 func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, enqueued, deadline time.Time, rs *runStream) {
@@ -271,8 +272,10 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 		deadline = time.Now().Add(g.cfg.QueueWait.D())
 	}
 	rs.g, rs.w, rs.rc, rs.tenant, rs.id = g, w, http.NewResponseController(w), tenant, id
-	every := pollMin
-	nextLook := time.Now()
+	nextLook := time.Now().Add(pollEvery)
+	if enqueued.IsZero() {
+		nextLook = time.Now()
+	}
 	var resultAt time.Time // when a look first found the result, lines still to come
 	for {
 		if !time.Now().Before(nextLook) {
@@ -288,7 +291,7 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 				} else {
 					g.writeResult(w, id, st.result)
 				}
-				go g.observeWait(tenant, id, enqueued, st.claim)
+				go g.observeWait(tenant, id, enqueued, cmp.Or(st.claim, rs.claim))
 				return
 			case st.lost != "":
 				g.hostLost.Add(1)
@@ -297,7 +300,7 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 				} else {
 					writeJSON(w, 200, lostBody(id, st.claim.Node, st.lost))
 				}
-				go g.observeWait(tenant, id, enqueued, st.claim)
+				go g.observeWait(tenant, id, enqueued, cmp.Or(st.claim, rs.claim))
 				return
 			case st.claim == nil && time.Now().After(deadline):
 				// Take the claim ourselves, so that no node starts it after
@@ -319,8 +322,7 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 				}
 			}
 			if resultAt.IsZero() {
-				nextLook = time.Now().Add(every)
-				every = min(every*3/2, pollMax)
+				nextLook = time.Now().Add(pollEvery)
 			} else {
 				nextLook = resultAt.Add(lineGrace + time.Millisecond)
 			}
@@ -339,7 +341,7 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 				nextLook = time.Now() // the result is stored: read it now
 				resultAt = time.Time{}
 			case takeFinal:
-				go g.observeWait(tenant, id, enqueued, nil)
+				go g.observeWait(tenant, id, enqueued, rs.claim)
 				return
 			case takeGone:
 				return // the caller stopped reading; the run goes on

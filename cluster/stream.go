@@ -194,6 +194,7 @@ type runStream struct {
 	stream     bool // the caller asked for NDJSON
 
 	node   string // the claimer, once a message came
+	claim  *claim // its claim, read then
 	next   int    // the sequence number due
 	lines  int
 	bytes  int
@@ -267,7 +268,7 @@ func (s *runStream) fromClaimer(subject string) bool {
 		if err != nil || json.Unmarshal(e.Value(), &c) != nil || c.Tenant != s.tenant {
 			return false
 		}
-		s.node = c.Node
+		s.node, s.claim = c.Node, &c
 	}
 	return node == s.node
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,7 +221,7 @@ func TestClusterStreamHostKilledAnswersHostLost(t *testing.T) {
 	if last["verdict"] != "host_lost" || last["node"] != victim || last["run_id"] != id || last["type"] != "result" {
 		t.Fatalf("the last line after the host's kill: %q", lines[len(lines)-1])
 	}
-	if !strings.Contains(lines[0], `"data":"first\n"`) {
+	if !slices.Contains(lines, `{"type":"stdout","data":"first\n"}`+"\n") {
 		t.Errorf("the lines before the kill: %q", lines)
 	}
 	t.Logf("host_lost %v after the kill (grace %v)", answered.Round(time.Millisecond), testGrace)
