@@ -33,9 +33,9 @@ os.write(1, b'second\n')`
 
 // streamPost is POST /v1/run asking for NDJSON through the bench
 // gateway; the answer's body is the caller's to read and close.
-func (g *benchGateway) streamPost(ctx context.Context, code string) *http.Response {
+func (g *benchGateway) streamPost(ctx context.Context, body map[string]any) *http.Response {
 	g.b.Helper()
-	bb, _ := json.Marshal(map[string]any{"code": code})
+	bb, _ := json.Marshal(body)
 	req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/v1/run", bytes.NewReader(bb))
 	req.Header.Set("Authorization", "Bearer "+g.token)
 	req.Header.Set("Content-Type", "application/json")
@@ -99,7 +99,7 @@ func TestClusterStreamedRun(t *testing.T) {
 	defer cancel()
 
 	code := strings.Replace(streamCode, "%s", "6", 1)
-	resp := gw.streamPost(ctx, code)
+	resp := gw.streamPost(ctx, map[string]any{"code": code})
 	defer resp.Body.Close()
 	id := resp.Header.Get(RunIDHeader)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != api.NDJSON || id == "" {
@@ -163,6 +163,16 @@ func TestClusterStreamedRun(t *testing.T) {
 		t.Errorf("GET /v1/runs/{id} after the stream: %d %v", st, m)
 	}
 
+	// A refusal before the stream began is answered whole, with its
+	// status, as the socket answers it.
+	bad := gw.streamPost(ctx, map[string]any{"code": "pass", "argv": []string{"true"}})
+	bb, _ = io.ReadAll(bad.Body)
+	bad.Body.Close()
+	var refusal map[string]any
+	if bad.StatusCode/100 != 4 || bad.Header.Get("Content-Type") != "application/json" || json.Unmarshal(bb, &refusal) != nil || refusal["error"] == nil {
+		t.Errorf("a refused streamed run: %d %q %s", bad.StatusCode, bad.Header.Get("Content-Type"), bb)
+	}
+
 	// The Go client's RunStream.
 	cl, err := client.New(gw.url, client.Options{Token: gw.token, CAFile: filepath.Join(f.dir, "gw.pem")})
 	if err != nil {
@@ -195,7 +205,7 @@ func TestClusterStreamHostKilledAnswersHostLost(t *testing.T) {
 	gw := startBenchGateway(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 3*time.Minute))
 	defer cancel()
-	resp := gw.streamPost(ctx, strings.Replace(streamCode, "%s", "120", 1))
+	resp := gw.streamPost(ctx, map[string]any{"code": strings.Replace(streamCode, "%s", "120", 1)})
 	defer resp.Body.Close()
 	id := resp.Header.Get(RunIDHeader)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != api.NDJSON {
