@@ -329,6 +329,9 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 		}
 		mctx, cancel := context.WithDeadline(r.Context(), nextLook)
 		m, err := rs.sub.NextMsgWithContext(mctx)
+		if err != nil && !errors.Is(err, nats.ErrSlowConsumer) {
+			<-mctx.Done() // a timeout, or no subscription (the connection closed): the look is next
+		}
 		cancel()
 		switch {
 		case r.Context().Err() != nil:
@@ -338,8 +341,10 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 		case err == nil:
 			switch rs.take(m) {
 			case takeDone:
-				nextLook = time.Now() // the result is stored: read it now
-				resultAt = time.Time{}
+				// The answer is stored: read it now. A stream's result
+				// line comes before the done: a stream that had none lost it.
+				nextLook = time.Now()
+				rs.broken = rs.broken || rs.begun
 			case takeFinal:
 				go g.observeWait(tenant, id, enqueued, rs.claim)
 				return
