@@ -74,7 +74,8 @@ func readStream(r io.Reader, max int64, what string, out Output) ([]byte, error)
 }
 
 // writeWhole hands the output of a result answered whole to a streamed
-// request (a gateway's cluster answers a run whole: it streams nothing)
+// request (a gateway's cluster answers a session's exec whole, and a
+// resubmitted run that joins one already streaming)
 // to out, stdout then stderr, so the caller gets it either way.
 func writeWhole(body []byte, what string, out Output) error {
 	var res struct {

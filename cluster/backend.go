@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/internal/httpbody"
 )
 
@@ -176,10 +178,6 @@ func readBounded(r *http.Request, max int64) ([]byte, bool, error) {
 }
 
 func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key string) {
-	if r.URL.Query().Has("stream") {
-		writeJSON(w, 501, errorBody("streamed runs (?stream=1) are not offered through the cluster yet", nil))
-		return
-	}
 	body, ok, err := readBounded(r, g.cfg.MaxRequest)
 	switch {
 	case err != nil:
@@ -193,7 +191,16 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 		return
 	}
 	id := RunID(tenant, key)
-	data, _ := json.Marshal(job{RunID: id, Tenant: tenant, Deadline: time.Now().Add(g.cfg.QueueWait.D()).UTC(), Request: body})
+	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
+	// Before the run is published, so that nothing of its node's is missed.
+	sub, err := g.nc.SubscribeSync(RunSubject("*", id))
+	if err != nil {
+		unavailable(w, "the cluster cannot be reached: "+err.Error())
+		return
+	}
+	defer sub.Unsubscribe()
+	sub.SetPendingLimits(maxStreamLines+16, g.cfg.maxStreamBytes())
+	data, _ := json.Marshal(job{RunID: id, Tenant: tenant, Deadline: time.Now().Add(g.cfg.QueueWait.D()).UTC(), Request: body, Stream: stream})
 	w.Header().Set(RunIDHeader, id)
 	ack, err := g.publish(r.Context(), id, data)
 	if err != nil {
@@ -213,7 +220,7 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 	} else {
 		g.submitted.Add(1)
 	}
-	g.wait(w, r, tenant, id, enqueued, enqueued.Add(g.cfg.QueueWait.D()))
+	g.wait(w, r, tenant, id, enqueued, enqueued.Add(g.cfg.QueueWait.D()), &runStream{sub: sub, stream: stream, next: 1})
 }
 
 // errDupInProcess is JetStream's answer to a message id being stored
@@ -246,60 +253,106 @@ func (g *Backend) publish(ctx context.Context, id string, data []byte) (*jetstre
 }
 
 // A waiting gateway looks for a run's result, claim and the claimer's
-// heartbeat at first every pollMin, then less often, down to every
-// pollMax: a thousand runs waiting must not be a thousand reads each 50 ms.
-const (
-	pollMin = 20 * time.Millisecond
-	pollMax = 500 * time.Millisecond
-)
+// heartbeat every pollEvery: the run's node says when its answer is
+// stored (its Stockade-Done), so the looks are for what no node says (its
+// host lost, the run expired in the queue, a Done lost while the
+// gateway's connection was away). A look is four reads of the cluster: a
+// thousand runs waiting must not be a thousand looks each 50 ms.
+const pollEvery = 500 * time.Millisecond
 
 // wait answers the run's result once stored; host_lost once the node
 // that claimed it has a heartbeat older than grace (or a newer
-// incarnation); expired when nobody claimed it by deadline.
+// incarnation); expired when nobody claimed it by deadline. It looks
+// every pollEvery (a resubmission at once: its answer may be stored), and
+// at once when the run's node says on rs's subscription that the answer
+// is stored; a streamed run's lines are forwarded as they come (rs.take).
 // A duplicate (enqueued zero) waits for the first submission's deadline
 // at most as long as queue_wait from now, and its wait is not observed.
-func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, enqueued, deadline time.Time) {
+func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, enqueued, deadline time.Time, rs *runStream) {
 	if enqueued.IsZero() {
 		deadline = time.Now().Add(g.cfg.QueueWait.D())
 	}
-	every := pollMin
+	rs.g, rs.w, rs.rc, rs.tenant, rs.id = g, w, http.NewResponseController(w), tenant, id
+	nextLook := time.Now().Add(pollEvery)
+	if enqueued.IsZero() {
+		nextLook = time.Now()
+	}
+	var resultAt time.Time // when a look first found the result, lines still to come
 	for {
-		st := g.look(r.Context(), tenant, id)
-		switch {
-		case st.result != nil:
-			g.writeResult(w, id, st.result)
-			go g.observeWait(tenant, id, enqueued, st.claim)
-			return
-		case st.lost != "":
-			g.hostLost.Add(1)
-			writeJSON(w, 200, lostBody(id, st.claim.Node, st.lost))
-			go g.observeWait(tenant, id, enqueued, st.claim)
-			return
-		case st.claim == nil && time.Now().After(deadline):
-			// Take the claim ourselves, so that no node starts it after
-			// this answer.
-			cb, _ := json.Marshal(claim{Node: expiredBy, Tenant: tenant, At: time.Now().UTC()})
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := g.b.claims.Create(ctx, id, cb)
-			cancel()
-			if err == nil {
-				g.expired.Add(1)
-				if !enqueued.IsZero() {
-					g.queueWait.observe(time.Since(enqueued))
+		if !time.Now().Before(nextLook) {
+			st := g.look(r.Context(), tenant, id)
+			switch {
+			case st.result != nil && rs.begun && !rs.broken && resultAt.IsZero():
+				// The node sent its lines before it stored the result: they
+				// may still be on their way. Until its done, or lineGrace.
+				resultAt = time.Now()
+			case st.result != nil && (!rs.begun || rs.broken || time.Since(resultAt) > lineGrace):
+				if rs.begun {
+					rs.finish(storedLine(id, st.result))
+				} else {
+					g.writeResult(w, id, st.result)
 				}
-				eb := errorBody(fmt.Sprintf("waited in the cluster's queue over queue_wait (%v); never started", g.cfg.QueueWait.D()),
-					map[string]any{"verdict": "expired", "run_id": id})
-				g.b.results.Put(context.Background(), id, mustJSON(result{Tenant: tenant, Status: 200, ContentType: "application/json", Body: eb}))
-				writeJSON(w, 200, eb)
+				go g.observeWait(tenant, id, enqueued, cmp.Or(st.claim, rs.claim))
 				return
+			case st.lost != "":
+				g.hostLost.Add(1)
+				if rs.begun {
+					rs.finish(resultLine(lostBody(id, st.claim.Node, st.lost)))
+				} else {
+					writeJSON(w, 200, lostBody(id, st.claim.Node, st.lost))
+				}
+				go g.observeWait(tenant, id, enqueued, cmp.Or(st.claim, rs.claim))
+				return
+			case st.claim == nil && time.Now().After(deadline):
+				// Take the claim ourselves, so that no node starts it after
+				// this answer.
+				cb, _ := json.Marshal(claim{Node: expiredBy, Tenant: tenant, At: time.Now().UTC()})
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := g.b.claims.Create(ctx, id, cb)
+				cancel()
+				if err == nil {
+					g.expired.Add(1)
+					if !enqueued.IsZero() {
+						g.queueWait.observe(time.Since(enqueued))
+					}
+					eb := errorBody(fmt.Sprintf("waited in the cluster's queue over queue_wait (%v); never started", g.cfg.QueueWait.D()),
+						map[string]any{"verdict": "expired", "run_id": id})
+					g.b.results.Put(context.Background(), id, mustJSON(result{Tenant: tenant, Status: 200, ContentType: "application/json", Body: eb}))
+					writeJSON(w, 200, eb)
+					return
+				}
+			}
+			if resultAt.IsZero() {
+				nextLook = time.Now().Add(pollEvery)
+			} else {
+				nextLook = resultAt.Add(lineGrace + time.Millisecond)
 			}
 		}
-		select {
-		case <-r.Context().Done():
-			return // the caller left; the run goes on, its result fetchable
-		case <-time.After(every):
+		mctx, cancel := context.WithDeadline(r.Context(), nextLook)
+		m, err := rs.sub.NextMsgWithContext(mctx)
+		if err != nil && !errors.Is(err, nats.ErrSlowConsumer) {
+			<-mctx.Done() // a timeout, or no subscription (the connection closed): the look is next
 		}
-		every = min(every*3/2, pollMax)
+		cancel()
+		switch {
+		case r.Context().Err() != nil:
+			return // the caller left; the run goes on, its result fetchable
+		case errors.Is(err, nats.ErrSlowConsumer):
+			rs.broken = true // lines were dropped: the stored result ends it
+		case err == nil:
+			switch rs.take(m) {
+			case takeDone:
+				// The answer is stored: read it now. A stream's result
+				// line comes before the done: a stream that had none lost it.
+				nextLook = time.Now()
+				rs.broken = rs.broken || rs.begun
+			case takeFinal:
+				go g.observeWait(tenant, id, enqueued, rs.claim)
+				return
+			case takeGone:
+				return // the caller stopped reading; the run goes on
+			}
+		}
 	}
 }
 
@@ -343,6 +396,12 @@ func (g *Backend) writeResult(w http.ResponseWriter, id string, res *result) {
 		w.Header().Set("Retry-After", res.RetryAfter)
 	}
 	w.Header().Set(RunIDHeader, id)
+	writeJSON(w, res.Status, resultBody(id, res))
+}
+
+// resultBody is a stored result's body with the cluster's run id and
+// node added.
+func resultBody(id string, res *result) []byte {
 	body := []byte(res.Body)
 	// The run's own answer, with the cluster's id of it added.
 	var m map[string]json.RawMessage
@@ -355,7 +414,7 @@ func (g *Backend) writeResult(w http.ResponseWriter, id string, res *result) {
 		}
 		body, _ = json.Marshal(m)
 	}
-	writeJSON(w, res.Status, body)
+	return body
 }
 
 // runState is what the cluster says of a run now.

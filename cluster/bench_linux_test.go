@@ -94,9 +94,11 @@ func BenchmarkClusterThroughput(b *testing.B) {
 				before[i] = throttled(f.hosts[i].cgroup)
 			}
 			load := loadavg()
+			natsBefore, selfBefore := f.natsCPU(), selfCPU()
 			start := time.Now()
 			ok := gw.runs(ctx, perMeasure, 4*k)
 			el := time.Since(start)
+			natsUsed, selfUsed := f.natsCPU()-natsBefore, selfCPU()-selfBefore
 			var thr []string
 			note := ""
 			for i := range k {
@@ -111,8 +113,9 @@ func BenchmarkClusterThroughput(b *testing.B) {
 			}
 			rate := float64(ok) / el.Seconds()
 			rates[k] = append(rates[k], rate)
-			fmt.Printf("  round %d: %d host(s): %d/%d ok in %v: %.2f runs/s (load before %s; nr_throttled +: %s)%s\n",
-				r+1, k, ok, perMeasure, el.Round(time.Millisecond), rate, load, strings.Join(thr, ", "), note)
+			fmt.Printf("  round %d: %d host(s): %d/%d ok in %v: %.2f runs/s (load before %s; nr_throttled +: %s; outside the quotas, CPU a run: nats-servers %v, gateway and client %v)%s\n",
+				r+1, k, ok, perMeasure, el.Round(time.Millisecond), rate, load, strings.Join(thr, ", "),
+				(natsUsed / time.Duration(perMeasure)).Round(100*time.Microsecond), (selfUsed / time.Duration(perMeasure)).Round(100*time.Microsecond), note)
 			if ok != perMeasure {
 				b.Errorf("%d of %d runs ok", ok, perMeasure)
 			}
@@ -172,6 +175,43 @@ func throttled(cg string) int64 {
 		}
 	}
 	return -1
+}
+
+// natsCPU is the CPU time the fixture's nats-servers used so far.
+func (f *fixture) natsCPU() time.Duration {
+	var d time.Duration
+	for _, h := range f.hosts {
+		if h.nats != nil {
+			d += procCPU(h.nats.Cmd.Process.Pid)
+		}
+	}
+	return d
+}
+
+// procCPU is a process's user and system time (/proc/PID/stat, in clock
+// ticks of 100 Hz).
+func procCPU(pid int) time.Duration {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:]) // from the state, field 3
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+// selfCPU is this process's CPU time: the gateway, its backend and the
+// bench's client.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func loadavg() string {

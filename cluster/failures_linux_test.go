@@ -262,7 +262,8 @@ func TestClusterSessionOnKilledHostAnswersLost(t *testing.T) {
 func jsonUnmarshal(b []byte, v any) { _ = json.Unmarshal(b, v) }
 
 // Done-when 7, NATS and listeners: a node's identity cannot publish work,
-// cannot read another node's subject, cannot make streams; a wrong
+// cannot read another node's subject, cannot make streams, publishes a
+// run's lines only under its own name and reads none; a wrong
 // password and a plain-TCP client are refused; stockade serve --cluster
 // listens on no TCP port.
 func TestAttackNodeIdentityPublishesWork(t *testing.T) {
@@ -309,6 +310,28 @@ func TestAttackNodeIdentityPublishesWork(t *testing.T) {
 	}
 	nc.Flush()
 	wantViolation("a node writing another node's heartbeat")
+	// A run's lines: a node publishes under its own name only, and reads
+	// no run's lines.
+	if err := nc.Publish(RunSubject(f.hosts[1].name, "r1"), []byte(`{"type":"stdout","data":"forged"}`+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	wantViolation("a node publishing another node's run lines")
+	if _, err := nc.SubscribeSync("stockade.run.>"); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	wantViolation("a node reading runs' lines")
+	// Its own run subject it may publish to (what a streamed run needs).
+	if err := nc.Publish(RunSubject(h1.name, "r1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	select {
+	case err := <-errs:
+		t.Errorf("a node publishing on its own run subject: %v", err)
+	case <-time.After(time.Second):
+	}
 	// Nothing forged reached the queue.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

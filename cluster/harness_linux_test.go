@@ -230,7 +230,7 @@ func (f *fixture) natsConf(h *host) string {
 	var users []string
 	users = append(users, fmt.Sprintf(`{ user: gateway, password: %q, permissions: {
       publish: { allow: ["stockade.work", "stockade.node.*.api", "$JS.API.>", "$KV.>"] },
-      subscribe: { allow: ["_INBOX_gateway.>"] } } }`, f.password("gateway")))
+      subscribe: { allow: ["_INBOX_gateway.>", "stockade.run.>"] } } }`, f.password("gateway")))
 	for _, o := range f.hosts {
 		users = append(users, fmt.Sprintf(`{ user: %s, password: %q, permissions: nodePerms(%s) }`, o.name, f.password(o.name), o.name))
 	}
@@ -266,7 +266,8 @@ func nodePermissions(node string) string {
       publish: { allow: ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.STOCKADE_WORK.nodes",
         "$JS.API.CONSUMER.MSG.NEXT.STOCKADE_WORK.nodes", "$JS.ACK.STOCKADE_WORK.nodes.>",
         "$JS.API.DIRECT.GET.KV_stockade_claims.>", "$JS.API.STREAM.MSG.GET.KV_stockade_claims",
-        "$KV.stockade_claims.>", "$KV.stockade_results.>", "$KV.stockade_nodes.%[1]s", "$KV.stockade_nodes.%[1]s.ended.*"] },
+        "$KV.stockade_claims.>", "$KV.stockade_results.>", "$KV.stockade_nodes.%[1]s", "$KV.stockade_nodes.%[1]s.ended.*",
+        "stockade.run.%[1]s.>"] },
       subscribe: { allow: ["_INBOX_%[1]s.>", "stockade.node.%[1]s.api"] },
       allow_responses: true }`, node)
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/stockade/stockade/api"
 )
 
 // Local is the node's own server (package server's *Server): the seam a
@@ -55,6 +57,8 @@ type Node struct {
 	inflight atomic.Int64
 	calls    chan struct{}
 	draining atomic.Bool
+	// freed wakes the pull loop when a run gives its slot back.
+	freed chan struct{}
 }
 
 func newIncarnation() string {
@@ -70,7 +74,7 @@ func StartNode(ctx context.Context, c Config, local Local) (*Node, error) {
 	if err := c.Validate(true); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: c, local: local, state: StateUp, incarnation: newIncarnation(), calls: make(chan struct{}, maxSessionCalls)}
+	n := &Node{cfg: c, local: local, state: StateUp, incarnation: newIncarnation(), calls: make(chan struct{}, maxSessionCalls), freed: make(chan struct{}, 1)}
 	// The URLs in their order: a node names its own host's server
 	// first, so that a partition that cuts another server off does not
 	// cut this node off with it.
@@ -296,16 +300,20 @@ func (n *Node) canPull() bool {
 	return ok && n.free() > 0
 }
 
+// pull fetches as many runs as the node has free slots, each as one is
+// free: a run that ends wakes it at once (freed); a slot freed otherwise
+// (a local caller's run ending) is seen within 20 ms.
 func (n *Node) pull(ctx context.Context) {
 	for ctx.Err() == nil {
 		if !n.canPull() {
 			select {
 			case <-ctx.Done():
+			case <-n.freed:
 			case <-time.After(20 * time.Millisecond):
 			}
 			continue
 		}
-		batch, err := n.cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		batch, err := n.cons.Fetch(max(1, n.free()), jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -350,8 +358,13 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 	n.running.Add(1)
 	go func() {
 		defer n.running.Done()
-		defer n.inflight.Add(-1)
-		n.run(j)
+		n.run(j, func() {
+			n.inflight.Add(-1)
+			select {
+			case n.freed <- struct{}{}:
+			default:
+			}
+		})
 	}()
 }
 
@@ -378,19 +391,27 @@ func validKey(k string) bool {
 }
 
 // run serves the claimed run and stores its answer. A run is never
-// cancelled by the node: its server's grace is what ends it.
-func (n *Node) run(j job) {
-	rec := newRecorder(n.cfg.MaxResult)
+// cancelled by the node: its server's grace is what ends it. release
+// gives its slot back once the server answered, so that the next run is
+// pulled while this one's answer is stored.
+func (n *Node) run(j job, release func()) {
+	out := &streamOut{rec: newRecorder(n.cfg.MaxResult), nc: n.nc, subject: RunSubject(n.cfg.Node, j.RunID), max: n.cfg.maxLine()}
+	// Said to the waiting gateway once the answer is stored (or given up).
+	defer out.done()
 	if time.Now().After(j.Deadline) {
-		rec.WriteHeader(200)
-		rec.Write(errorBody("waited in the queue past its deadline; never started", map[string]any{"verdict": "expired", "run_id": j.RunID}))
+		out.WriteHeader(200)
+		out.Write(errorBody("waited in the queue past its deadline; never started", map[string]any{"verdict": "expired", "run_id": j.RunID}))
 	} else {
 		req, _ := http.NewRequest(http.MethodPost, "/v1/run", bytes.NewReader(j.Request))
 		req.Header.Set("Content-Type", "application/json")
+		if j.Stream {
+			req.Header.Set("Accept", api.NDJSON)
+		}
 		req.ContentLength = int64(len(j.Request))
-		n.local.ServeTenant(rec, req, j.Tenant, j.RunID)
+		n.local.ServeTenant(out, req, j.Tenant, j.RunID)
 	}
-	a := rec.answer()
+	release()
+	a := out.answer()
 	b, _ := json.Marshal(result{Tenant: j.Tenant, Node: n.cfg.Node, Status: a.Status, ContentType: a.Header["Content-Type"],
 		RetryAfter: a.Header["Retry-After"], Body: jsonOrString(a.Body)})
 	// Stored until it is (a partition heals), for up to the results' TTL:

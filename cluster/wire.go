@@ -11,6 +11,9 @@ type job struct {
 	Tenant   string          `json:"tenant"`
 	Deadline time.Time       `json:"deadline"` // not started by then: expired
 	Request  json.RawMessage `json:"request"`  // the POST /v1/run body
+	// Stream: the caller asked for NDJSON; the node publishes the lines
+	// on RunSubject (an older node answers whole, which callers take).
+	Stream bool `json:"stream,omitempty"`
 }
 
 // claim is the value of a run's key in stockade_claims: who took it.

@@ -43,7 +43,7 @@ const maxToolAnswer = 64 << 20
 
 // inGateway is an http.RoundTripper that serves an MCP tool's request
 // with the gateway's own checks, as the tenant of the /v1/mcp request
-// that made it. The cluster answers whole (it streams nothing), so the
+// that made it. Its tools ask for whole answers (unstreamed), so the
 // answer is kept in memory, bounded, and handed back.
 type inGateway struct {
 	g      *Gateway
@@ -82,9 +82,9 @@ func withTenant(r *http.Request, t *Tenant) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), tenantKey{}, t))
 }
 
-// unstreamed asks for whole answers only: the cluster streams nothing (a
-// streamed request is its 501), so a tool's progress notifications go
-// unsent through the gateway rather than failing the tool.
+// unstreamed asks for whole answers only: inGateway keeps a tool's
+// answer whole in memory (and the cluster answers execs whole), so a
+// tool's progress notifications go unsent through the gateway.
 type unstreamed struct{ mcp.Backend }
 
 func (u unstreamed) Run(ctx context.Context, req *api.RunRequest, _ mcp.OutputFunc) (*api.RunResponse, error) {
