@@ -533,16 +533,25 @@ func TestSessionBudget(t *testing.T) {
 
 func TestSessionIdleAndTTLExpiry(t *testing.T) {
 	s := startServer(t, "--pool", "0")
-	idle := s.session(api.SessionRequest{IdleTimeout: "1s"}).SessionID
-	made := time.Now()
+	// Every deadline is measured from when the create answered, which is
+	// after the server started the session's clocks: the session has
+	// surely expired by then, however slow a loaded host made the creates.
 	ttl := s.session(api.SessionRequest{TTL: "3s"}).SessionID
-	s.cell(idle, "x = 1")
+	ttlBy := time.Now().Add(3 * time.Second)
+	idle := s.session(api.SessionRequest{IdleTimeout: "1s"}).SessionID
+	idleBy := time.Now().Add(time.Second)
 	// Requests keep a session from going idle, not from its lifetime.
-	for time.Since(made) < 1500*time.Millisecond {
-		s.cell(ttl, "1")
+	for time.Now().Before(ttlBy) {
+		if code, body := s.call("POST", "/v1/sessions/"+ttl+"/exec", api.ExecRequest{Code: ptr("1")}, nil); code != 200 {
+			if code != 410 || !bytes.Contains(body, []byte("(ttl)")) {
+				t.Fatalf("an exec within the ttl: %d %s", code, body)
+			}
+			break
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(time.Until(made.Add(3500 * time.Millisecond)))
+	time.Sleep(time.Until(ttlBy.Add(500 * time.Millisecond)))
+	time.Sleep(time.Until(idleBy.Add(500 * time.Millisecond)))
 	for id, why := range map[string]string{idle: "(idle)", ttl: "(ttl)"} {
 		code, body := s.call("POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr("x")}, nil)
 		if code != 410 || !bytes.Contains(body, []byte(why)) {
