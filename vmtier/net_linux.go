@@ -2,6 +2,7 @@ package vmtier
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -103,7 +104,7 @@ func startHostNet(dir string, spec jail.Spec, exited <-chan struct{}) (*hostNet,
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		sess, err := yamux.Server(c, muxConfig())
+		sess, err := yamux.Server(&muxGuard{Conn: c}, muxConfig())
 		if err != nil {
 			c.Close()
 			return
@@ -113,6 +114,47 @@ func startHostNet(dir string, spec jail.Spec, exited <-chan struct{}) (*hostNet,
 		h.proxy.Serve(&streamListener{sess})
 	}()
 	return h, nil
+}
+
+// errGuestPing: the guest sent a yamux ping, which ours never do.
+var errGuestPing = errors.New("network channel: the guest sent a ping")
+
+// muxGuard reads the guest's side of the channel frame by frame and ends
+// the session at a ping: yamux answers each ping from a goroutine of its
+// own, which waits for the channel for up to its write timeout, so a
+// guest that sent pings and read nothing would make the host hold a
+// goroutine per ping. The guest's yamux never pings (keepalives are off).
+type muxGuard struct {
+	net.Conn
+	hdr  [12]byte // yamux's header: version, type, flags, stream, length
+	have int
+	skip uint32 // the payload of a data frame still to pass
+}
+
+func (g *muxGuard) Read(b []byte) (int, error) {
+	n, err := g.Conn.Read(b)
+	for i := 0; i < n; {
+		if g.skip > 0 {
+			k := min(g.skip, uint32(n-i))
+			g.skip -= k
+			i += int(k)
+			continue
+		}
+		g.hdr[g.have] = b[i]
+		g.have++
+		i++
+		if g.have < len(g.hdr) {
+			continue
+		}
+		g.have = 0
+		switch g.hdr[1] {
+		case 0: // data: its payload follows
+			g.skip = binary.BigEndian.Uint32(g.hdr[8:])
+		case 2:
+			return 0, errGuestPing
+		}
+	}
+	return n, err
 }
 
 // close ends the channel: the session, every stream and every tunnel the
