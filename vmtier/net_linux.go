@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -29,9 +30,9 @@ import (
 // host's proxy decides as if no proxy stood before it.
 const (
 	guestNetChannel = "/dev/ttyS2"
-	// netStreams bounds the streams the host keeps open for a guest at
-	// once (accepted ones: beyond, a new stream is closed at once); the
-	// proxy's own head and tunnel caps apply within it.
+	// netStreams bounds the streams the host keeps for a guest at once
+	// (beyond, the channel is not read until one ends); the proxy's own
+	// head and tunnel caps apply within it.
 	netStreams = 128
 	// netBacklog bounds the streams opened but not yet accepted: beyond,
 	// yamux resets them.
@@ -104,11 +105,13 @@ func startHostNet(dir string, spec jail.Spec, exited <-chan struct{}) (*hostNet,
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		sess, err := yamux.Server(&muxGuard{Conn: c}, muxConfig())
+		g := &muxGuard{Conn: c}
+		sess, err := yamux.Server(g, muxConfig())
 		if err != nil {
 			c.Close()
 			return
 		}
+		g.sess.Store(sess)
 		// Serve returns at once, closing the session, if the proxy was
 		// closed meanwhile; Close closes it otherwise.
 		h.proxy.Serve(&streamListener{sess})
@@ -119,16 +122,38 @@ func startHostNet(dir string, spec jail.Spec, exited <-chan struct{}) (*hostNet,
 // errGuestPing: the guest sent a yamux ping, which ours never do.
 var errGuestPing = errors.New("network channel: the guest sent a ping")
 
-// muxGuard reads the guest's side of the channel frame by frame and ends
-// the session at a ping: yamux answers each ping from a goroutine of its
-// own, which waits for the channel for up to its write timeout, so a
-// guest that sent pings and read nothing would make the host hold a
-// goroutine per ping. The guest's yamux never pings (keepalives are off).
+// muxGuard reads the guest's side of the channel frame by frame, before
+// yamux does:
+//   - A ping ends the session: yamux answers each from a goroutine of its
+//     own, which waits for the channel for up to its write timeout, so a
+//     guest that sent pings and read nothing would make the host hold a
+//     goroutine per ping. The guest's yamux never pings (keepalives off).
+//   - A stream's opening (SYN) waits while the session holds netStreams
+//     streams: yamux keeps every stream until both sides closed it (or
+//     its close timeout), so a guest that opened streams and never closed
+//     its side would grow the host's table at the channel's speed. The
+//     wait stalls the whole channel, which only the guest itself uses.
 type muxGuard struct {
 	net.Conn
+	sess atomic.Pointer[yamux.Session]
 	hdr  [12]byte // yamux's header: version, type, flags, stream, length
 	have int
 	skip uint32 // the payload of a data frame still to pass
+}
+
+// waitForRoom waits until the session holds fewer than netStreams streams
+// (or is closed).
+func (g *muxGuard) waitForRoom() error {
+	for {
+		s := g.sess.Load()
+		if s == nil || s.NumStreams() < netStreams {
+			return nil
+		}
+		if s.IsClosed() {
+			return yamux.ErrSessionShutdown
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (g *muxGuard) Read(b []byte) (int, error) {
@@ -152,6 +177,11 @@ func (g *muxGuard) Read(b []byte) (int, error) {
 			g.skip = binary.BigEndian.Uint32(g.hdr[8:])
 		case 2:
 			return 0, errGuestPing
+		}
+		if g.hdr[1] <= 1 && g.hdr[3]&1 != 0 { // data or window update, with SYN
+			if err := g.waitForRoom(); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return n, err
@@ -203,23 +233,10 @@ func (h *hostNet) decisions(guest []jail.NetworkDecision) []jail.NetworkDecision
 	return out
 }
 
-// streamListener is the session as the proxy's listener, closing a stream
-// at once when the guest holds more than netStreams.
+// streamListener is the session as the proxy's listener.
 type streamListener struct{ s *yamux.Session }
 
-func (l *streamListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.s.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.s.NumStreams() > netStreams {
-			c.Close()
-			continue
-		}
-		return c, nil
-	}
-}
+func (l *streamListener) Accept() (net.Conn, error) { return l.s.Accept() }
 
 func (l *streamListener) Close() error   { return l.s.Close() }
 func (l *streamListener) Addr() net.Addr { return l.s.Addr() }

@@ -1,7 +1,9 @@
 package vmtier
 
 import (
+	"context"
 	"encoding/binary"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -52,5 +54,57 @@ func TestAttackVMGuestPingFlood(t *testing.T) {
 	case <-sess.CloseChan():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the session outlived the guest's pings")
+	}
+}
+
+// TestAttackVMGuestStreamTable: a guest that opens streams without end and
+// never closes its side (each one the host accepted and closed stays in
+// yamux's table until the guest closes it too, or a timeout) cannot grow
+// the host's table past netStreams: the channel is not read meanwhile.
+func TestAttackVMGuestStreamTable(t *testing.T) {
+	host, guest := net.Pipe()
+	defer guest.Close()
+	g := &muxGuard{Conn: host}
+	sess, err := yamux.Server(g, muxConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.sess.Store(sess)
+	defer sess.Close()
+	go io.Copy(io.Discard, guest) // the host's FINs and window updates
+	const opens = 4 * netStreams
+	sent := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { sent <- n }()
+		for id := uint32(1); n < opens; id += 2 {
+			h := make([]byte, 12)
+			h[1] = 1 // window update
+			binary.BigEndian.PutUint16(h[2:], 1)
+			binary.BigEndian.PutUint32(h[4:], id)
+			guest.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			if _, err := guest.Write(h); err != nil {
+				return
+			}
+			n++
+		}
+	}()
+	accepted := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		st, err := sess.AcceptStreamWithContext(ctx)
+		if err != nil {
+			break
+		}
+		accepted++
+		st.Close() // the host's side, as a refusal closes it
+		if n := sess.NumStreams(); n > netStreams {
+			t.Fatalf("the host holds %d streams, more than %d", n, netStreams)
+		}
+	}
+	n := <-sent
+	if n >= opens || accepted > netStreams || accepted < netStreams/2 {
+		t.Fatalf("the guest opened %d streams of %d and the host accepted %d: want the channel stalled near %d", n, opens, accepted, netStreams)
 	}
 }
