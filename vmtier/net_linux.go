@@ -40,6 +40,12 @@ const (
 	// netWindow is each stream's receive window: what the guest can make
 	// the host buffer per stream.
 	netWindow = 256 << 10
+	// netWriteTimeout is how long a frame may wait to be written to the
+	// channel before yamux fails the stream's write: a serial port under
+	// emulation drains at tens of KiB/s, and the socket's buffer ahead of
+	// a frame takes seconds to pass (at 10 s, yamux's default, a 1 MiB
+	// download was cut after 256 KiB). The run's own end closes all.
+	netWriteTimeout = 2 * time.Minute
 )
 
 // netArgs are QEMU's arguments for the network channel, none without an
@@ -58,7 +64,7 @@ func muxConfig() *yamux.Config {
 	return &yamux.Config{
 		AcceptBacklog:          netBacklog,
 		KeepAliveInterval:      time.Minute,
-		ConnectionWriteTimeout: 10 * time.Second,
+		ConnectionWriteTimeout: netWriteTimeout,
 		MaxStreamWindowSize:    netWindow,
 		StreamOpenTimeout:      30 * time.Second,
 		StreamCloseTimeout:     10 * time.Second,

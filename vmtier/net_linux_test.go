@@ -35,6 +35,9 @@ type netFixture struct {
 
 const netOrigin = "203.0.113.7:80"
 
+// netBig is the size of the download that crosses the channel.
+const netBig = 320 << 10 // past one stream window (256 KiB)
+
 func newNetFixture(t *testing.T) *netFixture {
 	t.Helper()
 	f := &netFixture{hosts: filepath.Join(t.TempDir(), "hosts")}
@@ -44,6 +47,7 @@ func newNetFixture(t *testing.T) *netFixture {
 	}
 	origin := listen(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
+		reqLine, _ := br.ReadString('\n')
 		for {
 			l, err := br.ReadString('\n')
 			if err != nil || l == "\r\n" {
@@ -51,6 +55,9 @@ func newNetFixture(t *testing.T) *netFixture {
 			}
 		}
 		body := "hello from the host's loopback\n"
+		if strings.HasPrefix(reqLine, "GET /big ") {
+			body = strings.Repeat("0123456789abcdef", netBig/16)
+		}
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	})
 	up := listen(t, func(c net.Conn) {
@@ -158,26 +165,31 @@ func TestVMNetAllowedAndRefused(t *testing.T) {
 	left := watch(&o)
 	f := newNetFixture(t)
 	const code = `
-import urllib.request, urllib.error
+import sys, time, urllib.request, urllib.error
 for name in ("allowed.test", "other.test", "loop.test"):
     try:
         print(name, "->", urllib.request.urlopen("http://" + name + "/hello", timeout=120).read().decode().strip())
     except urllib.error.HTTPError as e:
         print(name, "-> refused", e.code)
+t = time.monotonic()
+big = urllib.request.urlopen("http://allowed.test/big", timeout=240).read()
+print("big:", len(big), big == b"0123456789abcdef" * (len(big) // 16))
+print("big took %.1f s" % (time.monotonic() - t), file=sys.stderr)
 `
 	spec := f.spec(t, "python3", "-c", code)
-	spec.Timeout = 3 * time.Minute
+	spec.Timeout = 4 * time.Minute
 	res, err := runVM(t, spec, o)
 	left.check(t)
-	want := "allowed.test -> hello from the host's loopback\nother.test -> refused 403\nloop.test -> refused 403\n"
+	t.Logf("the guest: %s", strings.TrimSpace(res.Stderr))
+	want := fmt.Sprintf("allowed.test -> hello from the host's loopback\nother.test -> refused 403\nloop.test -> refused 403\nbig: %d True\n", netBig)
 	if err != nil || res.Verdict != jail.VerdictOK || res.Stdout != want {
 		t.Fatalf("verdict %s, err %v, stdout %q, want %q; stderr %s", res.Verdict, err, res.Stdout, want, res.Stderr)
 	}
 	if n := channelGoroutines(); n != 0 {
 		t.Errorf("%d goroutines of the network channel outlived the run", n)
 	}
-	if asked := f.askedFor(); !slices.Equal(asked, []string{netOrigin}) {
-		t.Errorf("the upstream was asked for %q, want only %s", asked, netOrigin)
+	if asked := f.askedFor(); len(asked) != 2 || slices.Compact(asked)[0] != netOrigin {
+		t.Errorf("the upstream was asked for %q, want %s twice", asked, netOrigin)
 	}
 
 	// The jail tier, on the host, with the same Spec and payload.
