@@ -44,7 +44,11 @@ const (
 	// channel before yamux fails the stream's write: a serial port under
 	// emulation drains at tens of KiB/s, and the socket's buffer ahead of
 	// a frame takes seconds to pass (at 10 s, yamux's default, a 1 MiB
-	// download was cut after 256 KiB). The run's own end closes all.
+	// download was cut after 256 KiB). It is also how long a stream one
+	// side closed waits for the other's close before yamux resets it: the
+	// reset overtakes what the other side has received and not yet read
+	// (at 10 s, the last 88 bytes of a 320 KiB download were lost). The
+	// run's own end closes all.
 	netWriteTimeout = 2 * time.Minute
 )
 
@@ -67,7 +71,7 @@ func muxConfig() *yamux.Config {
 		ConnectionWriteTimeout: netWriteTimeout,
 		MaxStreamWindowSize:    netWindow,
 		StreamOpenTimeout:      30 * time.Second,
-		StreamCloseTimeout:     10 * time.Second,
+		StreamCloseTimeout:     netWriteTimeout,
 		LogOutput:              io.Discard,
 	}
 }
