@@ -21,7 +21,7 @@ import (
 )
 
 // Every test here that boots a guest boots exactly one, under TCG on these
-// machines (no KVM): eight in all (two in net_linux_test.go), each with its own deadlines (the tier's
+// machines (no KVM): six in all, each with its own deadlines (the tier's
 // boot and answer allowances, and the context's).
 
 // needVM skips t unless a guest can boot here: root, the stockade binary,
