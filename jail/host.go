@@ -25,6 +25,12 @@ type Host struct {
 	// UpstreamProxy is stockade's own proxy (an http:// URL, its
 	// HTTPS_PROXY) for the egress proxy's dials; a jail never sees it.
 	UpstreamProxy string
+	// UpstreamDecides says UpstreamProxy is a stockade egress proxy with
+	// the same rules that decides again (the VM tier's host side, for
+	// the proxy in its guest): an allowed request goes to it as the jail
+	// made it, the name unresolved, for it to resolve, check and dial
+	// (netproxy.Config.Relay).
+	UpstreamDecides bool
 	// HostsFile, when set, resolves allowlisted names from this hosts(5)
 	// file instead of DNS (tests and the selftest point names at their
 	// fixtures this way; every address still passes every check).

@@ -27,17 +27,30 @@ func newRunNetwork(spec NetworkSpec, host Host, notices io.Writer) (*runNetwork,
 	if !spec.Enabled() {
 		return n, nil
 	}
-	rules, policy, err := spec.policy()
+	cfg, err := ProxyConfig(spec, host, n.log)
 	if err != nil {
 		return nil, err
 	}
+	n.proxy = netproxy.New(cfg)
+	return n, nil
+}
+
+// ProxyConfig is the egress proxy's configuration for a run's network
+// spec on this host, its decisions going into log: the one way both
+// tiers build it (the jail's proxy, and the VM tier's host side, which
+// decides again what its guest's proxy sends it).
+func ProxyConfig(spec NetworkSpec, host Host, log *netproxy.Log) (netproxy.Config, error) {
+	rules, policy, err := spec.policy()
+	if err != nil {
+		return netproxy.Config{}, err
+	}
 	cfg := netproxy.Config{Rules: rules, Addrs: policy,
-		MaxTunnels: spec.MaxTunnels, MaxUpload: spec.MaxUpload, MaxDownload: spec.MaxDownload, Log: n.log}
+		MaxTunnels: spec.MaxTunnels, MaxUpload: spec.MaxUpload, MaxDownload: spec.MaxDownload, Log: log}
 	// The host's own addresses: the proxy dials from the host, where any
 	// of them is the host's own services.
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return nil, fmt.Errorf("list the host's addresses: %w", err)
+		return netproxy.Config{}, fmt.Errorf("list the host's addresses: %w", err)
 	}
 	for _, a := range addrs {
 		if p, err := netip.ParsePrefix(a.String()); err == nil {
@@ -46,16 +59,16 @@ func newRunNetwork(spec NetworkSpec, host Host, notices io.Writer) (*runNetwork,
 	}
 	if host.UpstreamProxy != "" {
 		if cfg.Upstream, err = upstreamURL(host.UpstreamProxy); err != nil {
-			return nil, err
+			return netproxy.Config{}, err
 		}
+		cfg.Relay = host.UpstreamDecides
 	}
 	if host.HostsFile != "" {
 		if cfg.Resolve, err = netproxy.HostsResolver(host.HostsFile); err != nil {
-			return nil, err
+			return netproxy.Config{}, err
 		}
 	}
-	n.proxy = netproxy.New(cfg)
-	return n, nil
+	return cfg, nil
 }
 
 // serve takes the listening sockets init made in the jail's namespace.

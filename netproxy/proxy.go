@@ -48,7 +48,13 @@ type Config struct {
 	// DialContext opens the upstream connection to a checked address (or
 	// to Upstream); nil uses net.Dialer. Tests substitute it.
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
-	Log         *Log
+	// Relay says Upstream is a stockade proxy with the same rules that
+	// decides again (the VM tier's host side, for the proxy in its
+	// guest): what the rules allow goes to it as the jail asked, the name
+	// unresolved (CONNECT NAME:PORT, or the absolute-form request), and
+	// it resolves, checks the addresses, dials and answers.
+	Relay bool
+	Log   *Log
 }
 
 // Proxy serves one run's listeners. Close ends every connection.
@@ -308,6 +314,10 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	defer p.release()
+	if p.cfg.Relay && p.cfg.Upstream != nil {
+		p.relay(c, br, req, dd)
+		return
+	}
 	if dd.lookup != "" {
 		if why := p.chargeLookup(dd.lookup); why != "" {
 			dd.Reason = why

@@ -41,47 +41,61 @@ func (p *Proxy) dialOne(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 	if u == nil {
 		return dial(ctx, "tcp", ap.String())
 	}
+	c, resp, err := p.upstreamConnect(ctx, ap.String())
+	if err == nil && resp.StatusCode != 200 {
+		c.Close()
+		return nil, fmt.Errorf("upstream proxy %s refused CONNECT %s: %s", u.Host, ap, resp.Status)
+	}
+	return c, err
+}
+
+// upstreamConnect opens a tunnel to authority through the upstream proxy:
+// the connection once it answered 200, or the status it answered instead
+// (with the connection, its answer's body unread).
+func (p *Proxy) upstreamConnect(ctx context.Context, authority string) (net.Conn, *http.Response, error) {
+	dial := p.cfg.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	u := p.cfg.Upstream
 	// Errors say which upstream by its address alone: they reach the
 	// jail (a 502's reason) and the result, and the credentials stockade
 	// logs in with are none of the jail's business, its user name included.
 	name := u.Host
-	// Through stockade's own proxy: CONNECT to the checked address, so the
-	// upstream proxy cannot resolve the name to something else.
 	hostport := u.Host
 	if u.Port() == "" {
 		hostport = net.JoinHostPort(u.Hostname(), "80")
 	}
 	c, err := dial(ctx, "tcp", hostport)
 	if err != nil {
-		return nil, fmt.Errorf("upstream proxy %s: %w", name, err)
+		return nil, nil, fmt.Errorf("upstream proxy %s: %w", name, err)
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	req := fmt.Sprintf("CONNECT %s HTTP/1.1\r\nHost: %s\r\n", ap, ap)
+	req := fmt.Sprintf("CONNECT %s HTTP/1.1\r\nHost: %s\r\n", authority, authority)
 	if u.User != nil {
 		pw, _ := u.User.Password()
 		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)) + "\r\n"
 	}
 	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s: %w", name, err)
+		return nil, nil, fmt.Errorf("upstream proxy %s: %w", name, err)
 	}
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s: %w", name, err)
+		return nil, nil, fmt.Errorf("upstream proxy %s: %w", name, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
-		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s refused CONNECT %s: %s", name, ap, resp.Status)
+		return c, resp, nil
 	}
 	if br.Buffered() > 0 {
 		c.Close()
-		return nil, fmt.Errorf("upstream proxy %s sent data before the tunnel opened", name)
+		return nil, nil, fmt.Errorf("upstream proxy %s sent data before the tunnel opened", name)
 	}
-	return c, nil
+	return c, resp, nil
 }
 
 // chunk is the most one copy step moves before it accounts for it against

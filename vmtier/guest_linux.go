@@ -215,6 +215,14 @@ func guestRun(p *Plan) Reply {
 	spec := p.Spec
 	spec.Isolation = jail.IsolationJail
 	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: "/var/cache/stockade"}
+	stopNet, raw, err := guestNet(&spec, p.Fault)
+	if err != nil {
+		return Reply{Error: err.Error()}
+	}
+	defer stopNet()
+	if raw != nil {
+		return netFault(spec, raw)
+	}
 	if err := os.MkdirAll(guestDir, 0o755); err != nil {
 		return Reply{Error: err.Error()}
 	}

@@ -120,9 +120,6 @@ func run(ctx context.Context, spec jail.Spec, st jail.Streams, o Options) (*jail
 	if err := spec.Validate(); err != nil {
 		return nil, setupErr("spec: %w", err)
 	}
-	if spec.Network.Enabled() {
-		return nil, setupErr(`isolation "vm": --allow-net is not available yet (the guest has no NIC and no channel to the host's proxy); run without network or with isolation "jail" (docs/isolation.md)`)
-	}
 	if spec.Rootfs != jail.RootfsHost {
 		return nil, setupErr(`isolation "vm": rootfs %q: the guest's root is built from the host's Python only for now; use rootfs "host" (docs/isolation.md)`, spec.Rootfs)
 	}
@@ -296,6 +293,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 	sock := filepath.Join(dir, "ctl")
 
 	args, vcpus, ramMiB := t.qemuArgs(spec, sock)
+	args = append(args, netArgs(dir, spec)...)
 	cmd := exec.Command(t.qemu, args...)
 	// Its own namespaces: no network at all (not even the host's
 	// loopback), its own pids (QEMU is their init: its death ends every
@@ -384,6 +382,11 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 		<-exited
 	}
 	defer kill()
+	hn, err := startHostNet(dir, spec, exited)
+	if err != nil {
+		return nil, err
+	}
+	defer hn.close()
 	if grp != nil && !cmd.SysProcAttr.UseCgroupFD {
 		// cgroup v1: no CLONE_INTO_CGROUP; placed before it boots.
 		if err := grp.AddProc(cmd.Process.Pid); err != nil {
@@ -431,7 +434,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 			case <-exited:
 			case <-time.After(5 * time.Second):
 			}
-			return t.finish(spec, a.reply, st)
+			return hn.result(t.finish(spec, a.reply, st))
 		case <-con.flood:
 			kill()
 			return nil, &vmError{VerdictConsole, fmt.Sprintf("isolation vm: the guest wrote more than %d bytes to its console; the VMM was killed", consoleLimit)}
@@ -440,7 +443,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 			select {
 			case a := <-answered:
 				if a.err == nil {
-					return t.finish(spec, a.reply, st)
+					return hn.result(t.finish(spec, a.reply, st))
 				}
 			case <-time.After(2 * time.Second):
 			}
