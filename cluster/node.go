@@ -351,7 +351,7 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 	go func() {
 		defer n.running.Done()
 		defer n.inflight.Add(-1)
-		n.run(j)
+		n.run(j, inc)
 	}()
 }
 
@@ -379,7 +379,7 @@ func validKey(k string) bool {
 
 // run serves the claimed run and stores its answer. A run is never
 // cancelled by the node: its server's grace is what ends it.
-func (n *Node) run(j job) {
+func (n *Node) run(j job, inc string) {
 	rec := newRecorder(n.cfg.MaxResult)
 	if time.Now().After(j.Deadline) {
 		rec.WriteHeader(200)
@@ -394,18 +394,50 @@ func (n *Node) run(j job) {
 	b, _ := json.Marshal(result{Tenant: j.Tenant, Node: n.cfg.Node, Status: a.Status, ContentType: a.Header["Content-Type"],
 		RetryAfter: a.Header["Retry-After"], Body: jsonOrString(a.Body)})
 	// Stored until it is (a partition heals), for up to the results' TTL:
-	// a late result is fetchable.
+	// a late result is fetchable. One JetStream refuses for good (too
+	// large, say) is not tried again: the claim says so, and the caller is answered
+	// result_not_stored at once.
 	deadline := time.Now().Add(n.cfg.ResultTTL.D())
 	for wait := 100 * time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 5*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := n.b.results.Put(ctx, j.RunID, b)
 		cancel()
-		if err == nil {
+		var apiErr *jetstream.APIError
+		switch {
+		case err == nil:
+			n.markClaim(j, inc, resultStored)
+			return
+		case errors.As(err, &apiErr) && apiErr.Code != 503:
+			// A refusal (a 503 is JetStream unavailable for now: tried
+			// again).
+			n.local.Logf("cluster: run %s: JetStream refused its result (%d bytes): %v; its caller is told result_not_stored", j.RunID, len(b), err)
+			n.markClaim(j, inc, "JetStream refused to store it: "+apiErr.Description)
 			return
 		}
 		time.Sleep(wait)
 	}
 	n.local.Logf("cluster: run %s: its result could not be stored within %v; dropped", j.RunID, n.cfg.ResultTTL.D())
+}
+
+// markClaim says in the run's claim what became of its result, so that
+// a result missing from the results bucket is told from one still to
+// come (a gateway answers result_evicted or result_not_stored).
+func (n *Node) markClaim(j job, inc, what string) {
+	cb, _ := json.Marshal(claim{Node: n.cfg.Node, Incarnation: inc, Tenant: j.Tenant, At: time.Now().UTC(), Result: what})
+	deadline := time.Now().Add(n.cfg.Grace.D())
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := n.b.claims.Put(ctx, j.RunID, cb)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			n.local.Logf("cluster: run %s: its claim could not say its result was %q: %v", j.RunID, what, err)
+			return
+		}
+		time.Sleep(wait)
+	}
 }
 
 // jsonOrString keeps a JSON body as it is and quotes anything else.
@@ -425,7 +457,20 @@ func (n *Node) serveCall(m *nats.Msg) {
 		rp.Incarnation = n.incarnation
 		n.mu.Unlock()
 		b, _ := json.Marshal(rp)
-		m.Respond(b)
+		err := m.Respond(b)
+		if err == nil {
+			return
+		}
+		// Unsent, the gateway would wait request_timeout for nothing: a
+		// small answer that says why goes instead.
+		n.local.Logf("cluster: a session answer of %d bytes (status %d) could not be sent (NATS max_payload %d): %v; answered 502 instead",
+			len(b), rp.Status, n.nc.MaxPayload(), err)
+		small, _ := json.Marshal(reply{Status: 502, Incarnation: rp.Incarnation, Header: map[string]string{"Content-Type": "application/json"},
+			Body: errorBody(fmt.Sprintf("the session's answer (%d bytes) could not be sent through the cluster (NATS max_payload %d): %v", len(b), n.nc.MaxPayload(), err),
+				map[string]any{"verdict": "answer_too_large"})})
+		if err := m.Respond(small); err != nil {
+			n.local.Logf("cluster: the 502 in its place could not be sent either: %v", err)
+		}
 	}
 	var c call
 	if int64(len(m.Data)) > n.cfg.MaxRequest+4096 || json.Unmarshal(m.Data, &c) != nil || c.Tenant == "" || !safePath(c.Path) {

@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/internal/proctest"
+)
+
+// A tenant floods the cluster with runs whose outputs are near
+// max_result, more than the JetStream store holds. The results bucket is
+// bounded (results_max_bytes, well inside the store): its oldest results
+// make room, the heartbeats go on being stored (no node fences), another
+// tenant's run answers ok, and a flooded result that was dropped answers
+// its own verdict, result_evicted — never host_lost for a live host,
+// never "running" forever. Unbounded, the results fill the store, the
+// heartbeat puts fail, and the node fences: one tenant's outage for all.
+func TestAttackResultsFloodFillsStore(t *testing.T) {
+	const (
+		maxResult    = 200 << 10
+		resultsBound = 1 << 20
+		output       = 150_000 // bytes a flooded run prints
+		floods       = 30      // 4.5 MB of results, past the 4 MB store
+	)
+	f := newFixtureLimits(t, 1, natsLimits{payload: "16MB", store: "4MB"}, func(c *Config) {
+		c.MaxResult, c.ResultsMaxBytes = maxResult, resultsBound
+	})
+	h := f.hosts[0]
+	f.startNode(h)
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 4*time.Minute))
+	defer cancel()
+	var keys []string
+	for i := range floods {
+		keys = append(keys, fmt.Sprintf("flood%d", i))
+	}
+	answers := f.submitAll(ctx, "flooder", keys, func(string) string { return fmt.Sprintf("print('x' * %d)", output) })
+	for i, a := range answers {
+		v := a.body["verdict"]
+		if a.status != 200 || v != "ok" && v != verdictEvicted {
+			t.Errorf("flooded run %s: %d %.300v, want ok or %s", keys[i], a.status, a.body, verdictEvicted)
+		}
+	}
+	// The heartbeats are still stored: two more after the flood (a
+	// key's revision is the bucket's sequence: it changes when the key is
+	// written).
+	rev, stored := f.heartbeatRevision(ctx, h.name), 0
+	for stored < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d heartbeats stored after the flood, want 2:\n%s", stored, tailOf(h.serveLog.String(), 3000))
+		case <-time.After(200 * time.Millisecond):
+		}
+		if r := f.heartbeatRevision(ctx, h.name); r != rev && r != 0 {
+			rev, stored = r, stored+1
+		}
+	}
+	if strings.Contains(h.serveLog.String(), "cluster: fenced") {
+		t.Errorf("the node fenced during the flood:\n%s", tailOf(h.serveLog.String(), 3000))
+	}
+	if hb := f.heartbeat(h.name); hb.State != StateUp {
+		t.Errorf("the node's state after the flood: %q, want up", hb.State)
+	}
+	// Another tenant is served.
+	if st, _, m := f.do(ctx, "tenant-b", "", "POST", "/v1/run", map[string]any{"code": "print('still served')"}); st != 200 || m["verdict"] != "ok" || m["stdout"] != "still served\n" {
+		t.Errorf("another tenant's run after the flood: %d %v", st, m)
+	}
+	// The bucket held its bound; the flood's oldest results were dropped
+	// and say so when asked for.
+	s, err := f.g.js.Stream(ctx, "KV_"+BucketResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxBytes != resultsBound || info.State.Bytes > resultsBound {
+		t.Errorf("results bucket: max_bytes %d, holding %d bytes; want the bound %d held", info.Config.MaxBytes, info.State.Bytes, resultsBound)
+	}
+	verdicts := map[string]int{}
+	for _, a := range answers {
+		st, _, m := f.do(ctx, "flooder", "", "GET", "/v1/runs/"+a.id, nil)
+		v, _ := m["verdict"].(string)
+		if st != 200 {
+			v = fmt.Sprintf("status %d", st)
+		}
+		verdicts[v]++
+	}
+	if verdicts[verdictEvicted] == 0 || verdicts["ok"] == 0 || verdicts[verdictEvicted]+verdicts["ok"] != floods {
+		t.Errorf("the flood's results asked for again: %v; want some ok (the newest), some %s, nothing else", verdicts, verdictEvicted)
+	}
+}
+
+// heartbeatRevision is the revision of node's heartbeat (0: none read).
+func (f *fixture) heartbeatRevision(ctx context.Context, node string) uint64 {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := f.g.b.nodes.Get(gctx, node)
+	if err != nil {
+		return 0
+	}
+	return e.Revision()
+}
