@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,4 +104,50 @@ func (f *fixture) heartbeatRevision(ctx context.Context, node string) uint64 {
 		return 0
 	}
 	return e.Revision()
+}
+
+// A session's answer that NATS will not carry (over its max_payload) was
+// dropped by the node without a word, and its caller waited
+// request_timeout for it. A configuration that makes such answers is
+// refused at connect; and when the server's max_payload shrinks under a
+// running node (nats.conf changed, the server restarted), the answer too
+// large is replaced by a small 502 that says why, at once.
+func TestAttackSessionAnswerOverMaxPayload(t *testing.T) {
+	f := newFixtureWith(t, 1, func(c *Config) { c.MaxResult = 2 << 20 })
+	h := f.hosts[0]
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 3*time.Minute))
+	defer cancel()
+	// A max_result whose base64 is over the server's 16MB: refused.
+	big := f.gcfg
+	big.MaxResult = 12 << 20
+	if g, err := NewBackend(ctx, big); err == nil || !strings.Contains(err.Error(), "raise max_payload") {
+		if g != nil {
+			g.Close()
+		}
+		t.Errorf("a gateway with max_result 12 MiB on a 16MB max_payload: %v, want refused with the fix", err)
+	}
+	f.startNode(h)
+	sid, _ := f.newSession(ctx, "tenant-a")
+	// The server comes back with a max_payload of 1MB; node and gateway
+	// reconnect to it.
+	syscall.Kill(h.nats.Cmd.Process.Pid, syscall.SIGTERM)
+	<-h.nats.Done()
+	f.nats.payload = "1MB"
+	f.startNATS(h)
+	for f.g.nc.MaxPayload() != 1<<20 || !strings.Contains(h.serveLog.String(), "reconnected to NATS") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no reconnect to the restarted server:\n%s", h.serveLog.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// 900 kB of output: its answer, base64, is 1.2 MB.
+	st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": "print('y' * 900000)"})
+	if st != 502 || m["verdict"] != "answer_too_large" {
+		t.Errorf("an exec whose answer is over max_payload: %d %.300v, want 502 answer_too_large", st, m)
+	}
+	// The session goes on.
+	if st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": "print('small')"}); st != 200 || m["stdout"] != "small\n" {
+		t.Errorf("the next exec: %d %v", st, m)
+	}
 }
