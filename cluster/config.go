@@ -95,7 +95,7 @@ const (
 	DefaultResultTTL  = time.Hour
 	// DefaultResultsMaxBytes: 1 GiB, a quarter of a 4 GiB store.
 	DefaultResultsMaxBytes = 1 << 30
-	DefaultReqTimeout = 10 * time.Minute
+	DefaultReqTimeout      = 10 * time.Minute
 )
 
 func (c *Config) defaults() {
