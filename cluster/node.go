@@ -331,7 +331,8 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 	n.mu.Lock()
 	inc := n.incarnation
 	n.mu.Unlock()
-	cb, _ := json.Marshal(claim{Node: n.cfg.Node, Incarnation: inc, Tenant: j.Tenant, At: time.Now().UTC()})
+	cl := claim{Node: n.cfg.Node, Incarnation: inc, Tenant: j.Tenant, At: time.Now().UTC()}
+	cb, _ := json.Marshal(cl)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err := n.b.claims.Create(cctx, j.RunID, cb)
 	cancel()
@@ -351,7 +352,7 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 	go func() {
 		defer n.running.Done()
 		defer n.inflight.Add(-1)
-		n.run(j, inc)
+		n.run(j, cl)
 	}()
 }
 
@@ -379,7 +380,7 @@ func validKey(k string) bool {
 
 // run serves the claimed run and stores its answer. A run is never
 // cancelled by the node: its server's grace is what ends it.
-func (n *Node) run(j job, inc string) {
+func (n *Node) run(j job, cl claim) {
 	rec := newRecorder(n.cfg.MaxResult)
 	if time.Now().After(j.Deadline) {
 		rec.WriteHeader(200)
@@ -405,13 +406,13 @@ func (n *Node) run(j job, inc string) {
 		var apiErr *jetstream.APIError
 		switch {
 		case err == nil:
-			n.markClaim(j, inc, resultStored)
+			n.markClaim(j.RunID, cl, resultStored)
 			return
 		case errors.As(err, &apiErr) && apiErr.Code != 503:
 			// A refusal (a 503 is JetStream unavailable for now: tried
 			// again).
 			n.local.Logf("cluster: run %s: JetStream refused its result (%d bytes): %v; its caller is told result_not_stored", j.RunID, len(b), err)
-			n.markClaim(j, inc, "JetStream refused to store it: "+apiErr.Description)
+			n.markClaim(j.RunID, cl, "JetStream refused to store it: "+apiErr.Description)
 			return
 		}
 		time.Sleep(wait)
@@ -422,18 +423,19 @@ func (n *Node) run(j job, inc string) {
 // markClaim says in the run's claim what became of its result, so that
 // a result missing from the results bucket is told from one still to
 // come (a gateway answers result_evicted or result_not_stored).
-func (n *Node) markClaim(j job, inc, what string) {
-	cb, _ := json.Marshal(claim{Node: n.cfg.Node, Incarnation: inc, Tenant: j.Tenant, At: time.Now().UTC(), Result: what})
+func (n *Node) markClaim(id string, cl claim, what string) {
+	cl.Result = what // the rest as claimed: At is when it was
+	cb, _ := json.Marshal(cl)
 	deadline := time.Now().Add(n.cfg.Grace.D())
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := n.b.claims.Put(ctx, j.RunID, cb)
+		_, err := n.b.claims.Put(ctx, id, cb)
 		cancel()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			n.local.Logf("cluster: run %s: its claim could not say its result was %q: %v", j.RunID, what, err)
+			n.local.Logf("cluster: run %s: its claim could not say its result was %q: %v", id, what, err)
 			return
 		}
 		time.Sleep(wait)
