@@ -71,6 +71,8 @@ type fixture struct {
 	natsBin string
 	// nats is each nats-server's max_payload and max_file_store.
 	nats natsLimits
+	// nodeEdit, when set, changes the nodes' files.
+	nodeEdit func(*Config)
 }
 
 // natsLimits are a test's nats-servers' limits.
@@ -408,6 +410,9 @@ func (f *fixture) startNode(h *host, args ...string) {
 	t := f.t
 	c := f.config(h.name, h.name)
 	c.URLs = append([]string{"tls://" + h.ip + ":4222"}, c.URLs...)
+	if f.nodeEdit != nil {
+		f.nodeEdit(&c)
+	}
 	b, _ := json.Marshal(c)
 	file := filepath.Join(h.dir, "cluster.json")
 	os.WriteFile(file, b, 0o600)

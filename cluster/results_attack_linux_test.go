@@ -151,3 +151,31 @@ func TestAttackSessionAnswerOverMaxPayload(t *testing.T) {
 		t.Errorf("the next exec: %d %v", st, m)
 	}
 }
+
+// A result JetStream refuses for good (here: the node's max_result is
+// larger than the gateway's, which sized the bucket's values) was tried
+// again for result_ttl while its caller waited, then dropped with a line
+// in the node's log only. The caller is answered result_not_stored at
+// once, with JetStream's reason; the node logs it.
+func TestAttackResultRefusedIsSaid(t *testing.T) {
+	f := newFixtureWith(t, 1, func(c *Config) { c.MaxResult = 64 << 10 })
+	f.nodeEdit = func(c *Config) { c.MaxResult = 512 << 10 }
+	h := f.hosts[0]
+	f.startNode(h)
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 2*time.Minute))
+	defer cancel()
+	st, hdr, m := f.do(ctx, "tenant-a", "", "POST", "/v1/run", map[string]any{"code": "print('z' * 200000)"})
+	if st != 200 || m["verdict"] != verdictNotStored || !strings.Contains(fmt.Sprint(m["error"]), "could not be stored") {
+		t.Fatalf("a run whose result JetStream refuses: %d %.300v, want %s", st, m, verdictNotStored)
+	}
+	if st, _, m := f.do(ctx, "tenant-a", "", "GET", "/v1/runs/"+hdr.Get(RunIDHeader), nil); st != 200 || m["verdict"] != verdictNotStored {
+		t.Errorf("asked for again: %d %.300v", st, m)
+	}
+	if !strings.Contains(h.serveLog.String(), "JetStream refused its result") {
+		t.Errorf("the node's log does not say it:\n%s", h.serveLog.String())
+	}
+	// A result that fits is stored as ever.
+	if st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/run", map[string]any{"code": "print('fits')"}); st != 200 || m["verdict"] != "ok" || m["stdout"] != "fits\n" {
+		t.Errorf("a small run: %d %v", st, m)
+	}
+}
