@@ -408,9 +408,9 @@ func (n *Node) run(j job, cl claim) {
 		case err == nil:
 			n.markClaim(j.RunID, cl, resultStored)
 			return
-		case errors.As(err, &apiErr) && apiErr.Code != 503:
-			// A refusal (a 503 is JetStream unavailable for now: tried
-			// again).
+		case errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500:
+			// A refusal of this result (a 5xx is JetStream unavailable
+			// for now, or out of room: tried again).
 			n.local.Logf("cluster: run %s: JetStream refused its result (%d bytes): %v; its caller is told result_not_stored", j.RunID, len(b), err)
 			n.markClaim(j.RunID, cl, "JetStream refused to store it: "+apiErr.Description)
 			return
