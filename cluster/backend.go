@@ -32,7 +32,7 @@ type Backend struct {
 	js  jetstream.JetStream
 	b   buckets
 
-	hostLost, expired, submitted, duplicates, refused atomic.Int64
+	hostLost, expired, submitted, duplicates, refused, resultsGone atomic.Int64
 	// queueWait: from a run's publish to its claim by a node (or to its
 	// expiry), by this gateway's runs.
 	queueWait histogram
@@ -294,6 +294,15 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 				}
 				go g.observeWait(tenant, id, enqueued, cmp.Or(st.claim, rs.claim))
 				return
+			case st.gone != "":
+				g.resultsGone.Add(1)
+				if rs.begun {
+					rs.finish(resultLine(goneBody(id, st)))
+				} else {
+					writeJSON(w, 200, goneBody(id, st))
+				}
+				go g.observeWait(tenant, id, enqueued, cmp.Or(st.claim, rs.claim))
+				return
 			case st.lost != "":
 				g.hostLost.Add(1)
 				if rs.begun {
@@ -386,6 +395,17 @@ func mustJSON(v any) []byte {
 	return b
 }
 
+// The verdicts of a run that ended without a result to give.
+const (
+	verdictEvicted   = "result_evicted"
+	verdictNotStored = "result_not_stored"
+)
+
+func goneBody(id string, st runState) []byte {
+	return errorBody("the run ended on "+st.claim.Node+", but "+st.gone+"; it had its effects; not retried",
+		map[string]any{"verdict": st.goneVerdict, "run_id": id, "node": st.claim.Node})
+}
+
 func lostBody(id, node, why string) []byte {
 	return errorBody("the host running it stopped answering ("+why+"); it may have had effects; not retried",
 		map[string]any{"verdict": "host_lost", "run_id": id, "node": node})
@@ -422,6 +442,10 @@ type runState struct {
 	result *result
 	claim  *claim
 	lost   string // why its claimer is lost
+	// gone says why a run that ended has no result to give: evicted (the
+	// results bucket was full: results_max_bytes) or refused by
+	// JetStream. Its verdict names which.
+	gone, goneVerdict string
 }
 
 func (g *Backend) look(ctx context.Context, tenant, id string) runState {
@@ -448,6 +472,24 @@ func (g *Backend) look(ctx context.Context, tenant, id string) runState {
 	}
 	st.claim = &c
 	if c.Node == expiredBy {
+		return st
+	}
+	switch {
+	case c.Result == resultStored:
+		// Stored before the claim said so: one missing now (the read
+		// above may have come just before it) is read again.
+		if e, err := g.b.results.Get(ctx, id); err == nil {
+			var res result
+			if json.Unmarshal(e.Value(), &res) == nil && res.Tenant == tenant {
+				st.result = &res
+			}
+			return st
+		} else if errors.Is(err, jetstream.ErrKeyNotFound) {
+			st.gone, st.goneVerdict = "its result was stored, then dropped to make room for newer ones (the cluster's results_max_bytes) or kept past result_ttl", verdictEvicted
+		}
+		return st
+	case c.Result != "":
+		st.gone, st.goneVerdict = "its result could not be stored: "+c.Result, verdictNotStored
 		return st
 	}
 	// The claimer's heartbeat, read from the cluster now (never a cached
@@ -485,6 +527,8 @@ func (g *Backend) getRun(w http.ResponseWriter, r *http.Request, tenant, id stri
 	switch {
 	case st.result != nil:
 		g.writeResult(w, id, st.result)
+	case st.gone != "":
+		writeJSON(w, 200, goneBody(id, st))
 	case st.lost != "":
 		writeJSON(w, 200, lostBody(id, st.claim.Node, st.lost))
 	case st.claim != nil:
@@ -791,7 +835,7 @@ func (g *Backend) Metrics(w io.Writer) {
 		name string
 		v    *atomic.Int64
 	}{{"runs_submitted", &g.submitted}, {"runs_duplicate", &g.duplicates}, {"runs_refused", &g.refused},
-		{"runs_host_lost", &g.hostLost}, {"runs_expired", &g.expired}} {
+		{"runs_host_lost", &g.hostLost}, {"runs_expired", &g.expired}, {"runs_result_gone", &g.resultsGone}} {
 		fmt.Fprintf(w, "# TYPE stockade_cluster_%s_total counter\nstockade_cluster_%s_total %s\n", c.name, c.name, strconv.FormatInt(c.v.Load(), 10))
 	}
 	g.queueWait.write(w, "stockade_cluster_queue_wait_seconds", "time from a run's publish to its claim by a node (or its expiry), for this gateway's runs")

@@ -50,6 +50,12 @@ type Config struct {
 	MaxResult  int64 `json:"max_result,omitempty"`
 	// ResultTTL is how long results and claims are kept.
 	ResultTTL Duration `json:"result_ttl,omitempty"`
+	// ResultsMaxBytes bounds the results bucket (JetStream's MaxBytes on
+	// its stream): full, its oldest results make room for new ones, so
+	// that no tenant's flood of results fills the JetStream store the
+	// heartbeats, claims and sessions live in. Size it well below the
+	// servers' max_file_store (docs/cluster.md).
+	ResultsMaxBytes int64 `json:"results_max_bytes,omitempty"`
 	// Replicas of the stream and buckets (3 on a three-server cluster).
 	Replicas int `json:"replicas,omitempty"`
 	// RequestTimeout bounds one session request to a node.
@@ -87,7 +93,9 @@ const (
 	DefaultMaxRequest = 4 << 20
 	DefaultMaxResult  = 8 << 20
 	DefaultResultTTL  = time.Hour
-	DefaultReqTimeout = 10 * time.Minute
+	// DefaultResultsMaxBytes: 1 GiB, a quarter of a 4 GiB store.
+	DefaultResultsMaxBytes = 1 << 30
+	DefaultReqTimeout      = 10 * time.Minute
 )
 
 func (c *Config) defaults() {
@@ -108,6 +116,9 @@ func (c *Config) defaults() {
 	}
 	if c.ResultTTL == 0 {
 		c.ResultTTL = Duration(DefaultResultTTL)
+	}
+	if c.ResultsMaxBytes == 0 {
+		c.ResultsMaxBytes = DefaultResultsMaxBytes
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
@@ -145,7 +156,36 @@ func (c *Config) Validate(node bool) error {
 	if c.QueueMax < 1 || c.MaxRequest < 1024 || c.MaxResult < 1024 || c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, errors.New("queue_max ≥ 1, max_request and max_result ≥ 1024, replicas 1 to 5"))
 	}
+	if c.ResultsMaxBytes < 4*(c.MaxResult+envelope) {
+		errs = append(errs, fmt.Errorf("results_max_bytes %d: at least 4 × (max_result + %d) = %d, or a few large results would evict each other before their callers read them",
+			c.ResultsMaxBytes, envelope, 4*(c.MaxResult+envelope)))
+	}
 	return errors.Join(errs...)
+}
+
+// envelope is what a message adds around a body it carries (the JSON of
+// a job, a call, a reply or a result, headers and all).
+const envelope = 4096
+
+// payloadNeeded is the largest NATS message the configuration makes: a
+// session's answer or request carries its body base64-encoded (4/3 of
+// max_result or max_request) in its envelope.
+func (c *Config) payloadNeeded() int64 {
+	b64 := func(n int64) int64 { return (n + 2) / 3 * 4 }
+	return max(b64(c.MaxResult), b64(c.MaxRequest)) + envelope
+}
+
+// checkPayload refuses a configuration whose messages the NATS server
+// would refuse (its max_payload, which it says at connect): a session's
+// answer over it is never delivered, and its caller would wait
+// request_timeout for nothing.
+func (c *Config) checkPayload(maxPayload int64) error {
+	if need := c.payloadNeeded(); need > maxPayload {
+		return fmt.Errorf("cluster: max_result %d and max_request %d make NATS messages of up to %d bytes (a session's answer travels base64-encoded), "+
+			"over the NATS server's max_payload of %d: raise max_payload in nats.conf to at least %d (NATS takes up to 64MB), or lower max_result and max_request",
+			c.MaxResult, c.MaxRequest, need, maxPayload, need)
+	}
+	return nil
 }
 
 // maxConfigFile bounds the file read.

@@ -74,6 +74,10 @@ func connect(c Config, name, role string, extra ...nats.Option) (*nats.Conn, err
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to %s: %w", strings.Join(c.URLs, ","), err)
 	}
+	if err := c.checkPayload(nc.MaxPayload()); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	return nc, nil
 }
 
@@ -82,7 +86,7 @@ func connect(c Config, name, role string, extra ...nats.Option) (*nats.Conn, err
 func Setup(ctx context.Context, js jetstream.JetStream, c Config) error {
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: StreamName, Subjects: []string{WorkSubject}, Retention: jetstream.WorkQueuePolicy,
-		Discard: jetstream.DiscardNew, MaxMsgs: c.QueueMax, MaxMsgSize: int32(min(c.MaxRequest+4096, 1<<30)),
+		Discard: jetstream.DiscardNew, MaxMsgs: c.QueueMax, MaxMsgSize: int32(min(c.MaxRequest+envelope, 1<<30)),
 		Duplicates: DupWindow, Replicas: c.Replicas, Storage: jetstream.FileStorage,
 	})
 	if err != nil {
@@ -96,7 +100,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) error {
 	}
 	for _, b := range []jetstream.KeyValueConfig{
 		{Bucket: BucketClaims, TTL: c.ResultTTL.D(), MaxValueSize: 4096},
-		{Bucket: BucketResults, TTL: c.ResultTTL.D(), MaxValueSize: int32(min(c.MaxResult+4096, 1<<30))},
+		// Bounded (results_max_bytes): a stream of its own, so that full
+		// it refuses nothing of the others. JetStream refuses to make it
+		// larger than the store has room for.
+		{Bucket: BucketResults, TTL: c.ResultTTL.D(), MaxValueSize: int32(min(c.MaxResult+envelope, 1<<30)), MaxBytes: c.ResultsMaxBytes},
 		// A day: the heartbeat of a node gone that long, and what its
 		// sessions' ends were, go.
 		{Bucket: BucketNodes, TTL: 24 * time.Hour, MaxValueSize: 4096},
@@ -113,10 +120,19 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if err != nil {
 			return fmt.Errorf("cluster: bucket %s: %w", b.Bucket, err)
 		}
-		if cfg := s.CachedInfo().Config; cfg.AllowDirect {
-			cfg.AllowDirect = false
+		cfg := s.CachedInfo().Config
+		// The results bucket, full, drops its oldest results to store a
+		// new one (a KV bucket refuses new values): refusing would fail
+		// every tenant's runs until result_ttl frees room. A caller who
+		// asks for a dropped result is told so (result_evicted).
+		discard := jetstream.DiscardNew
+		if b.Bucket == BucketResults {
+			discard = jetstream.DiscardOld
+		}
+		if cfg.AllowDirect || cfg.Discard != discard {
+			cfg.AllowDirect, cfg.Discard = false, discard
 			if _, err := js.UpdateStream(ctx, cfg); err != nil {
-				return fmt.Errorf("cluster: bucket %s: reads from its leader: %w", b.Bucket, err)
+				return fmt.Errorf("cluster: bucket %s: reads from its leader, discard policy: %w", b.Bucket, err)
 			}
 		}
 	}

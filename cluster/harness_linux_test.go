@@ -63,7 +63,18 @@ type fixture struct {
 	gcfg    Config
 	bin     string
 	natsBin string
+	// nats is each nats-server's max_payload and max_file_store.
+	nats natsLimits
+	// nodeEdit, when set, changes the nodes' files.
+	nodeEdit func(*Config)
 }
+
+// natsLimits are a test's nats-servers' limits.
+type natsLimits struct{ payload, store string }
+
+// testResultsMaxBytes is the results bucket's bound in the tests' files:
+// well inside the servers' store.
+const testResultsMaxBytes = 64 << 20
 
 func needCluster(t testing.TB) (bin, natsBin string) {
 	t.Helper()
@@ -92,11 +103,16 @@ func newFixture(t testing.TB, n int) *fixture { return newFixtureWith(t, n, nil)
 
 // newFixtureWith is newFixture with the gateway's file changed by edit.
 func newFixtureWith(t testing.TB, n int, edit func(*Config)) *fixture {
+	return newFixtureLimits(t, n, natsLimits{payload: "16MB", store: "1GB"}, edit)
+}
+
+// newFixtureLimits is newFixtureWith on nats-servers of the limits given.
+func newFixtureLimits(t testing.TB, n int, limits natsLimits, edit func(*Config)) *fixture {
 	bin, natsBin := needCluster(t)
 	tagb := make([]byte, 3)
 	rand.Read(tagb)
 	tag := hex.EncodeToString(tagb)
-	f := &fixture{t: t, tag: tag, hub: "sch" + tag, dir: t.TempDir(), bin: bin, natsBin: natsBin}
+	f := &fixture{t: t, tag: tag, hub: "sch" + tag, dir: t.TempDir(), bin: bin, natsBin: natsBin, nats: limits}
 	os.Chmod(f.dir, 0o755)
 	t.Cleanup(f.cleanup)
 	sh(t, "ip", "netns", "add", f.hub)
@@ -238,16 +254,16 @@ func (f *fixture) natsConf(h *host) string {
 	conf := fmt.Sprintf(`server_name: %s
 listen: "%s:4222"
 tls: %s
-max_payload: 8MB
+max_payload: %s
 ping_interval: "2s"
 ping_max: 2
 no_auth_user: ""
-jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }
+jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: %s }
 cluster { name: stockade-test, listen: "%s:6222", routes: [%s], tls: %s }
 authorization { users: [
 %s
 ] }
-`, h.name, h.ip, tlsBlock, filepath.Join(h.dir, "js"), h.ip, strings.Join(quoteAll(routes), ", "), routeTLS, strings.Join(users, ",\n"))
+`, h.name, h.ip, tlsBlock, f.nats.payload, filepath.Join(h.dir, "js"), f.nats.store, h.ip, strings.Join(quoteAll(routes), ", "), routeTLS, strings.Join(users, ",\n"))
 	for _, o := range f.hosts {
 		conf = strings.Replace(conf, "nodePerms("+o.name+")", nodePermissions(o.name), 1)
 	}
@@ -313,7 +329,7 @@ func (f *fixture) config(role, node string) Config {
 	}
 	c := Config{URLs: urls, CA: f.ca, User: role, Password: f.password(role), Node: node,
 		Grace: Duration(testGrace), QueueWait: Duration(60 * time.Second), Replicas: min(3, len(f.hosts)),
-		RequestTimeout: Duration(60 * time.Second)}
+		RequestTimeout: Duration(60 * time.Second), ResultsMaxBytes: testResultsMaxBytes}
 	return c
 }
 
@@ -323,6 +339,9 @@ func (f *fixture) startNode(h *host, args ...string) {
 	t := f.t
 	c := f.config(h.name, h.name)
 	c.URLs = append([]string{"tls://" + h.ip + ":4222"}, c.URLs...)
+	if f.nodeEdit != nil {
+		f.nodeEdit(&c)
+	}
 	b, _ := json.Marshal(c)
 	file := filepath.Join(h.dir, "cluster.json")
 	os.WriteFile(file, b, 0o600)

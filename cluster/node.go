@@ -339,7 +339,8 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 	n.mu.Lock()
 	inc := n.incarnation
 	n.mu.Unlock()
-	cb, _ := json.Marshal(claim{Node: n.cfg.Node, Incarnation: inc, Tenant: j.Tenant, At: time.Now().UTC()})
+	cl := claim{Node: n.cfg.Node, Incarnation: inc, Tenant: j.Tenant, At: time.Now().UTC()}
+	cb, _ := json.Marshal(cl)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err := n.b.claims.Create(cctx, j.RunID, cb)
 	cancel()
@@ -358,7 +359,7 @@ func (n *Node) take(ctx context.Context, m jetstream.Msg) {
 	n.running.Add(1)
 	go func() {
 		defer n.running.Done()
-		n.run(j, func() {
+		n.run(j, cl, func() {
 			n.inflight.Add(-1)
 			select {
 			case n.freed <- struct{}{}:
@@ -394,7 +395,7 @@ func validKey(k string) bool {
 // cancelled by the node: its server's grace is what ends it. release
 // gives its slot back once the server answered, so that the next run is
 // pulled while this one's answer is stored.
-func (n *Node) run(j job, release func()) {
+func (n *Node) run(j job, cl claim, release func()) {
 	out := &streamOut{rec: newRecorder(n.cfg.MaxResult), nc: n.nc, subject: RunSubject(n.cfg.Node, j.RunID), max: n.cfg.maxLine()}
 	// Said to the waiting gateway once the answer is stored (or given up).
 	defer out.done()
@@ -415,18 +416,51 @@ func (n *Node) run(j job, release func()) {
 	b, _ := json.Marshal(result{Tenant: j.Tenant, Node: n.cfg.Node, Status: a.Status, ContentType: a.Header["Content-Type"],
 		RetryAfter: a.Header["Retry-After"], Body: jsonOrString(a.Body)})
 	// Stored until it is (a partition heals), for up to the results' TTL:
-	// a late result is fetchable.
+	// a late result is fetchable. One JetStream refuses for good (too
+	// large, say) is not tried again: the claim says so, and the caller is answered
+	// result_not_stored at once.
 	deadline := time.Now().Add(n.cfg.ResultTTL.D())
 	for wait := 100 * time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 5*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := n.b.results.Put(ctx, j.RunID, b)
 		cancel()
-		if err == nil {
+		var apiErr *jetstream.APIError
+		switch {
+		case err == nil:
+			n.markClaim(j.RunID, cl, resultStored)
+			return
+		case errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500:
+			// A refusal of this result (a 5xx is JetStream unavailable
+			// for now, or out of room: tried again).
+			n.local.Logf("cluster: run %s: JetStream refused its result (%d bytes): %v; its caller is told result_not_stored", j.RunID, len(b), err)
+			n.markClaim(j.RunID, cl, "JetStream refused to store it: "+apiErr.Description)
 			return
 		}
 		time.Sleep(wait)
 	}
 	n.local.Logf("cluster: run %s: its result could not be stored within %v; dropped", j.RunID, n.cfg.ResultTTL.D())
+}
+
+// markClaim says in the run's claim what became of its result, so that
+// a result missing from the results bucket is told from one still to
+// come (a gateway answers result_evicted or result_not_stored).
+func (n *Node) markClaim(id string, cl claim, what string) {
+	cl.Result = what // the rest as claimed: At is when it was
+	cb, _ := json.Marshal(cl)
+	deadline := time.Now().Add(n.cfg.Grace.D())
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := n.b.claims.Put(ctx, id, cb)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			n.local.Logf("cluster: run %s: its claim could not say its result was %q: %v", id, what, err)
+			return
+		}
+		time.Sleep(wait)
+	}
 }
 
 // jsonOrString keeps a JSON body as it is and quotes anything else.
@@ -446,7 +480,20 @@ func (n *Node) serveCall(m *nats.Msg) {
 		rp.Incarnation = n.incarnation
 		n.mu.Unlock()
 		b, _ := json.Marshal(rp)
-		m.Respond(b)
+		err := m.Respond(b)
+		if err == nil {
+			return
+		}
+		// Unsent, the gateway would wait request_timeout for nothing: a
+		// small answer that says why goes instead.
+		n.local.Logf("cluster: a session answer of %d bytes (status %d) could not be sent (NATS max_payload %d): %v; answered 502 instead",
+			len(b), rp.Status, n.nc.MaxPayload(), err)
+		small, _ := json.Marshal(reply{Status: 502, Incarnation: rp.Incarnation, Header: map[string]string{"Content-Type": "application/json"},
+			Body: errorBody(fmt.Sprintf("the session's answer (%d bytes) could not be sent through the cluster (NATS max_payload %d): %v", len(b), n.nc.MaxPayload(), err),
+				map[string]any{"verdict": "answer_too_large"})})
+		if err := m.Respond(small); err != nil {
+			n.local.Logf("cluster: the 502 in its place could not be sent either: %v", err)
+		}
 	}
 	var c call
 	if int64(len(m.Data)) > n.cfg.MaxRequest+4096 || json.Unmarshal(m.Data, &c) != nil || c.Tenant == "" || !safePath(c.Path) {

@@ -58,6 +58,7 @@ func TestLoadRefusesWhatIsNotSafe(t *testing.T) {
 		{`{"urls":["tls://h:4222"],"ca":"ca.pem","node":"h.1"}`, "node:"},
 		{`{"urls":["tls://h:4222"],"ca":"ca.pem","node":"h1","grace":"0s"}`, "positive duration"},
 		{`{"urls":["tls://h:4222"],"ca":"ca.pem","node":"h1","cert":"c.pem"}`, "cert and key"},
+		{`{"urls":["tls://h:4222"],"ca":"ca.pem","node":"h1","results_max_bytes":8388608}`, "results_max_bytes"},
 	} {
 		p := filepath.Join(dir, "c.json")
 		os.WriteFile(p, []byte(c.file), 0o600)
@@ -68,7 +69,33 @@ func TestLoadRefusesWhatIsNotSafe(t *testing.T) {
 	p := filepath.Join(dir, "ok.json")
 	os.WriteFile(p, []byte(`{"urls":["tls://h:4222"],"ca":"ca.pem","node":"h1"}`), 0o600)
 	c, err := Load(p, true)
-	if err != nil || c.Grace.D() != DefaultGrace || c.QueueMax != DefaultQueueMax {
+	if err != nil || c.Grace.D() != DefaultGrace || c.QueueMax != DefaultQueueMax || c.ResultsMaxBytes != DefaultResultsMaxBytes {
 		t.Errorf("a minimal file: %+v %v", c, err)
+	}
+}
+
+// A max_result whose answers NATS would not carry (its max_payload, 1MB
+// unless nats.conf says more) left a session's caller waiting
+// request_timeout for an answer never sent: it is refused at connect,
+// with the reason and the fix.
+func TestAttackMaxResultOverMaxPayload(t *testing.T) {
+	c := Config{URLs: []string{"tls://h:4222"}, CA: "ca.pem"}
+	if err := c.Validate(false); err != nil {
+		t.Fatal(err)
+	}
+	err := c.checkPayload(1 << 20) // nats-server's default max_payload
+	if err == nil || !strings.Contains(err.Error(), "max_payload") || !strings.Contains(err.Error(), "raise max_payload in nats.conf to at least") {
+		t.Fatalf("the defaults (max_result %d) on a 1MB max_payload: %v, want refused with the fix", c.MaxResult, err)
+	}
+	// The payload needed is the base64 of the larger body and its envelope.
+	if need := c.payloadNeeded(); need < c.MaxResult*4/3 || need > 16<<20 {
+		t.Errorf("payload needed for max_result %d: %d", c.MaxResult, need)
+	}
+	if err := c.checkPayload(16 << 20); err != nil {
+		t.Errorf("the defaults on a 16MB max_payload (docs/cluster.md): %v", err)
+	}
+	c.MaxResult, c.MaxRequest = 780<<10, 4<<10
+	if err := c.checkPayload(1 << 20); err == nil {
+		t.Errorf("max_result 780 KiB on a 1MB max_payload (base64: 1040 KiB): taken")
 	}
 }

@@ -24,7 +24,14 @@ type claim struct {
 	Incarnation string    `json:"incarnation"`
 	Tenant      string    `json:"tenant"`
 	At          time.Time `json:"at"`
+	// Result is what became of the run's result, once it has one:
+	// resultStored (so a result missing now was evicted, or outlived
+	// result_ttl), or why JetStream refused to store it.
+	Result string `json:"result,omitempty"`
 }
+
+// resultStored is a claim's Result once its run's result was stored.
+const resultStored = "stored"
 
 // expiredBy is the claim a gateway takes for a run past its deadline in
 // the queue, so that no node starts it after the caller was answered.

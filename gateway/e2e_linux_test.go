@@ -168,6 +168,7 @@ func startE2E(t *testing.T) *e2e {
 	pw := func(role string) string { return fmt.Sprintf("pw-%s-%d", role, os.Getpid()) }
 	conf := fmt.Sprintf(`listen: "127.0.0.1:%d"
 tls: { cert_file: %q, key_file: %q, ca_file: %q, timeout: 5 }
+max_payload: 16MB
 jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
 authorization { users: [ { user: gateway, password: %q }, { user: n1, password: %q } ] }
 `, natsPort, certFile, keyFile, caFile, filepath.Join(dir, "js"), pw("gateway"), pw("n1"))
@@ -177,7 +178,7 @@ authorization { users: [ { user: gateway, password: %q }, { user: n1, password: 
 
 	clusterFile := func(role, node string) string {
 		c := map[string]any{"urls": []string{fmt.Sprintf("tls://127.0.0.1:%d", natsPort)}, "ca": caFile,
-			"user": role, "password": pw(role), "grace": "6s", "request_timeout": "60s"}
+			"user": role, "password": pw(role), "grace": "6s", "request_timeout": "60s", "results_max_bytes": 64 << 20}
 		if node != "" {
 			c["node"] = node
 		}

@@ -66,6 +66,7 @@ type Gateway struct {
 	mcp     http.Handler // POST /v1/mcp
 	pending pendingSessions
 	held    pendingSessions // requests in this gateway, by tenant
+	runs    pendingSessions // runs in this gateway, by tenant (max_runs)
 	mu      sync.Mutex      // reloads
 }
 
@@ -230,6 +231,16 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, t *Tenant, key
 			return
 		}
 		defer release()
+	}
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/run" {
+		if n := g.runs.add(t.Name, 1); n > t.MaxRuns {
+			g.runs.add(t.Name, -1)
+			g.counts.policyRefused.Add(1)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("tenant %s has %d runs waiting in this gateway already, its max_runs; retry once one is answered", t.Name, t.MaxRuns))
+			return
+		}
+		defer g.runs.add(t.Name, -1)
 	}
 	g.counts.forwarded.Add(1)
 	g.backend.Serve(w, r, t.Name, key)

@@ -267,7 +267,7 @@ func TestDocsTenantsFileLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	bob := ts.ByCertName("bob.clients.example.com")
-	if ts.Len() != 3 || bob == nil || bob.MaxSessions != 4 || !slices.Equal(bob.Profiles, []string{"python", "data"}) {
+	if ts.Len() != 3 || bob == nil || bob.MaxSessions != 4 || bob.MaxRuns != 8 || ts.ByToken("0d5e4c3b2a1908f7e6d5c4b3a291807f6e5d4c3b2a190817f6e5d4c3b2a1908f").MaxRuns != DefaultMaxRuns || !slices.Equal(bob.Profiles, []string{"python", "data"}) {
 		t.Fatalf("the example's tenants: %d, bob %+v", ts.Len(), bob)
 	}
 	got, err := tightenLimits(bob, map[string]any{"memory": "128M"})

@@ -60,6 +60,7 @@ cert_names = ["alice.clients.test"]
 tokens = ["` + tokenBob + `"]
 profiles = ["python", "data"]
 max_sessions = 2
+max_runs = 2
 [tenant.bob.limits]
 memory = "256M"
 timeout = "10s"
@@ -80,6 +81,10 @@ type fakeBackend struct {
 	// jail does (0: at once).
 	createDelay time.Duration
 	arrived     atomic.Int64 // session creations that reached Serve
+	// runGate, when set, holds each run until it is closed, as a
+	// cluster's queue does; runsArrived counts the runs that reached Serve.
+	runGate     chan struct{}
+	runsArrived atomic.Int64
 }
 
 type fakeCall struct {
@@ -95,6 +100,18 @@ func (f *fakeBackend) Serve(w http.ResponseWriter, r *http.Request, tenant, key 
 		d := f.createDelay
 		f.mu.Unlock()
 		time.Sleep(d)
+	}
+	if r.Method == "POST" && r.URL.Path == "/v1/run" {
+		f.runsArrived.Add(1)
+		f.mu.Lock()
+		gate := f.runGate
+		f.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			}
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

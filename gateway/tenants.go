@@ -25,6 +25,12 @@ type Tenant struct {
 	// MaxSessions is the most sessions the tenant holds at once across
 	// the cluster (0: no cap); the backend counts them.
 	MaxSessions int
+	// MaxRuns is the most runs (POST /v1/run) the tenant has waiting in a
+	// gateway at once; past it a run answers 503 with Retry-After. It
+	// bounds the tenant's share of the queue and of the results being
+	// made: one tenant's flood cannot take the cluster's whole
+	// results_max_bytes at once.
+	MaxRuns int
 	// Limits are the tenant's caps, in a request's "limits" form
 	// ({"memory": "256M", "timeout": "30s"}): a request's own limits may
 	// only be tighter, and a limit it leaves out gets the cap.
@@ -33,6 +39,9 @@ type Tenant struct {
 	// tenant's requests (an operator's scraper).
 	Metrics bool
 }
+
+// DefaultMaxRuns is a tenant's max_runs when its entry leaves it out.
+const DefaultMaxRuns = 32
 
 // minToken is the shortest token the tenants file takes: 128 bits of
 // base64 or hex, so that a token cannot be guessed in any number of
@@ -46,6 +55,7 @@ const minToken = 32
 //	cert_names = ["alice.clients.example"]   # a client certificate's SAN (CN: see certNames)
 //	profiles = ["python", "data"]
 //	max_sessions = 4
+//	max_runs = 32                            # runs waiting at once in a gateway (DefaultMaxRuns)
 //	metrics = false
 //	[tenant.alice.limits]
 //	memory = "256M"
@@ -59,6 +69,7 @@ type tenantEntry struct {
 	CertNames   []string       `toml:"cert_names"`
 	Profiles    []string       `toml:"profiles"`
 	MaxSessions int            `toml:"max_sessions"`
+	MaxRuns     *int           `toml:"max_runs"`
 	Metrics     bool           `toml:"metrics"`
 	Limits      map[string]any `toml:"limits"`
 }
@@ -229,12 +240,18 @@ func (e tenantEntry) tenant(name string) (*Tenant, error) {
 	if e.MaxSessions < 0 {
 		return nil, fmt.Errorf("max_sessions %d: below 0", e.MaxSessions)
 	}
+	maxRuns := DefaultMaxRuns
+	if e.MaxRuns != nil {
+		if maxRuns = *e.MaxRuns; maxRuns < 1 {
+			return nil, fmt.Errorf("max_runs %d: at least 1 (left out: %d)", maxRuns, DefaultMaxRuns)
+		}
+	}
 	for _, p := range e.Profiles {
 		if p == "" || len(p) > 255 || strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r > '~' }) {
 			return nil, fmt.Errorf("profiles: %q is not a profile name", p)
 		}
 	}
-	t := &Tenant{Name: name, Profiles: e.Profiles, MaxSessions: e.MaxSessions, Limits: e.Limits, Metrics: e.Metrics}
+	t := &Tenant{Name: name, Profiles: e.Profiles, MaxSessions: e.MaxSessions, MaxRuns: maxRuns, Limits: e.Limits, Metrics: e.Metrics}
 	// The caps are checked once, here, as a request's limits are: a cap
 	// the profiles package would refuse is the file's error, not every
 	// request's.

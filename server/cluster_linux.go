@@ -16,14 +16,16 @@ import (
 // request a node's subjects (NATS permissions), which is why the tenant
 // is taken as given here.
 
-// tenantUIDBase is where the owner numbers of tenants start: above every
-// uid a Linux host hands out (useradd stops far below 2^31), so that a
-// tenant's sessions and caps can never be a local caller's, nor the
-// reverse.
+// tenantUIDBase is where the numbers of tenants start, above the uids
+// useradd hands out: the uid the audit log writes for a tenant (beside its
+// name). It makes no owner: a tenant's sessions and caps are its typed
+// owner's (capacity.Owner with Tenant set), never a local uid's even of
+// the same number, nor the reverse.
 const tenantUIDBase = 1 << 31
 
-// tenants numbers each tenant seen by this process, in order: sessions,
-// --per-caller and --sessions-per-caller count a tenant as one caller.
+// tenants numbers each tenant seen by this process, in order (the audit
+// log's uid); sessions, --per-caller and --sessions-per-caller count a
+// tenant as one caller, by its owner.
 type tenants struct {
 	mu  sync.Mutex
 	ids map[string]uint32

@@ -48,7 +48,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			// No SO_PEERCRED: the handlers refuse it; it still counts in all.
 			p = peer{uid: ^uint32(0)}
 		}
-		if why := l.take(p.uid); why != "" {
+		if why := l.take(p.owner()); why != "" {
 			l.refuse(c, why)
 			continue
 		}
@@ -57,7 +57,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 }
 
 // take counts a connection of uid, or says why it may not open.
-func (l *connLimiter) take(uid uint32) string {
+func (l *connLimiter) take(uid capacity.Owner) string {
 	switch l.open.Take(uid) {
 	case capacity.ErrQuotaFull:
 		return "too many connections open (--max-conns)"
@@ -67,7 +67,7 @@ func (l *connLimiter) take(uid uint32) string {
 	return ""
 }
 
-func (l *connLimiter) put(uid uint32) { l.open.Put(uid) }
+func (l *connLimiter) put(uid capacity.Owner) { l.open.Put(uid) }
 
 // refuse tells the caller why before closing: a fresh connection's send
 // buffer is empty, and the deadline keeps the accept loop from ever
@@ -99,7 +99,7 @@ type limitedConn struct {
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.put(c.p.uid) })
+	c.once.Do(func() { c.l.put(c.p.owner()) })
 	return err
 }
 

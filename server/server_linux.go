@@ -343,6 +343,10 @@ type peer struct {
 	tenant, clusterRun string
 }
 
+// owner is who the caller is to the server's counts and sessions: its
+// uid, or its tenant (a tenant is never a uid, whatever their numbers).
+func (p peer) owner() capacity.Owner { return capacity.Owner{UID: p.uid, Tenant: p.tenant} }
+
 func peerOf(c net.Conn) (peer, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {

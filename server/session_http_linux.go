@@ -84,7 +84,7 @@ func (s *Server) admitted(allow, what string, h func(http.ResponseWriter, *http.
 // server holds is one these allow. Otherwise it answers (429, 503, 413).
 // done gives both back; it must follow true.
 func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, caller peer) (done func(), ok bool) {
-	switch err := s.gate.Arrive(caller.uid); {
+	switch err := s.gate.Arrive(caller.owner()); {
 	case errors.Is(err, capacity.ErrCallerCap):
 		retryAfter(w, time.Second)
 		s.refuse(w, r, &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already has %d requests being read, waiting or running", caller.uid, s.cfg.PerCaller)})
@@ -96,12 +96,12 @@ func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, caller peer) 
 	}
 	share, ok := s.takeBodyShare(w, r)
 	if !ok {
-		s.gate.Depart(caller.uid)
+		s.gate.Depart(caller.owner())
 		return nil, false
 	}
 	return func() {
 		s.bodies.give(share)
-		s.gate.Depart(caller.uid)
+		s.gate.Depart(caller.owner())
 	}, true
 }
 
@@ -118,7 +118,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request, caller peer) *se
 // sessionOf finds the caller's session id, or says why not: 404 (unknown,
 // or another uid's), 410 (closed, with why).
 func (s *Server) sessionOf(caller peer, id string) (*session, *api.Error) {
-	ss, tomb := s.sessions.get(id, caller.uid)
+	ss, tomb := s.sessions.get(id, caller.owner())
 	switch {
 	case ss != nil:
 		return ss, nil
@@ -200,7 +200,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, caller peer) {
 	if r.Method != http.MethodPost {
 		list := []api.SessionInfo{}
-		for _, ss := range s.sessions.list(caller.uid) {
+		for _, ss := range s.sessions.list(caller.owner()) {
 			list = append(list, ss.info())
 		}
 		list = append(list, s.vmList(r.Context(), caller)...)
@@ -274,7 +274,7 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *api.Sessio
 	if s.isVM(name) {
 		return s.createVMSession(ctx, caller, name, spec, idle, ttl, req)
 	}
-	switch err := s.sessions.reserve(caller.uid); {
+	switch err := s.sessions.reserve(caller.owner()); {
 	case errors.Is(err, errCallerSessions):
 		return nil, &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
 	case errors.Is(err, errSessionsFull):
@@ -285,7 +285,7 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *api.Sessio
 	reserved := true
 	defer func() {
 		if reserved {
-			s.sessions.unreserve(caller.uid)
+			s.sessions.unreserve(caller.owner())
 		}
 	}()
 	// The jail is the session's whole life: the profile's CPU time is each
@@ -385,7 +385,7 @@ func (s *Server) startSession(jl *ready, caller peer, profile string, spec, jail
 	}
 	now := time.Now()
 	ctx, stopJail := context.WithCancel(context.Background())
-	ss := &session{id: newID(), profile: profile, owner: caller.uid, ownerPID: caller.pid, ownerTenant: caller.tenant, limits: sessionLimitsOf(spec, idle, ttl),
+	ss := &session{id: newID(), profile: profile, owner: caller.owner(), ownerPID: caller.pid, limits: sessionLimitsOf(spec, idle, ttl),
 		execTimeout: spec.Timeout, execCPU: spec.Cgroup.CPUTime, outputLimit: spec.OutputLimit, noNetwork: !spec.Network.Enabled(), idle: idle,
 		created: now, expires: now.Add(ttl), env: req.Env, pool: use, jl: jl, conn: conn, caps: caps, workFD: -1, lastUsed: now,
 		slot: make(chan struct{}, 1), broken: make(chan struct{}),
@@ -790,7 +790,7 @@ func (s *Server) auditExecEnd(caller peer, ss *session, req *api.ExecRequest, ti
 // auditSession writes a session's start or end line.
 func (s *Server) auditSession(event string, ss *session) error {
 	l := ss.limits
-	e := AuditEntry{Event: event, RunID: ss.id, SessionID: ss.id, Time: time.Now().UTC(), UID: ss.owner, PID: ss.ownerPID, Tenant: ss.ownerTenant,
+	e := AuditEntry{Event: event, RunID: ss.id, SessionID: ss.id, Time: time.Now().UTC(), UID: ss.owner.UID, PID: ss.ownerPID, Tenant: ss.owner.Tenant,
 		Profile: ss.profile, Limits: AuditLimits{TimeoutMs: l.TimeoutMs, CPUTimeMs: l.CPUTimeMs, MemoryBytes: l.MemoryBytes,
 			CPUs: l.CPUs, Pids: l.Pids, OutputLimit: l.OutputBytes, Seccomp: l.Seccomp}, Pool: ss.pool}
 	if event == "session_end" {

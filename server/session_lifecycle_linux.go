@@ -190,7 +190,7 @@ func (ss *session) restart(srv *Server) (*api.RestartResult, *api.Error) {
 	res.Restarted, res.State = true, "fresh"
 	res.WallMs = ms(time.Since(t0))
 	res.Session = ss.state()
-	srv.logf("session %s of uid %d: interpreter restarted (%d)", ss.id[:8], ss.owner, res.Restarts)
+	srv.logf("session %s of %s: interpreter restarted (%d)", ss.id[:8], ss.owner, res.Restarts)
 	return res, nil
 }
 

@@ -50,9 +50,8 @@ type sessionEnd struct {
 // session is one live (or ended, and not yet closed) session.
 type session struct {
 	id, profile string
-	owner       uint32
-	ownerPID    int32  // the creating process, for the audit log
-	ownerTenant string // a cluster node's: the tenant the gateway named, for the audit log
+	owner       capacity.Owner
+	ownerPID    int32 // the creating process, for the audit log
 	limits      api.SessionLimits
 	execTimeout time.Duration // each exec's default and ceiling
 	execCPU     time.Duration // each exec's CPU time (0: none)
@@ -235,7 +234,7 @@ func (s *session) jailEnded(res *jail.Result, srv *Server) {
 	s.mu.Unlock()
 	close(s.jailDone)
 	srv.metrics.sessionEnded(end.Verdict)
-	srv.logf("session %s of uid %d ended: %s: %s", s.id[:8], s.owner, end.Verdict, end.Why)
+	srv.logf("session %s of %s ended: %s: %s", s.id[:8], s.owner, end.Verdict, end.Why)
 }
 
 // readFrames hands the driver's frames to the exec waiting for them,
@@ -398,7 +397,7 @@ func (s *session) goneError() *api.Error {
 
 // tombstone is a closed session, remembered for its owner.
 type tombstone struct {
-	owner uint32
+	owner capacity.Owner
 	end   sessionEnd
 	at    time.Time
 }
@@ -425,7 +424,7 @@ var (
 
 // reserve counts a session about to be made against the caps; unreserve
 // or add follows.
-func (t *sessionTable) reserve(uid uint32) error {
+func (t *sessionTable) reserve(uid capacity.Owner) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closing {
@@ -440,7 +439,7 @@ func (t *sessionTable) reserve(uid uint32) error {
 	return nil
 }
 
-func (t *sessionTable) unreserve(uid uint32) { t.held.Put(uid) }
+func (t *sessionTable) unreserve(uid capacity.Owner) { t.held.Put(uid) }
 
 // add registers a made session (its reservation becomes it); false when
 // shutdown began meanwhile.
@@ -456,7 +455,7 @@ func (t *sessionTable) add(s *session) bool {
 
 // get finds uid's session id: the session, or the tombstone of a closed
 // one, or neither. Another uid's session is neither: its owner's alone.
-func (t *sessionTable) get(id string, uid uint32) (*session, *tombstone) {
+func (t *sessionTable) get(id string, uid capacity.Owner) (*session, *tombstone) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s, ok := t.byID[id]; ok && s.owner == uid {
@@ -492,7 +491,7 @@ func (t *sessionTable) take(s *session, v api.Verdict, why string) bool {
 	return true
 }
 
-func (t *sessionTable) list(uid uint32) []*session {
+func (t *sessionTable) list(uid capacity.Owner) []*session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []*session

@@ -77,7 +77,7 @@ func (s *Server) vmAnswerMax(spec jail.Spec) int64 {
 // vmSession is the host's view of a session in a guest.
 type vmSession struct {
 	id, profile string
-	owner       uint32
+	owner       capacity.Owner
 	guest       *warmGuest
 	guestID     string // the guest's server's id, used only on the channel
 	spec        jail.Spec
@@ -124,13 +124,13 @@ func (t *vmTable) known(id string) bool {
 	return live || dead
 }
 
-func (t *vmTable) get(id string, uid uint32) (*vmSession, *tombstone) {
+func (t *vmTable) get(id string, owner capacity.Owner) (*vmSession, *tombstone) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if v, ok := t.byID[id]; ok && v.owner == uid {
+	if v, ok := t.byID[id]; ok && v.owner == owner {
 		return v, nil
 	}
-	if tb, ok := t.tombs[id]; ok && tb.owner == uid {
+	if tb, ok := t.tombs[id]; ok && tb.owner == owner {
 		return nil, &tb
 	}
 	return nil, nil
@@ -293,7 +293,7 @@ func contains(fs []profiles.Field, f profiles.Field) bool {
 // the guest's server.
 func (s *Server) createVMSession(ctx context.Context, caller peer, name string, spec jail.Spec, idle, ttl time.Duration, req *api.SessionRequest) (*api.SessionCreated, *api.Error) {
 	admitted := time.Now()
-	switch err := s.sessions.reserve(caller.uid); {
+	switch err := s.sessions.reserve(caller.owner()); {
 	case errors.Is(err, errCallerSessions):
 		return nil, &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
 	case errors.Is(err, errSessionsFull):
@@ -304,7 +304,7 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 	held := true
 	defer func() {
 		if held {
-			s.sessions.unreserve(caller.uid)
+			s.sessions.unreserve(caller.owner())
 		}
 	}()
 	wg, use, e := s.takeGuest(ctx, name)
@@ -337,7 +337,7 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 		return fail(502, "start the session in its guest: it answered a session id %.80q", guestID)
 	}
 	now := time.Now()
-	v := &vmSession{id: newID(), profile: name, owner: caller.uid, guest: wg, guestID: guestID, spec: spec,
+	v := &vmSession{id: newID(), profile: name, owner: caller.owner(), guest: wg, guestID: guestID, spec: spec,
 		limits: sessionLimitsOf(spec, idle, ttl), created: now, idle: idle, pool: use, expires: now.Add(ttl), lastUsed: now}
 	use.WaitedMs = ms(time.Since(admitted))
 	v.pool = use
@@ -422,7 +422,7 @@ func (s *Server) endVMSession(v *vmSession, verdict api.Verdict, why string) boo
 		s.closeFailed(err)
 	}
 	w := why
-	_ = s.auditVM("session_end", v, peer{uid: v.owner}, nil, &AuditOutcome{Verdict: verdict, WallMs: ms(time.Since(v.created)), Error: &w})
+	_ = s.auditVM("session_end", v, peer{uid: v.owner.UID, tenant: v.owner.Tenant}, nil, &AuditOutcome{Verdict: verdict, WallMs: ms(time.Since(v.created)), Error: &w})
 	s.logf("session %s ended (%s): %s", v.id, verdict, why)
 	return true
 }
@@ -474,7 +474,7 @@ func (s *Server) vmRoutes(next http.Handler) http.Handler {
 // forwardVM answers a request on VM session id's route sub ("", "exec",
 // "files/PATH", ...) for caller.
 func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, id, sub string) {
-	v, tomb := s.vm.get(id, caller.uid)
+	v, tomb := s.vm.get(id, caller.owner())
 	switch {
 	case tomb != nil:
 		s.writeError(w, &api.Error{Status: 410, Msg: fmt.Sprintf("session %s ended (%s): %s; it is closed and its /work is gone", id, tomb.end.Verdict, tomb.end.Why)})
@@ -718,7 +718,7 @@ func (s *Server) deleteVM(w http.ResponseWriter, v *vmSession) {
 func (s *Server) vmList(ctx context.Context, caller peer) []api.SessionInfo {
 	var out []api.SessionInfo
 	for _, v := range s.vm.all() {
-		if v.owner != caller.uid {
+		if v.owner != caller.owner() {
 			continue
 		}
 		status, _, answer, e := s.callVM(ctx, v, http.MethodGet, "", "", "", nil)

@@ -37,7 +37,7 @@ var ErrCallerCap = errors.New("caller over its cap")
 
 // Arrive counts a request of uid before its body is read, or says why not;
 // Depart must follow a nil error.
-func (g *Gate) Arrive(uid uint32) error {
+func (g *Gate) Arrive(uid Owner) error {
 	switch g.arrived.Take(uid) {
 	case ErrUIDQuotaFull:
 		return ErrCallerCap
@@ -47,7 +47,7 @@ func (g *Gate) Arrive(uid uint32) error {
 	return nil
 }
 
-func (g *Gate) Depart(uid uint32) { g.arrived.Put(uid) }
+func (g *Gate) Depart(uid Owner) { g.arrived.Put(uid) }
 
 // Enter admits an arrived request to run or says why not; Leave must
 // follow a nil error.

@@ -24,23 +24,26 @@ func TestQuota(t *testing.T) {
 	}
 	for i, s := range steps {
 		if !s.take {
-			q.Put(s.uid)
+			q.Put(Owner{UID: s.uid})
 			continue
 		}
-		if err := q.Take(s.uid); !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
+		if err := q.Take(Owner{UID: s.uid}); !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
 			t.Fatalf("step %d: uid %d took: %v, want %v", i, s.uid, err, s.want)
 		}
 	}
-	if own, total := q.Held(1); own != 2 || total != 4 {
+	if own, _ := q.Held(Owner{UID: 1, Tenant: "t"}); own != 0 {
+		t.Errorf("tenant t with uid 1's number holds %d: uid 1's", own)
+	}
+	if own, total := q.Held(Owner{UID: 1}); own != 2 || total != 4 {
 		t.Errorf("uid 1 holds %d of %d, want 2 of 4", own, total)
 	}
-	if _, ok := q.byUID[3]; ok {
+	if _, ok := q.byUID[Owner{UID: 3}]; ok {
 		t.Error("a uid that holds nothing is still kept")
 	}
 	// Zero caps: none.
 	free := NewQuota(0, 0)
 	for range 1000 {
-		if err := free.Take(7); err != nil {
+		if err := free.Take(Owner{UID: 7}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -55,7 +58,7 @@ func TestQuotaConcurrent(t *testing.T) {
 	over := ""
 	for g := range 16 {
 		wg.Add(1)
-		go func(uid uint32) {
+		go func(uid Owner) {
 			defer wg.Done()
 			for range 2000 {
 				if q.Take(uid) != nil {
@@ -69,10 +72,10 @@ func TestQuotaConcurrent(t *testing.T) {
 				}
 				q.Put(uid)
 			}
-		}(uint32(g % 4))
+		}(Owner{UID: uint32(g % 4)})
 	}
 	wg.Wait()
-	if own, total := q.Held(0); over != "" || own != 0 || total != 0 {
+	if own, total := q.Held(Owner{}); over != "" || own != 0 || total != 0 {
 		t.Errorf("%s; left held: %d of %d", over, own, total)
 	}
 }
