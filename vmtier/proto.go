@@ -45,6 +45,8 @@ type Reply struct {
 	Result *jail.Result `json:"result"`
 	Error  string       `json:"error,omitempty"`
 	Work   []File       `json:"work,omitempty"`
+
+	cancelled bool // the host's: the caller cancelled the run (Result says how)
 }
 
 type hello struct {
