@@ -401,7 +401,7 @@ func floodCapped(o *outcome) (string, bool) {
 
 func spinStopped(o *outcome) (string, bool) {
 	happened, held := verdictIs(jail.VerdictTimeout, jail.VerdictCPU)(o)
-	if o.wall > 3*time.Second {
+	if o.wall > 3*time.Second*o.slow {
 		return fmt.Sprintf("%s: stopped only after %.1fs", happened, o.wall.Seconds()), false
 	}
 	return happened, held
