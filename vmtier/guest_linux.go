@@ -57,7 +57,11 @@ func GuestMain() {
 				os.Stderr.Write(line)
 			}
 		}
-		reply = guestRun(plan)
+		if plan.Selftest != nil {
+			reply = guestSelftest(plan)
+		} else {
+			reply = guestRun(plan)
+		}
 	} else {
 		reply.Error = err.Error()
 	}

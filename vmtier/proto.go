@@ -36,6 +36,9 @@ type Plan struct {
 	// init exits, "silent": it never answers, "flood": it writes to the
 	// console without end). The host is the only one who writes a Plan.
 	Fault string `json:"fault,omitempty"`
+	// Selftest, set, asks the guest to run the selftest instead of the
+	// Spec (selftest_linux.go).
+	Selftest *SelftestPlan `json:"selftest,omitempty"`
 }
 
 // Reply is the guest's answer: the jail's Result as the guest's jail made
@@ -45,6 +48,8 @@ type Reply struct {
 	Result *jail.Result `json:"result"`
 	Error  string       `json:"error,omitempty"`
 	Work   []File       `json:"work,omitempty"`
+	// Selftest is the guest's answer to a Plan's Selftest.
+	Selftest *SelftestReply `json:"selftest,omitempty"`
 
 	cancelled bool // the host's: the caller cancelled the run (Result says how)
 }

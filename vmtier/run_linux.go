@@ -568,6 +568,9 @@ func (t *tier) talk(sock string, plan *Plan, helloed chan<- struct{}, exited <-c
 	// The reply's bound: both streams (JSON may escape a byte as six),
 	// /work's files (base64), and room for the rest.
 	limit := 12*spec.OutputLimit + 2*spec.WorkSize + 16<<20
+	if plan.Selftest != nil {
+		limit = maxSelftestReply
+	}
 	b, err := readFrame(r, limit, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read the reply: %w", err)
