@@ -390,7 +390,11 @@ func tcpHeld(o *outcome) (string, bool) {
 		int64(o.res.PeakMemoryBytes) <= *o.res.Limits.MemoryBytes {
 		return fmt.Sprintf("the memory limit ended the run at a peak of %dM", o.res.PeakMemoryBytes>>20), true
 	}
-	return heldLine(o)
+	happened, held := heldLine(o)
+	if o.res.Verdict == jail.VerdictMemory && o.res.Limits.MemoryBytes != nil {
+		happened += fmt.Sprintf(", peak %d bytes, limit %d", o.res.PeakMemoryBytes, *o.res.Limits.MemoryBytes)
+	}
+	return happened, held
 }
 
 func floodCapped(o *outcome) (string, bool) {
@@ -477,11 +481,18 @@ func hostProcJudge(o *outcome) (string, bool) {
 	var up, hostUp float64
 	fmt.Sscan(seen["/proc/uptime"], &up)
 	fmt.Sscan(host("/proc/uptime"), &hostUp)
+	guestUp := ""
 	if hostUp > 120 && up > hostUp/2 {
-		leaked = append(leaked, "/proc/uptime")
+		if o.guest {
+			// A kernel without usable time namespaces (6.1) shows the
+			// guest's uptime: the age of a guest booted for this suite.
+			guestUp = ", the guest's (booted for this suite)"
+		} else {
+			leaked = append(leaked, "/proc/uptime")
+		}
 	}
 	if len(leaked) > 0 {
 		return "the host's own: " + strings.Join(leaked, ", "), false
 	}
-	return fmt.Sprintf("the jail's own (uptime %.0f s, host %.0f s)", up, hostUp), o.res.Verdict == jail.VerdictOK
+	return fmt.Sprintf("the jail's own (uptime %.0f s%s, host %.0f s)", up, guestUp, hostUp), o.res.Verdict == jail.VerdictOK
 }

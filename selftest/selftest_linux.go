@@ -71,6 +71,10 @@ type Options struct {
 	// stopped, are that many times longer. What each attack must end
 	// with stays the same.
 	Slowdown int
+	// Guest says the suite runs in a guest booted for it alone (the VM
+	// tier): the "host" its checks compare with is that guest, whose
+	// uptime is the suite's own age, nothing of the real host's.
+	Guest bool
 }
 
 // slowdown is o.Slowdown, at least 1.
@@ -92,6 +96,7 @@ type outcome struct {
 	termiosChanged bool
 	beside         besideReport
 	slow           time.Duration // Options.Slowdown, at least 1
+	guest          bool          // Options.Guest
 }
 
 // Run tries every attack, each in its own jail made from the profile plus
@@ -128,7 +133,7 @@ func Run(ctx context.Context, base *profiles.Profile, host jail.Host, opts Optio
 			rep.Error = "interrupted: " + ctx.Err().Error()
 			break
 		}
-		row := runAttack(ctx, base, host, a, fx, opts.slowdown())
+		row := runAttack(ctx, base, host, a, fx, opts)
 		rep.add(row)
 		if opts.Progress != nil {
 			fmt.Fprintf(opts.Progress, "%s %s / %s: %s\n", row.Status, row.Door, row.Attack, oneLine(row.Happened, 100))
@@ -157,7 +162,8 @@ func (a Attack) policy(base *profiles.Profile, fx *fixtures, slow time.Duration)
 	return p, p.Validate()
 }
 
-func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a Attack, fx *fixtures, slow time.Duration) Row {
+func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a Attack, fx *fixtures, opts Options) Row {
+	slow := opts.slowdown()
 	row := Row{Door: a.Door, Attack: a.Name, Expected: a.Expect}
 	p, err := a.policy(base, fx, slow)
 	if err != nil {
@@ -190,7 +196,7 @@ func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a At
 		args = a.args(fx, spec)
 	}
 	spec = p.Spec(append([]string{"python3", "-c", string(src)}, args...), host)
-	o := &outcome{spec: spec, fx: fx, slow: slow}
+	o := &outcome{spec: spec, fx: fx, slow: slow, guest: opts.Guest}
 	st := jail.Streams{}
 	var term *pty
 	var termBefore unix.Termios

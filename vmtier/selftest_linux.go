@@ -183,7 +183,7 @@ func guestSelftest(p *Plan) Reply {
 	if sp.NoCgroup {
 		host.CgroupParent = ""
 	}
-	rep := selftest.Run(context.Background(), &prof, host, selftest.Options{Doors: sp.Doors, Slowdown: sp.Slowdown})
+	rep := selftest.Run(context.Background(), &prof, host, selftest.Options{Doors: sp.Doors, Slowdown: sp.Slowdown, Guest: true})
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	return Reply{Selftest: &SelftestReply{Report: rep, Kernel: unix.ByteSliceToString(uts.Release[:])}}
