@@ -21,8 +21,10 @@ import (
 )
 
 // Every test here that boots a guest boots exactly one, under TCG on these
-// machines (no KVM): six in all, each with its own deadlines (the tier's
-// boot and answer allowances, and the context's).
+// machines (no KVM): seven in all (TestVMSelftest, in
+// selftest_linux_test.go, the longest: the whole escape suite in one
+// guest), each with its own deadlines (the tier's boot and answer
+// allowances, and the context's).
 
 // needVM skips t unless a guest can boot here: root, the stockade binary,
 // QEMU and a guest kernel (STOCKADE_VM_KERNEL, or the one vmtest/run
