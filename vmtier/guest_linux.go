@@ -215,7 +215,7 @@ func makeRaw(fd int) error {
 func guestRun(p *Plan) Reply {
 	spec := p.Spec
 	spec.Isolation = jail.IsolationJail
-	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: "/var/cache/stockade"}
+	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: guestCacheDir, Providers: guestProviders()}
 	if err := os.MkdirAll(guestDir, 0o755); err != nil {
 		return Reply{Error: err.Error()}
 	}
