@@ -134,6 +134,9 @@ data = open("/work/in.txt").read()
 os.makedirs("/work/out", exist_ok=True)
 open("/work/out/up.txt", "w").write(data.upper())
 print("kernel:", os.uname().release)
+import glob
+cache = glob.glob(os.path.join(os.environ.get("MPLCONFIGDIR", "/nonexistent"), "fontlist-v*.json"))
+print("font cache:", "prepared" if cache and os.path.islink(cache[0]) else "none")
 ` + plotCode
 	spec := vmSpec(t, "python3", "-c", code)
 	spec.Workdir = work
@@ -158,6 +161,11 @@ print("kernel:", os.uname().release)
 		t.Errorf("the guest's /work/out/up.txt on the host: %q, %v", got, err)
 	}
 	if dataStack(t) {
+		// The image's font cache, bound by the guest's FontCache provider:
+		// the plot does not build one.
+		if !strings.Contains(res.Stdout, "font cache: prepared\n") {
+			t.Errorf("stdout %q: want the image's font cache in MPLCONFIGDIR", res.Stdout)
+		}
 		png, err := os.ReadFile(filepath.Join(work, "out/plot.png"))
 		if err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n") {
 			t.Errorf("the guest's figure on the host: %d bytes, %v; stdout %q stderr %q", len(png), err, res.Stdout, res.Stderr)
