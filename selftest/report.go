@@ -47,6 +47,11 @@ type Report struct {
 	// NoJail is set, with Error, when not even a harmless jail could start
 	// under the base spec: nothing was tested, no door is known open.
 	NoJail bool `json:"no_jail,omitempty"`
+	// Isolation is "vm" when the suite ran in a guest of the VM tier
+	// (its jails inside the guest, under the guest's kernel, named by
+	// Kernel as the guest reported it); empty for the jail tier.
+	Isolation string `json:"isolation,omitempty"`
+	Kernel    string `json:"kernel,omitempty"`
 }
 
 // OK reports whether every door held: no row failed and the suite ran.
@@ -101,8 +106,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if !r.OK() {
 		verdict = "DOORS OPEN"
 	}
-	_, err := fmt.Fprintf(w, "\n%d passed, %d failed, %d skipped (seccomp %s, cgroup %s): %s\n",
-		r.Passed, r.Failed, r.Skipped, r.Seccomp, r.Cgroup, verdict)
+	tier := ""
+	if r.Isolation != "" {
+		tier = fmt.Sprintf(", isolation %s, guest kernel %s", r.Isolation, r.Kernel)
+	}
+	_, err := fmt.Fprintf(w, "\n%d passed, %d failed, %d skipped (seccomp %s, cgroup %s%s): %s\n",
+		r.Passed, r.Failed, r.Skipped, r.Seccomp, r.Cgroup, tier, verdict)
 	return err
 }
 

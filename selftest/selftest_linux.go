@@ -65,6 +65,21 @@ type Options struct {
 	Doors []string
 	// Progress, if set, gets a line per attack as it finishes.
 	Progress io.Writer
+	// Slowdown, above 1, is how many times slower than a host's this
+	// machine runs jails (the VM tier's guest under software emulation):
+	// every attack's timeout, and the spin's bound on how soon it is
+	// stopped, are that many times longer. What each attack must end
+	// with stays the same.
+	Slowdown int
+	// Guest says the suite runs in a guest booted for it alone (the VM
+	// tier): the "host" its checks compare with is that guest, whose
+	// uptime is the suite's own age, nothing of the real host's.
+	Guest bool
+}
+
+// slowdown is o.Slowdown, at least 1.
+func (o Options) slowdown() time.Duration {
+	return time.Duration(max(1, o.Slowdown))
 }
 
 // outcome is what the judge of an attack sees.
@@ -80,6 +95,8 @@ type outcome struct {
 	// pty: the terminal's settings differ after the run
 	termiosChanged bool
 	beside         besideReport
+	slow           time.Duration // Options.Slowdown, at least 1
+	guest          bool          // Options.Guest
 }
 
 // Run tries every attack, each in its own jail made from the profile plus
@@ -116,7 +133,7 @@ func Run(ctx context.Context, base *profiles.Profile, host jail.Host, opts Optio
 			rep.Error = "interrupted: " + ctx.Err().Error()
 			break
 		}
-		row := runAttack(ctx, base, host, a, fx)
+		row := runAttack(ctx, base, host, a, fx, opts)
 		rep.add(row)
 		if opts.Progress != nil {
 			fmt.Fprintf(opts.Progress, "%s %s / %s: %s\n", row.Status, row.Door, row.Attack, oneLine(row.Happened, 100))
@@ -127,11 +144,12 @@ func Run(ctx context.Context, base *profiles.Profile, host jail.Host, opts Optio
 
 // policy is the attack's own profile: base with what the attack needs,
 // validated as any profile is before it becomes a jail.
-func (a Attack) policy(base *profiles.Profile, fx *fixtures) (*profiles.Profile, error) {
+func (a Attack) policy(base *profiles.Profile, fx *fixtures, slow time.Duration) (*profiles.Profile, error) {
 	p := base.Clone()
 	if a.adjust != nil {
 		a.adjust(p)
 	}
+	p.Limits.Timeout *= slow
 	if a.ro != nil {
 		p.Filesystem.RO = append(p.Filesystem.RO, a.ro(fx)...)
 	}
@@ -144,9 +162,10 @@ func (a Attack) policy(base *profiles.Profile, fx *fixtures) (*profiles.Profile,
 	return p, p.Validate()
 }
 
-func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a Attack, fx *fixtures) Row {
+func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a Attack, fx *fixtures, opts Options) Row {
+	slow := opts.slowdown()
 	row := Row{Door: a.Door, Attack: a.Name, Expected: a.Expect}
-	p, err := a.policy(base, fx)
+	p, err := a.policy(base, fx, slow)
 	if err != nil {
 		row.Status, row.Happened = Fail, "the attack's profile: "+err.Error()
 		return row
@@ -177,7 +196,7 @@ func runAttack(ctx context.Context, base *profiles.Profile, host jail.Host, a At
 		args = a.args(fx, spec)
 	}
 	spec = p.Spec(append([]string{"python3", "-c", string(src)}, args...), host)
-	o := &outcome{spec: spec, fx: fx}
+	o := &outcome{spec: spec, fx: fx, slow: slow, guest: opts.Guest}
 	st := jail.Streams{}
 	var term *pty
 	var termBefore unix.Termios

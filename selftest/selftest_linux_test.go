@@ -330,7 +330,7 @@ func TestSNIRowFailsWhenAHelloCrosses(t *testing.T) {
 			a.allow = func(fx *fixtures) []string { return []string{fx.sniAddr} }
 			a.args = func(fx *fixtures, _ jail.Spec) []string { return []string{fx.sniAddr + ":443"} }
 		}
-		row := runAttack(context.Background(), defaultProfile(nil), jail.Host{}, a, fx)
+		row := runAttack(context.Background(), defaultProfile(nil), jail.Host{}, a, fx, Options{})
 		fx.close()
 		if want := map[bool]Status{false: Pass, true: Fail}[open]; row.Status != want {
 			t.Errorf("hello crossing %v: %s, want %s: %s\n%s", open, row.Status, want, row.Happened, row.Output)

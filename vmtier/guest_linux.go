@@ -60,7 +60,11 @@ func GuestMain() {
 				os.Stderr.Write(line)
 			}
 		}
-		reply = guestRun(plan)
+		if plan.Selftest != nil {
+			reply = guestSelftest(plan)
+		} else {
+			reply = guestRun(plan)
+		}
 	} else {
 		reply.Error = err.Error()
 	}
@@ -214,7 +218,7 @@ func makeRaw(fd int) error {
 func guestRun(p *Plan) Reply {
 	spec := p.Spec
 	spec.Isolation = jail.IsolationJail
-	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: "/var/cache/stockade"}
+	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: guestCacheDir, Providers: guestProviders()}
 	stopNet, raw, err := guestNet(&spec, p.Fault)
 	if err != nil {
 		return Reply{Error: err.Error()}

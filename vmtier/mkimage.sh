@@ -71,6 +71,18 @@ if [[ -d $dist/numpy && -d $dist/matplotlib && -f /etc/matplotlibrc ]]; then
 	cp -a /usr/share/matplotlib "$root/usr/share/"
 	cp -L /etc/matplotlibrc "$root/etc/"
 	[[ -d /etc/fonts ]] && cp -aL /etc/fonts "$root/etc/"
+	# matplotlib's font cache, built once here in the guest's root (its
+	# paths are the guest's), for the guest to seed its jails' cache
+	# from (vmtier/fontcache_linux.go): no plot in a guest rebuilds it.
+	# Not built (the guest then builds its own) where chroot is refused.
+	mpl="$root/usr/lib/stockade/matplotlib"
+	mkdir -p "$mpl"
+	if env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin MPLCONFIGDIR=/usr/lib/stockade/matplotlib MPLBACKEND=Agg \
+		chroot "$root" /usr/bin/python3 -I -B -c 'import matplotlib.font_manager' >/dev/null 2>&1; then
+		find "$mpl" -mindepth 1 ! -name 'fontlist-v*.json' -delete
+	else
+		rm -rf "$mpl"
+	fi
 fi
 
 for f in /etc/nsswitch.conf /etc/host.conf /etc/protocols /etc/services /etc/mime.types /etc/ld.so.conf; do

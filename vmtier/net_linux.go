@@ -210,14 +210,14 @@ func (h *hostNet) close() {
 	})
 }
 
-// result ends the channel and puts the host's decisions into res.
-func (h *hostNet) result(res *jail.Result, err error) (*jail.Result, error) {
-	if h == nil || res == nil {
-		return res, err
+// reply ends the channel and puts the host's decisions into the reply's result.
+func (h *hostNet) reply(rep *Reply) *Reply {
+	if h == nil || rep == nil || rep.Result == nil {
+		return rep
 	}
 	h.close()
-	res.Network = h.decisions(res.Network)
-	return res, err
+	rep.Result.Network = h.decisions(rep.Result.Network)
+	return rep
 }
 
 // decisions merges the host's decisions into the guest's list: the host's

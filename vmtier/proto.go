@@ -39,6 +39,9 @@ type Plan struct {
 	// Serve, instead of one run, makes the guest serve a session
 	// (session_linux.go): Spec then only sized the guest.
 	Serve *ServePlan `json:"serve,omitempty"`
+	// Selftest, set, asks the guest to run the selftest instead of the
+	// Spec (selftest_linux.go).
+	Selftest *SelftestPlan `json:"selftest,omitempty"`
 }
 
 // ServePlan makes a booted guest serve one session (session_linux.go):
@@ -57,6 +60,10 @@ type Reply struct {
 	Result *jail.Result `json:"result"`
 	Error  string       `json:"error,omitempty"`
 	Work   []File       `json:"work,omitempty"`
+	// Selftest is the guest's answer to a Plan's Selftest.
+	Selftest *SelftestReply `json:"selftest,omitempty"`
+
+	cancelled bool // the host's: the caller cancelled the run (Result says how)
 }
 
 type hello struct {

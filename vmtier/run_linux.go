@@ -123,6 +123,27 @@ func run(ctx context.Context, spec jail.Spec, st jail.Streams, o Options) (*jail
 	if spec.Rootfs != jail.RootfsHost {
 		return nil, setupErr(`isolation "vm": rootfs %q: the guest's root is built from the host's Python only for now; use rootfs "host" (docs/isolation.md)`, spec.Rootfs)
 	}
+	t, err := tierFor(spec, o)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := makePlan(spec, st, o)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := t.boot(ctx, spec, plan, o)
+	if err != nil {
+		return nil, err
+	}
+	if rep.cancelled {
+		return rep.Result, nil
+	}
+	return t.finish(spec, rep, st)
+}
+
+// tierFor is the tier a run of spec gets: KVM, or emulation where it is
+// allowed (said on Notices), and the VMM, kernel and image resolved.
+func tierFor(spec jail.Spec, o Options) (*tier, error) {
 	emulate := spec.VMEmulate || os.Getenv(EmulateEnv) == "1"
 	kvmErr := KVM()
 	if kvmErr != nil && !emulate {
@@ -135,12 +156,8 @@ func run(ctx context.Context, spec jail.Spec, st jail.Streams, o Options) (*jail
 	if err != nil {
 		return nil, err
 	}
-	plan, err := makePlan(spec, st, o)
-	if err != nil {
-		return nil, err
-	}
 	t.kvm = kvmErr == nil
-	return t.boot(ctx, spec, plan, st, o)
+	return t, nil
 }
 
 // tier is what one run's VM is made of.
@@ -265,10 +282,11 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// boot runs the VMM and talks to the guest; everything it makes on the
+// boot runs the VMM, sends the guest the plan and returns its reply (a
+// cancelled run's is a Result of its own); everything it makes on the
 // host (the run directory with the channel's socket, the cgroup, QEMU's
 // process and namespaces) is gone when it returns.
-func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Streams, o Options) (*jail.Result, error) {
+func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) (*Reply, error) {
 	boot, answer := o.BootAllowance, o.AnswerAllowance
 	if boot == 0 {
 		boot = 20 * time.Second
@@ -434,7 +452,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 			case <-exited:
 			case <-time.After(5 * time.Second):
 			}
-			return hn.result(t.finish(spec, a.reply, st))
+			return hn.reply(a.reply), nil
 		case <-con.flood:
 			kill()
 			return nil, &vmError{VerdictConsole, fmt.Sprintf("isolation vm: the guest wrote more than %d bytes to its console; the VMM was killed", consoleLimit)}
@@ -443,7 +461,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 			select {
 			case a := <-answered:
 				if a.err == nil {
-					return hn.result(t.finish(spec, a.reply, st))
+					return hn.reply(a.reply), nil
 				}
 			case <-time.After(2 * time.Second):
 			}
@@ -463,7 +481,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, st jail.Str
 			if errors.As(context.Cause(ctx), &cs) {
 				r.ExitCode = jail.ExitSignalOffset + int(cs.Signal)
 			}
-			return r, nil
+			return &Reply{Result: r, cancelled: true}, nil
 		}
 	}
 }
@@ -560,6 +578,9 @@ func (t *tier) talk(sock string, plan *Plan, helloed chan<- struct{}, exited <-c
 	// The reply's bound: both streams (JSON may escape a byte as six),
 	// /work's files (base64), and room for the rest.
 	limit := 12*spec.OutputLimit + 2*spec.WorkSize + 16<<20
+	if plan.Selftest != nil {
+		limit = maxSelftestReply
+	}
 	b, err := readFrame(r, limit, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read the reply: %w", err)

@@ -21,8 +21,10 @@ import (
 )
 
 // Every test here that boots a guest boots exactly one, under TCG on these
-// machines (no KVM): six in all, each with its own deadlines (the tier's
-// boot and answer allowances, and the context's).
+// machines (no KVM): seven in all (TestVMSelftest, in
+// selftest_linux_test.go, the longest: the whole escape suite in one
+// guest), each with its own deadlines (the tier's boot and answer
+// allowances, and the context's).
 
 // needVM skips t unless a guest can boot here: root, the stockade binary,
 // QEMU and a guest kernel (STOCKADE_VM_KERNEL, or the one vmtest/run
@@ -132,6 +134,9 @@ data = open("/work/in.txt").read()
 os.makedirs("/work/out", exist_ok=True)
 open("/work/out/up.txt", "w").write(data.upper())
 print("kernel:", os.uname().release)
+import glob
+cache = glob.glob(os.path.join(os.environ.get("MPLCONFIGDIR", "/nonexistent"), "fontlist-v*.json"))
+print("font cache:", "prepared" if cache and os.path.islink(cache[0]) else "none")
 ` + plotCode
 	spec := vmSpec(t, "python3", "-c", code)
 	spec.Workdir = work
@@ -156,6 +161,11 @@ print("kernel:", os.uname().release)
 		t.Errorf("the guest's /work/out/up.txt on the host: %q, %v", got, err)
 	}
 	if dataStack(t) {
+		// The image's font cache, bound by the guest's FontCache provider:
+		// the plot does not build one.
+		if !strings.Contains(res.Stdout, "font cache: prepared\n") {
+			t.Errorf("stdout %q: want the image's font cache in MPLCONFIGDIR", res.Stdout)
+		}
 		png, err := os.ReadFile(filepath.Join(work, "out/plot.png"))
 		if err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n") {
 			t.Errorf("the guest's figure on the host: %d bytes, %v; stdout %q stderr %q", len(png), err, res.Stdout, res.Stderr)
