@@ -231,7 +231,9 @@ func TestSoak(t *testing.T) {
 	if left := ownLeftovers(t, os.Getpid()); len(left) > 0 {
 		t.Errorf("left on the host: %v", left)
 	}
-	if m := mountCount(t); m != mountsBefore {
+	// A leak is a mount more; fewer is another process's unmount on a
+	// shared host (a network namespace's bind under /run/netns).
+	if m := mountCount(t); m > mountsBefore {
 		t.Errorf("host mounts went from %d to %d", mountsBefore, m)
 	}
 	// Goroutines of finished runs (drains, supervisors) may take a moment
