@@ -268,11 +268,22 @@ const pollEvery = 500 * time.Millisecond
 // is stored; a streamed run's lines are forwarded as they come (rs.take).
 // A duplicate (enqueued zero) waits for the first submission's deadline
 // at most as long as queue_wait from now, and its wait is not observed.
+// A caller that leaves does not end the wait: the run goes on in the
+// cluster, so the wait does too, its answer unsent (still stored,
+// fetchable), and Serve returns once the run is answered: what the
+// gateway counts while Serve runs (a tenant's max_runs) is held as long
+// as the run is in the cluster, not only as long as its caller stays.
 func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, enqueued, deadline time.Time, rs *runStream) {
 	if enqueued.IsZero() {
 		deadline = time.Now().Add(g.cfg.QueueWait.D())
 	}
 	rs.g, rs.w, rs.rc, rs.tenant, rs.id = g, w, http.NewResponseController(w), tenant, id
+	ctx, left := r.Context(), false
+	leave := func() {
+		ctx, left = context.WithoutCancel(r.Context()), true
+		w = httpDiscard{}
+		rs.w, rs.rc, rs.broken = w, http.NewResponseController(w), true
+	}
 	nextLook := time.Now().Add(pollEvery)
 	if enqueued.IsZero() {
 		nextLook = time.Now()
@@ -280,7 +291,7 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 	var resultAt time.Time // when a look first found the result, lines still to come
 	for {
 		if !time.Now().Before(nextLook) {
-			st := g.look(r.Context(), tenant, id)
+			st := g.look(ctx, tenant, id)
 			switch {
 			case st.result != nil && rs.begun && !rs.broken && resultAt.IsZero():
 				// The node sent its lines before it stored the result: they
@@ -337,15 +348,17 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 				nextLook = resultAt.Add(lineGrace + time.Millisecond)
 			}
 		}
-		mctx, cancel := context.WithDeadline(r.Context(), nextLook)
+		mctx, cancel := context.WithDeadline(ctx, nextLook)
 		m, err := rs.sub.NextMsgWithContext(mctx)
 		if err != nil && !errors.Is(err, nats.ErrSlowConsumer) {
 			<-mctx.Done() // a timeout, or no subscription (the connection closed): the look is next
 		}
 		cancel()
 		switch {
-		case r.Context().Err() != nil:
-			return // the caller left; the run goes on, its result fetchable
+		case left && g.nc.IsClosed():
+			return // the gateway is closing: nobody to answer, no count to hold
+		case !left && r.Context().Err() != nil:
+			leave() // the caller left; the run goes on, its result fetchable
 		case errors.Is(err, nats.ErrSlowConsumer):
 			rs.broken = true // lines were dropped: the stored result ends it
 		case err == nil:
@@ -359,7 +372,7 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 				go g.observeWait(tenant, id, enqueued, rs.claim)
 				return
 			case takeGone:
-				return // the caller stopped reading; the run goes on
+				leave() // the caller stopped reading; the run goes on
 			}
 		}
 	}

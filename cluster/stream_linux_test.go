@@ -297,8 +297,8 @@ func TestClusterStreamGatewayGoneRunFinishes(t *testing.T) {
 	// The gateway goes: its caller is cut off, its connection closed.
 	rcancel()
 	go io.Copy(io.Discard, pr)
-	<-served
 	g2.Close()
+	<-served
 	for {
 		st, _, m := f.do(ctx, "tenant-a", "", "GET", "/v1/runs/"+id, nil)
 		if st == 200 {
