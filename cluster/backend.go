@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -200,7 +201,7 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 	}
 	defer sub.Unsubscribe()
 	sub.SetPendingLimits(maxStreamLines+16, g.cfg.maxStreamBytes())
-	data, _ := json.Marshal(job{RunID: id, Tenant: tenant, Deadline: time.Now().Add(g.cfg.QueueWait.D()).UTC(), Request: body, Stream: stream})
+	data := mustJSON(job{RunID: id, Tenant: tenant, Deadline: time.Now().Add(g.cfg.QueueWait.D()).UTC(), Request: body, Stream: stream})
 	w.Header().Set(RunIDHeader, id)
 	ack, err := g.publish(r.Context(), id, data)
 	if err != nil {
@@ -270,17 +271,18 @@ const pollEvery = 500 * time.Millisecond
 // at most as long as queue_wait from now, and its wait is not observed.
 // A caller that leaves does not end the wait: the run goes on in the
 // cluster, so the wait does too, its answer unsent (still stored,
-// fetchable), and Serve returns once the run is answered: what the
-// gateway counts while Serve runs (a tenant's max_runs) is held as long
-// as the run is in the cluster, not only as long as its caller stays.
+// fetchable), and Serve returns once the run is answered (or result_ttl
+// after the caller left, when no more is kept of it): what the gateway
+// counts while Serve runs (a tenant's max_runs) is held as long as the
+// run is in the cluster, not only as long as its caller stays.
 func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string, enqueued, deadline time.Time, rs *runStream) {
 	if enqueued.IsZero() {
 		deadline = time.Now().Add(g.cfg.QueueWait.D())
 	}
 	rs.g, rs.w, rs.rc, rs.tenant, rs.id = g, w, http.NewResponseController(w), tenant, id
-	ctx, left := r.Context(), false
+	ctx, left, leftAt := r.Context(), false, time.Time{}
 	leave := func() {
-		ctx, left = context.WithoutCancel(r.Context()), true
+		ctx, left, leftAt = context.WithoutCancel(r.Context()), true, time.Now()
 		w = httpDiscard{}
 		rs.w, rs.rc, rs.broken = w, http.NewResponseController(w), true
 	}
@@ -355,8 +357,11 @@ func (g *Backend) wait(w http.ResponseWriter, r *http.Request, tenant, id string
 		}
 		cancel()
 		switch {
-		case left && g.nc.IsClosed():
-			return // the gateway is closing: nobody to answer, no count to hold
+		case left && (g.nc.IsClosed() || time.Since(leftAt) > g.cfg.ResultTTL.D()):
+			// The gateway is closing, or the run outlived what the cluster
+			// keeps of it (a node that never stores its result): nobody
+			// to answer, nothing left to hold a count for.
+			return
 		case !left && r.Context().Err() != nil:
 			leave() // the caller left; the run goes on, its result fetchable
 		case errors.Is(err, nats.ErrSlowConsumer):
@@ -403,9 +408,17 @@ func (g *Backend) observeWait(tenant, id string, enqueued time.Time, c *claim) {
 	g.queueWait.observe(max(0, c.At.Sub(enqueued)))
 }
 
+// mustJSON is v's JSON with <, > and & kept as they are, as the server
+// writes them: json.Marshal writes each as \u003c, six bytes for one, and
+// a body carried as a json.RawMessage (a run's request in its job, its
+// answer in its result) grew up to six times past the bounds sized for
+// it (max_request, max_result), and was refused.
 func mustJSON(v any) []byte {
-	b, _ := json.Marshal(v)
-	return b
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // The verdicts of a run that ended without a result to give.
@@ -445,7 +458,7 @@ func resultBody(id string, res *result) []byte {
 		if _, has := m["node"]; !has && res.Node != "" {
 			m["node"], _ = json.Marshal(res.Node)
 		}
-		body, _ = json.Marshal(m)
+		body = mustJSON(m)
 	}
 	return body
 }

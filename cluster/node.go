@@ -413,7 +413,7 @@ func (n *Node) run(j job, cl claim, release func()) {
 	}
 	release()
 	a := out.answer()
-	b, _ := json.Marshal(result{Tenant: j.Tenant, Node: n.cfg.Node, Status: a.Status, ContentType: a.Header["Content-Type"],
+	b := mustJSON(result{Tenant: j.Tenant, Node: n.cfg.Node, Status: a.Status, ContentType: a.Header["Content-Type"],
 		RetryAfter: a.Header["Retry-After"], Body: jsonOrString(a.Body)})
 	// Stored until it is (a partition heals), for up to the results' TTL:
 	// a late result is fetchable. One JetStream refuses for good (too

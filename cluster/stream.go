@@ -156,7 +156,7 @@ func (s *streamOut) answer() reply {
 	body := s.result
 	if json.Unmarshal(body, &m) == nil {
 		delete(m, "type")
-		body, _ = json.Marshal(m)
+		body = mustJSON(m)
 	}
 	return reply{Status: 200, Header: map[string]string{"Content-Type": "application/json"}, Body: body}
 }
