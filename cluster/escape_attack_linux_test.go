@@ -44,3 +44,23 @@ func TestAttackHTMLOutputOverflowsEnvelope(t *testing.T) {
 		t.Errorf("a run whose code holds %d '&': %d %.300v, want ok", maxRequest/2, w.Code, m)
 	}
 }
+
+// A session request carries its body base64-encoded (4/3 of it): the
+// node took a message of max_request + its envelope at most, so an exec
+// whose body the gateway took (up to max_request) but over 3/4 of it was
+// answered 400 "malformed cluster request" by the node.
+func TestAttackSessionBodyNearMaxRequestRefused(t *testing.T) {
+	const maxRequest = 256 << 10
+	edit := func(c *Config) { c.MaxRequest = maxRequest }
+	f := newFixtureWith(t, 1, edit)
+	f.nodeEdit = edit
+	f.startNode(f.hosts[0])
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Budget(t, 2*time.Minute))
+	defer cancel()
+	sid, _ := f.newSession(ctx, "tenant-a")
+	const n = maxRequest * 9 / 10
+	code := "x = '" + strings.Repeat("a", n) + "'\nprint(len(x))"
+	if st, _, m := f.do(ctx, "tenant-a", "", "POST", "/v1/sessions/"+sid+"/exec", map[string]any{"code": code}); st != 200 || m["stdout"] != strconv.Itoa(n)+"\n" {
+		t.Errorf("an exec of %d bytes of code (max_request %d): %d %.300v, want it run", n, maxRequest, st, m)
+	}
+}

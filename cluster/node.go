@@ -496,7 +496,8 @@ func (n *Node) serveCall(m *nats.Msg) {
 		}
 	}
 	var c call
-	if int64(len(m.Data)) > n.cfg.MaxRequest+4096 || json.Unmarshal(m.Data, &c) != nil || c.Tenant == "" || !safePath(c.Path) {
+	// Its body is base64 in the call: 4/3 of up to max_request (payloadNeeded).
+	if int64(len(m.Data)) > n.cfg.payloadNeeded() || json.Unmarshal(m.Data, &c) != nil || c.Tenant == "" || !safePath(c.Path) {
 		respond(reply{Status: 400, Body: errorBody("malformed cluster request", nil)})
 		return
 	}
