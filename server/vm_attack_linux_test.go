@@ -372,3 +372,56 @@ func TestVMSessionThroughMCPBackend(t *testing.T) {
 		t.Errorf("audit events: %s", got)
 	}
 }
+
+// TestAttackVMGuestHidesSessionFromList: a guest that does not answer
+// the host's GET for its session (busy, broken, or made so by what runs
+// in it) left the session out of its owner's GET /v1/sessions, which is
+// what a gateway counts a tenant's max_sessions by: each session whose
+// guest kept quiet was one more past the quota. The host lists every
+// session it holds for the owner, in its own words when the guest has
+// none.
+func TestAttackVMGuestHidesSessionFromList(t *testing.T) {
+	s := vmTestServer(t, func() *fakeGuest {
+		lie := liar("quiet")
+		return newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if method == "GET" {
+				return 503, strings.NewReader(`{"error":"busy"}`)
+			}
+			return lie(method, path, body)
+		})
+	})
+	var ids []string
+	for range 2 {
+		code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm", TTL: "10m"})
+		var c api.SessionCreated
+		if code != 201 || json.Unmarshal(body, &c) != nil {
+			t.Fatalf("create: %d %s", code, body)
+		}
+		ids = append(ids, c.SessionID)
+	}
+	code, body := as(s, 1000, "GET", "/v1/sessions", nil)
+	var list struct {
+		Sessions []api.SessionInfo `json:"sessions"`
+	}
+	if code != 200 || json.Unmarshal(body, &list) != nil {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	got := map[string]bool{}
+	for _, in := range list.Sessions {
+		got[in.SessionID] = true
+		if in.Profile != "vm" {
+			t.Errorf("listed %s with profile %q, want vm", in.SessionID, in.Profile)
+		}
+	}
+	for _, id := range ids {
+		if !got[id] {
+			t.Errorf("session %s, whose guest did not answer, left out of its owner's list %s", id, body)
+		}
+	}
+	if code, body := as(s, 1001, "GET", "/v1/sessions", nil); code != 200 || strings.Contains(string(body), ids[0]) {
+		t.Errorf("another uid's list: %d %s", code, body)
+	}
+	for _, id := range ids {
+		as(s, 1000, "DELETE", "/v1/sessions/"+id, nil)
+	}
+}

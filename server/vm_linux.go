@@ -724,11 +724,26 @@ func (s *Server) vmList(ctx context.Context, caller peer) []api.SessionInfo {
 		status, _, answer, e := s.callVM(ctx, v, http.MethodGet, "", "", "", nil)
 		var info api.SessionInfo
 		if e != nil || status != 200 || json.Unmarshal(s.hostView(v, answer), &info) != nil {
-			continue
+			// A guest that does not answer hides no session of the host's:
+			// the list is what a gateway counts max_sessions by. One that
+			// ended meanwhile (callVM ended it) is gone.
+			if live, _ := s.vm.get(v.id, v.owner); live == nil {
+				continue
+			}
+			info = vmHostInfo(v)
 		}
 		out = append(out, info)
 	}
 	return out
+}
+
+// vmHostInfo is a vm session as the host knows it, for when its guest
+// does not say.
+func vmHostInfo(v *vmSession) api.SessionInfo {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return api.SessionInfo{SessionID: v.id, Profile: v.profile, Alive: !v.ended, Busy: v.busy > 0, ExecutionCount: v.execs,
+		CreatedAt: v.created, LastUsedAt: v.lastUsed, ExpiresAt: v.expires, IdleExpiresAt: v.lastUsed.Add(v.idle), Limits: v.limits, Pool: v.pool}
 }
 
 // closingNow reports whether shutdown began: no session may be added.
