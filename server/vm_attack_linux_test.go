@@ -372,3 +372,50 @@ func TestVMSessionThroughMCPBackend(t *testing.T) {
 		t.Errorf("audit events: %s", got)
 	}
 }
+
+// TestAttackVMGuestsPastMemoryBudget: a vm session's guest holds on the
+// host its RAM (the profile's memory, the guest's kernel and init, the
+// root image) and its VMM: a cgroup of far more than the profile's
+// memory. The budget must be charged what the VMM's cgroup may hold, not
+// the profile's memory, or two callers make serve hold twice its
+// --budget-memory: with a budget of one guest's VMM and one profile's
+// memory more, the second session is refused.
+func TestAttackVMGuestsPastMemoryBudget(t *testing.T) {
+	p := profiles.Defaults().Clone()
+	if err := p.Set(profiles.FieldIsolation, profiles.IsolationVM, profiles.Origin{File: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	spec := p.Spec(nil, jail.Host{NoCgroup: true})
+	mem := spec.Cgroup.MemoryMax
+	if mem <= 0 {
+		t.Fatalf("the default profile has no memory limit (%d)", mem)
+	}
+	s, err := New(Config{Profiles: []Profile{{Name: "vm", Policy: p}}, Host: jail.Host{NoCgroup: true}, VMPool: 0, BudgetMemory: vmtier.HostMemory(spec, vmtier.Options{}) + mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guests []*fakeGuest
+	s.vmBoot = func(context.Context, jail.Spec) (vmGuest, error) {
+		g := newFakeGuest(liar("g"))
+		guests = append(guests, g)
+		return g, nil
+	}
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("the first session: %d %s", code, body)
+	}
+	used, _ := s.budget.Used()
+	if want := s.vmCharge["vm"]; used != want || want <= mem {
+		t.Errorf("one guest holds %d bytes of the budget, want %d (its VMM's cgroup, over the profile's %d)", used, want, mem)
+	}
+	if code, body := as(s, 1001, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"}); code != 503 {
+		t.Errorf("a second guest within a budget of one guest's VMM and the profile's memory: %d %s, want 503 (%d guests booted)", code, body, len(guests))
+	}
+	if code, body := as(s, 1000, "DELETE", "/v1/sessions/"+c.SessionID, nil); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	if used, _ := s.budget.Used(); used != 0 {
+		t.Errorf("after DELETE the budget holds %d bytes, want 0", used)
+	}
+}

@@ -47,7 +47,8 @@ type vmGuest interface {
 	Close() error
 }
 
-// warmGuest is a booted guest in a pool, holding its share of the budget.
+// warmGuest is a booted guest in a pool, holding its share of the budget
+// (vmtier.HostMemory: its VMM's, not only the profile's memory).
 type warmGuest struct {
 	vmGuest
 	mem, pids int64
@@ -171,7 +172,12 @@ func (s *Server) isVM(name string) bool { return s.vmPools[name] != nil }
 // booted and its server started, so that a session's create waits for
 // neither.
 func (s *Server) newVMPool(name string, spec jail.Spec) *capacity.Pool[*warmGuest] {
-	return capacity.NewPool(name, spec, s.cfg.VMPool, s.budget, func(ctx context.Context) (*warmGuest, error) {
+	// The pool charges the budget with its spec's memory: a guest's is
+	// its VMM's (the guest is still booted with spec).
+	s.vmCharge[name] = vmtier.HostMemory(spec, s.cfg.VM)
+	charged := spec
+	charged.Cgroup.MemoryMax = s.vmCharge[name]
+	return capacity.NewPool(name, charged, s.cfg.VMPool, s.budget, func(ctx context.Context) (*warmGuest, error) {
 		return s.warmGuest(ctx, name, spec, true)
 	}, s.logf, s.closeFailed)
 }
@@ -198,7 +204,7 @@ func (s *Server) warmGuest(ctx context.Context, name string, spec jail.Spec, ses
 	if err := g.Serve(plan); err != nil {
 		return fail(err)
 	}
-	w := &warmGuest{vmGuest: g, mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}
+	w := &warmGuest{vmGuest: g, mem: s.vmCharge[name], pids: spec.Cgroup.PidsMax}
 	if session {
 		cctx, cancel := context.WithTimeout(ctx, vmStartEmulated+time.Minute)
 		made, err := client.Over(g, client.Options{MaxAnswer: s.vmAnswerMax(spec)}).CreateSession(cctx, &api.SessionRequest{})
@@ -236,13 +242,14 @@ func (s *Server) takeGuest(ctx context.Context, name string) (*warmGuest, api.Po
 	if wg != nil {
 		return wg, use, nil
 	}
-	spec := pl.Spec()
-	if !s.budget.TryTake(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax) {
+	spec := s.sessionSpecs[name] // the pool's spec is charged its guests' VMMs' memory
+	mem := s.vmCharge[name]
+	if !s.budget.TryTake(mem, spec.Cgroup.PidsMax) {
 		return nil, use, &api.Error{Status: 503, Msg: "busy: the memory or pids budget is spent (--budget-memory, --budget-pids)"}
 	}
 	wg, err := s.warmGuest(ctx, name, spec, false)
 	if err != nil {
-		s.budget.Give(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax)
+		s.budget.Give(mem, spec.Cgroup.PidsMax)
 		return nil, use, &api.Error{Status: 500, Msg: "start a guest: " + err.Error()}
 	}
 	return wg, use, nil

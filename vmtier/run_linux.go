@@ -486,12 +486,18 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 	}
 }
 
+// ramMiB is the guest's RAM for spec, in MiB: the jail's memory, the
+// root image (the initramfs and its unpacked copy), the kernel and init.
+func (t *tier) ramMiB(spec jail.Spec) int64 {
+	return (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
+}
+
 // qemuArgs is the VMM's command line for spec, its control channel the
 // unix socket sock, with the guest's vCPUs and RAM (MiB) it sets.
 func (t *tier) qemuArgs(spec jail.Spec, sock string) (args []string, vcpus int, ramMiB int64) {
 	vcpus = int(math.Ceil(spec.Cgroup.CPUs))
 	vcpus = max(1, min(vcpus, runtime.NumCPU()))
-	ramMiB = (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
+	ramMiB = t.ramMiB(spec)
 	args = []string{
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-machine", "q35", "-m", strconv.FormatInt(ramMiB, 10), "-smp", strconv.Itoa(vcpus),

@@ -93,6 +93,19 @@ type Guest struct {
 	closeErr error
 }
 
+// HostMemory is what a guest for spec may hold on the host, for a
+// server's memory budget: its VMM's cgroup limit (the guest's RAM: the
+// jail's memory, twice the root image, the guest's kernel and init; and
+// QEMU itself). It resolves the tier as Boot does, building the image
+// once; where that fails no guest boots, and the image is left out.
+func HostMemory(spec jail.Spec, o Options) int64 {
+	t, err := resolve(spec, o)
+	if err != nil {
+		t = &tier{}
+	}
+	return t.ramMiB(spec)<<20 + vmmOverhead
+}
+
 // Boot starts a guest for spec (Isolation "vm") and returns once it said
 // hello: a warm guest, waiting for its ServePlan. spec's limits size the
 // guest and the VMM's cgroup, as a single run's do.
