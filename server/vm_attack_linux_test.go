@@ -419,3 +419,75 @@ func TestAttackVMGuestsPastMemoryBudget(t *testing.T) {
 		t.Errorf("after DELETE the budget holds %d bytes, want 0", used)
 	}
 }
+
+// TestAttackVMGuestHoldsCallsInFlight: every call to a session's guest
+// holds on the host what the guest answers, up to the answer's bound,
+// read whole, and copied again for the host's view; the guest answers
+// when it likes. A caller's connections (128 by default) each with a
+// call in flight on one session, answered at the bound all at once,
+// would make the host hold that many answers: the calls in flight on a
+// session are bounded, the others refused (429) without reaching the
+// guest, and DELETE still ends the session.
+func TestAttackVMGuestHoldsCallsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	s := vmTestServer(t, func() *fakeGuest {
+		lie := liar("g")
+		return newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if method != "GET" || path == "/v1/sessions" {
+				return lie(method, path, body)
+			}
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			mu.Unlock()
+			<-release
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			return lie(method, path, body)
+		})
+	})
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	const calls = 3 * vmCallsInFlight
+	codes := make(chan int, calls)
+	for range calls {
+		go func() {
+			code, _ := as(s, 1000, "GET", "/v1/sessions/"+c.SessionID, nil)
+			codes <- code
+		}()
+	}
+	// The refused answer at once; the others wait in the guest.
+	refused := 0
+	deadline := time.After(30 * time.Second)
+	for waiting := false; !waiting; {
+		select {
+		case code := <-codes:
+			if code != 429 {
+				t.Errorf("a call answered %d while the guest held the others, want 429", code)
+			}
+			refused++
+		case <-deadline:
+			t.Fatalf("after 30 s: %d refused, %d in the guest", refused, most)
+		case <-time.After(20 * time.Millisecond):
+		}
+		mu.Lock()
+		waiting = refused+inFlight == calls || most > vmCallsInFlight
+		mu.Unlock()
+	}
+	if code, body := as(s, 1000, "DELETE", "/v1/sessions/"+c.SessionID, nil); code != 200 {
+		t.Errorf("DELETE with the guest holding calls: %d %s", code, body)
+	}
+	close(release)
+	for range calls - refused {
+		<-codes
+	}
+	if most > vmCallsInFlight || refused != calls-vmCallsInFlight {
+		t.Errorf("%d calls in the guest at once (%d refused), want at most %d", most, refused, vmCallsInFlight)
+	}
+}

@@ -75,6 +75,11 @@ func (s *Server) vmAnswerMax(spec jail.Spec) int64 {
 	return 2*s.cfg.FilesMax + 12*spec.OutputLimit + 1<<20
 }
 
+// vmCallsInFlight bounds the calls a vm session has in its guest at once:
+// each holds on the host the guest's answer, up to vmAnswerMax and
+// copied for the host's view, and the guest answers when it likes.
+const vmCallsInFlight = 4
+
 // vmSession is the host's view of a session in a guest.
 type vmSession struct {
 	id, profile string
@@ -86,6 +91,7 @@ type vmSession struct {
 	created     time.Time
 	idle        time.Duration
 	pool        api.PoolUse
+	calls       chan struct{} // a slot per call in the guest (vmCallsInFlight)
 
 	mu       sync.Mutex
 	expires  time.Time
@@ -345,7 +351,8 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 	}
 	now := time.Now()
 	v := &vmSession{id: newID(), profile: name, owner: caller.owner(), guest: wg, guestID: guestID, spec: spec,
-		limits: sessionLimitsOf(spec, idle, ttl), created: now, idle: idle, pool: use, expires: now.Add(ttl), lastUsed: now}
+		limits: sessionLimitsOf(spec, idle, ttl), created: now, idle: idle, pool: use, expires: now.Add(ttl), lastUsed: now,
+		calls: make(chan struct{}, vmCallsInFlight)}
 	use.WaitedMs = ms(time.Since(admitted))
 	v.pool = use
 	s.vm.mu.Lock()
@@ -573,7 +580,8 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 }
 
 // callVM makes one call to v's guest and reads its answer within the
-// bound. A guest gone, or past the bound, ends the session: 410.
+// bound. A guest gone, or past the bound, ends the session: 410; a
+// session with vmCallsInFlight calls in its guest takes no more: 429.
 func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, ctype string, body []byte) (int, string, []byte, *api.Error) {
 	target := "/v1/sessions/" + v.guestID
 	if sub != "" {
@@ -581,6 +589,12 @@ func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, c
 	}
 	if query != "" {
 		target += "?" + query
+	}
+	select {
+	case v.calls <- struct{}{}:
+		defer func() { <-v.calls }()
+	default:
+		return 0, "", nil, &api.Error{Status: 429, Msg: fmt.Sprintf("session %s has %d calls in its guest already: wait for one", v.id, vmCallsInFlight)}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://guest"+target, bytes.NewReader(body))
 	if err != nil {
