@@ -229,6 +229,9 @@ func (s *Server) warmGuest(ctx context.Context, name string, spec jail.Spec, ses
 // bootGuest is the server's vmBoot: a guest booted to its hello.
 func (s *Server) bootGuest(ctx context.Context, spec jail.Spec) (vmGuest, error) {
 	o := s.cfg.VM
+	// The guest's answers are read no further than the server's bound:
+	// a frame past it ends the guest before the host holds it.
+	o.MaxAnswer = vmtier.AnswerFrame(s.vmAnswerMax(spec))
 	if o.Notices == nil && s.cfg.Notices != nil {
 		o.Notices = s.cfg.Notices
 	}

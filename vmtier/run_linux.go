@@ -71,6 +71,10 @@ type Options struct {
 	// AnswerAllowance how long, over the Spec's timeout, it has to answer
 	// the plan. Zero is the defaults (longer under emulation).
 	BootAllowance, AnswerAllowance time.Duration
+	// MaxAnswer bounds one answer's frame from a session's guest (Boot):
+	// the guest's body as JSON (base64, a third more) and its head. Zero
+	// is 96 MiB; a server sets its own answer bound's frame.
+	MaxAnswer int64
 
 	fault    string        // tests: Plan.Fault
 	onHello  func(pid int) // tests: called with the VMM's pid when the guest said hello

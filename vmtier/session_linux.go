@@ -71,6 +71,7 @@ const (
 type Guest struct {
 	spec     jail.Spec
 	answer   time.Duration // how long the guest's server may take to start
+	frameMax int64         // bytes of one answer's frame
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	waitErr  error
@@ -106,6 +107,10 @@ func HostMemory(spec jail.Spec, o Options) int64 {
 	return t.ramMiB(spec)<<20 + vmmOverhead
 }
 
+// AnswerFrame is the bound of a frame carrying an answer whose body is at
+// most body bytes (Options.MaxAnswer): base64's third more and a head.
+func AnswerFrame(body int64) int64 { return body/3*4 + 64<<10 }
+
 // Boot starts a guest for spec (Isolation "vm") and returns once it said
 // hello: a warm guest, waiting for its ServePlan. spec's limits size the
 // guest and the VMM's cgroup, as a single run's do.
@@ -139,7 +144,7 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 			allow = 120 * time.Second
 		}
 	}
-	g := &Guest{spec: spec, answer: allow, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{})}
+	g := newGuest(spec, allow, o)
 	if err := g.start(t, o); err != nil {
 		g.Close()
 		return nil, err
@@ -158,6 +163,16 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 		}
 	}()
 	return g, nil
+}
+
+// newGuest is a guest for spec, not yet started, whose server has allow
+// to start.
+func newGuest(spec jail.Spec, allow time.Duration, o Options) *Guest {
+	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{})}
+	if o.MaxAnswer > 0 && o.MaxAnswer < maxAnswer {
+		g.frameMax = o.MaxAnswer
+	}
+	return g
 }
 
 // start makes the run directory and the cgroup and starts the VMM.
@@ -319,7 +334,7 @@ func (g *Guest) write(v any) error {
 // dropped; a frame past the bound or that does not decode ends the guest.
 func (g *Guest) read() {
 	for {
-		b, err := readFrame(g.r, maxAnswer, 0)
+		b, err := readFrame(g.r, g.frameMax, 0)
 		if err != nil {
 			if errors.Is(err, errFrameTooBig) {
 				g.fail(fmt.Errorf("isolation vm: the guest answered past the bound: %w", err))
