@@ -792,6 +792,10 @@ func (s *Server) runVM(ctx context.Context, req *runRequest, spec jail.Spec) (*a
 		}
 		return nil, &api.Error{Status: 502, Msg: "the run's guest: " + err.Error()}
 	}
+	if resp.Result == nil {
+		return nil, &api.Error{Status: 502, Msg: "the run's guest answered no result"}
+	}
+	vmtier.HoldResult(spec, resp.Result)
 	resp.Pool = use
 	return resp, nil
 }

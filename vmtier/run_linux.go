@@ -609,6 +609,7 @@ func (t *tier) finish(spec jail.Spec, rep *Reply, st jail.Streams) (*jail.Result
 		return nil, setupErr("isolation vm: the guest could not run the plan: %s", rep.Error)
 	}
 	res := rep.Result
+	HoldResult(spec, res)
 	if st.Stdout != nil {
 		io.WriteString(st.Stdout, res.Stdout)
 	}
@@ -631,6 +632,33 @@ func (t *tier) finish(spec jail.Spec, rep *Reply, st jail.Streams) (*jail.Result
 		}
 	}
 	return res, nil
+}
+
+// runVerdicts are the verdicts a guest's jail can end a run with; the
+// VM tier's own (vm_panic, ...) are the host's alone to give.
+var runVerdicts = map[jail.Verdict]bool{jail.VerdictError: true, jail.VerdictCancelled: true, jail.VerdictMemory: true,
+	jail.VerdictPids: true, jail.VerdictDisk: true, jail.VerdictCPU: true, jail.VerdictTimeout: true, jail.VerdictSeccomp: true,
+	jail.VerdictSignal: true, jail.VerdictOutput: true, jail.VerdictExit: true, jail.VerdictOK: true}
+
+// HoldResult holds the guest's Result to what a jail's can be: each
+// stream within the output limit (cut and said, as the jail cuts it), and
+// a verdict of the jail's; another (one of the VM tier's, which the host
+// alone observes, or one no run has) is an error that says what the
+// guest claimed.
+func HoldResult(spec jail.Spec, res *jail.Result) {
+	if int64(len(res.Stdout)) > spec.OutputLimit {
+		res.Stdout, res.StdoutTruncated = strings.ToValidUTF8(res.Stdout[:spec.OutputLimit], ""), true
+	}
+	if int64(len(res.Stderr)) > spec.OutputLimit {
+		res.Stderr, res.StderrTruncated = strings.ToValidUTF8(res.Stderr[:spec.OutputLimit], ""), true
+	}
+	if (res.StdoutTruncated || res.StderrTruncated) && res.Verdict == jail.VerdictOK {
+		res.Verdict = jail.VerdictOutput
+	}
+	if !runVerdicts[res.Verdict] {
+		msg := fmt.Sprintf("isolation vm: the guest answered verdict %q, which no jail gives", bound(string(res.Verdict), 40))
+		res.Verdict, res.Error = jail.VerdictError, &msg
+	}
 }
 
 // console keeps the guest console's last bytes and counts them all.
