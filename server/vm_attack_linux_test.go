@@ -491,3 +491,48 @@ func TestAttackVMGuestHoldsCallsInFlight(t *testing.T) {
 		t.Errorf("%d calls in the guest at once (%d refused), want at most %d", most, refused, vmCallsInFlight)
 	}
 }
+
+// TestAttackVMWarmGuestsPastMemoryBudget: the warm pool's guests are
+// charged as a session's: with a budget of one guest's VMM, a pool of two
+// keeps one guest waiting, charged its VMM, not two charged the profile's
+// memory.
+func TestAttackVMWarmGuestsPastMemoryBudget(t *testing.T) {
+	p := profiles.Defaults().Clone()
+	if err := p.Set(profiles.FieldIsolation, profiles.IsolationVM, profiles.Origin{File: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	charge := vmtier.HostMemory(p.Spec(nil, jail.Host{NoCgroup: true}), vmtier.Options{})
+	s, err := New(Config{Profiles: []Profile{{Name: "vm", Policy: p}}, Host: jail.Host{NoCgroup: true}, VMPool: 2, BudgetMemory: charge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	booted := 0
+	s.vmBoot = func(context.Context, jail.Spec) (vmGuest, error) {
+		mu.Lock()
+		booted++
+		mu.Unlock()
+		return newFakeGuest(liar("g")), nil
+	}
+	pl := s.vmPools["vm"]
+	ctx, cancel := context.WithCancel(context.Background())
+	go pl.Refill(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for pl.Snapshot().Ready < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // room for a second guest, were it charged less
+	st := pl.Snapshot()
+	used, _ := s.budget.Used()
+	mu.Lock()
+	n := booted
+	mu.Unlock()
+	if st.Ready+st.Preparing != 1 || n != 1 || used != charge {
+		t.Errorf("a pool within one guest's budget: %d ready, %d preparing, %d booted, %d bytes charged (want 1, charged %d)", st.Ready, st.Preparing, n, used, charge)
+	}
+	cancel()
+	<-pl.Drained()
+	if used, _ := s.budget.Used(); used != 0 {
+		t.Errorf("after the pool drained the budget holds %d bytes", used)
+	}
+}
