@@ -536,3 +536,53 @@ func TestAttackVMWarmGuestsPastMemoryBudget(t *testing.T) {
 		t.Errorf("after the pool drained the budget holds %d bytes", used)
 	}
 }
+
+// TestAttackVMGuestFloodsAuditLine: a guest answers an exec with a
+// verdict of a megabyte (terminal escapes in it), a made-up state and a
+// thousand blocked calls of long names: all within the answer's bound.
+// The host's audit line for the exec holds none of it: the verdict is
+// "error" saying what the guest claimed (cut), the state empty, the
+// blocked calls bounded, the line short.
+func TestAttackVMGuestFloodsAuditLine(t *testing.T) {
+	var blocked []api.BlockedSyscall
+	for i := range 1000 {
+		blocked = append(blocked, api.BlockedSyscall{Name: strings.Repeat("n", 1000), Count: i, Example: strings.Repeat("e", 1000)})
+	}
+	huge, _ := json.Marshal(map[string]any{"verdict": "\x1b[2J" + strings.Repeat("v", 1<<20), "state": strings.Repeat("s", 1<<20), "blocked_syscalls": blocked})
+	s := vmTestServer(t, func() *fakeGuest {
+		lie := liar("g")
+		return newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if strings.HasSuffix(path, "/exec") {
+				return 200, bytes.NewReader(huge)
+			}
+			return lie(method, path, body)
+		})
+	})
+	var audit bytes.Buffer
+	s.cfg.Audit = NewAuditWriter(&audit)
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if code, _ := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("1")}); code != 200 {
+		t.Fatalf("exec: %d", code)
+	}
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(audit.String()), "\n") {
+		var e AuditEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line of %d bytes: %v", len(line), err)
+		}
+		if e.Event != "exec_end" {
+			continue
+		}
+		found = true
+		if len(line) > 64<<10 || e.Verdict != api.ExecFailed || e.State != "" || len(e.Blocked) > maxAuditBlocked || e.Error == nil || strings.ContainsRune(*e.Error, '\x1b') {
+			t.Errorf("exec_end: %d bytes, verdict %.40q, state %.20q, %d blocked calls", len(line), e.Verdict, e.State, len(e.Blocked))
+		}
+	}
+	if !found {
+		t.Errorf("no exec_end line in %.400s", audit.String())
+	}
+}

@@ -551,7 +551,7 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	if code != nil {
 		var res api.ExecResult
 		_ = json.Unmarshal(answer, &res)
-		o := &AuditOutcome{Verdict: res.Verdict, State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
+		o := guestOutcome(&res)
 		if status != 200 {
 			msg := fmt.Sprintf("%d", status)
 			o.Verdict, o.Error = api.ExecFailed, &msg
@@ -580,6 +580,37 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	}
 	w.WriteHeader(status)
 	w.Write(answer)
+}
+
+// execVerdicts are the verdicts an exec can have.
+var execVerdicts = map[api.Verdict]bool{api.ExecMemory: true, api.ExecFailed: true, api.ExecTimeout: true, api.ExecInterrupted: true,
+	api.ExecKilled: true, api.ExecOutput: true, api.ExecException: true, api.ExecOK: true}
+
+// maxAuditBlocked bounds the blocked system calls of a guest's exec in
+// its audit line.
+const maxAuditBlocked = 64
+
+// guestOutcome is a guest's exec result as its audit line has it, held to
+// what an exec's can be: a verdict of an exec's (else "error", saying
+// what the guest claimed), a state of "kept" or "lost", a bounded list of
+// blocked calls with bounded names. The guest writes what it likes, up to
+// the answer's bound; one audit line must not carry megabytes of it.
+func guestOutcome(res *api.ExecResult) *AuditOutcome {
+	o := &AuditOutcome{Verdict: res.Verdict, WallMs: res.WallMs}
+	if !execVerdicts[o.Verdict] {
+		msg := fmt.Sprintf("the guest answered verdict %.40q", string(o.Verdict))
+		o.Verdict, o.Error = api.ExecFailed, &msg
+	}
+	if res.State == "kept" || res.State == "lost" {
+		o.State = res.State
+	}
+	for i, b := range res.BlockedSyscalls {
+		if i == maxAuditBlocked {
+			break
+		}
+		o.Blocked = append(o.Blocked, api.BlockedSyscall{Name: fmt.Sprintf("%.32s", b.Name), Count: b.Count, Example: fmt.Sprintf("%.200s", b.Example)})
+	}
+	return o
 }
 
 // callVM makes one call to v's guest and reads its answer within the
