@@ -202,8 +202,11 @@ type Server struct {
 	// warm guests, the sessions in guests, and how a guest is booted
 	// (tests: a fake).
 	vmPools map[string]*capacity.Pool[*warmGuest]
-	vm      *vmTable
-	vmBoot  func(context.Context, jail.Spec) (vmGuest, error)
+	// vmCharge is what each guest of a vm profile holds of the budget
+	// (vmtier.HostMemory: its VMM's cgroup, not the profile's memory).
+	vmCharge map[string]int64
+	vm       *vmTable
+	vmBoot   func(context.Context, jail.Spec) (vmGuest, error)
 }
 
 // closeFailed reports a jail's close that left something behind. The
@@ -280,7 +283,7 @@ func New(cfg Config) (*Server, error) {
 		gate:   capacity.NewGate(cfg.Concurrency, cfg.Queue, cfg.PerCaller, cfg.QueueWait),
 		budget: capacity.NewBudget(cfg.BudgetMemory, cfg.BudgetPids), bodies: newBodyBudget(cfg.BodyBudget), started: time.Now(),
 		sessions: newSessionTable(cfg.Sessions, cfg.SessionsPerCaller), metrics: newMetrics(),
-		vmPools: map[string]*capacity.Pool[*warmGuest]{}, vm: newVMTable()}
+		vmPools: map[string]*capacity.Pool[*warmGuest]{}, vmCharge: map[string]int64{}, vm: newVMTable()}
 	s.vmBoot = s.bootGuest
 	s.runs, s.killRuns = context.WithCancelCause(context.Background())
 	for _, p := range cfg.Profiles {

@@ -425,3 +425,217 @@ func TestAttackVMGuestHidesSessionFromList(t *testing.T) {
 		as(s, 1000, "DELETE", "/v1/sessions/"+id, nil)
 	}
 }
+
+// TestAttackVMGuestsPastMemoryBudget: a vm session's guest holds on the
+// host its RAM (the profile's memory, the guest's kernel and init, the
+// root image) and its VMM: a cgroup of far more than the profile's
+// memory. The budget must be charged what the VMM's cgroup may hold, not
+// the profile's memory, or two callers make serve hold twice its
+// --budget-memory: with a budget of one guest's VMM and one profile's
+// memory more, the second session is refused.
+func TestAttackVMGuestsPastMemoryBudget(t *testing.T) {
+	p := profiles.Defaults().Clone()
+	if err := p.Set(profiles.FieldIsolation, profiles.IsolationVM, profiles.Origin{File: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	spec := p.Spec(nil, jail.Host{NoCgroup: true})
+	mem := spec.Cgroup.MemoryMax
+	if mem <= 0 {
+		t.Fatalf("the default profile has no memory limit (%d)", mem)
+	}
+	s, err := New(Config{Profiles: []Profile{{Name: "vm", Policy: p}}, Host: jail.Host{NoCgroup: true}, VMPool: 0, BudgetMemory: vmtier.HostMemory(spec, vmtier.Options{}) + mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guests []*fakeGuest
+	s.vmBoot = func(context.Context, jail.Spec) (vmGuest, error) {
+		g := newFakeGuest(liar("g"))
+		guests = append(guests, g)
+		return g, nil
+	}
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("the first session: %d %s", code, body)
+	}
+	used, _ := s.budget.Used()
+	if want := s.vmCharge["vm"]; used != want || want <= mem {
+		t.Errorf("one guest holds %d bytes of the budget, want %d (its VMM's cgroup, over the profile's %d)", used, want, mem)
+	}
+	if code, body := as(s, 1001, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"}); code != 503 {
+		t.Errorf("a second guest within a budget of one guest's VMM and the profile's memory: %d %s, want 503 (%d guests booted)", code, body, len(guests))
+	}
+	if code, body := as(s, 1000, "DELETE", "/v1/sessions/"+c.SessionID, nil); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	if used, _ := s.budget.Used(); used != 0 {
+		t.Errorf("after DELETE the budget holds %d bytes, want 0", used)
+	}
+}
+
+// TestAttackVMGuestHoldsCallsInFlight: every call to a session's guest
+// holds on the host what the guest answers, up to the answer's bound,
+// read whole, and copied again for the host's view; the guest answers
+// when it likes. A caller's connections (128 by default) each with a
+// call in flight on one session, answered at the bound all at once,
+// would make the host hold that many answers: the calls in flight on a
+// session are bounded, the others refused (429) without reaching the
+// guest, and DELETE still ends the session.
+func TestAttackVMGuestHoldsCallsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	s := vmTestServer(t, func() *fakeGuest {
+		lie := liar("g")
+		return newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if method != "GET" || path == "/v1/sessions" {
+				return lie(method, path, body)
+			}
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			mu.Unlock()
+			<-release
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			return lie(method, path, body)
+		})
+	})
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	const calls = 3 * vmCallsInFlight
+	codes := make(chan int, calls)
+	for range calls {
+		go func() {
+			code, _ := as(s, 1000, "GET", "/v1/sessions/"+c.SessionID, nil)
+			codes <- code
+		}()
+	}
+	// The refused answer at once; the others wait in the guest.
+	refused := 0
+	deadline := time.After(30 * time.Second)
+	for waiting := false; !waiting; {
+		select {
+		case code := <-codes:
+			if code != 429 {
+				t.Errorf("a call answered %d while the guest held the others, want 429", code)
+			}
+			refused++
+		case <-deadline:
+			t.Fatalf("after 30 s: %d refused, %d in the guest", refused, most)
+		case <-time.After(20 * time.Millisecond):
+		}
+		mu.Lock()
+		waiting = refused+inFlight == calls || most > vmCallsInFlight
+		mu.Unlock()
+	}
+	if code, body := as(s, 1000, "DELETE", "/v1/sessions/"+c.SessionID, nil); code != 200 {
+		t.Errorf("DELETE with the guest holding calls: %d %s", code, body)
+	}
+	close(release)
+	for range calls - refused {
+		<-codes
+	}
+	if most > vmCallsInFlight || refused != calls-vmCallsInFlight {
+		t.Errorf("%d calls in the guest at once (%d refused), want at most %d", most, refused, vmCallsInFlight)
+	}
+}
+
+// TestAttackVMWarmGuestsPastMemoryBudget: the warm pool's guests are
+// charged as a session's: with a budget of one guest's VMM, a pool of two
+// keeps one guest waiting, charged its VMM, not two charged the profile's
+// memory.
+func TestAttackVMWarmGuestsPastMemoryBudget(t *testing.T) {
+	p := profiles.Defaults().Clone()
+	if err := p.Set(profiles.FieldIsolation, profiles.IsolationVM, profiles.Origin{File: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	charge := vmtier.HostMemory(p.Spec(nil, jail.Host{NoCgroup: true}), vmtier.Options{})
+	s, err := New(Config{Profiles: []Profile{{Name: "vm", Policy: p}}, Host: jail.Host{NoCgroup: true}, VMPool: 2, BudgetMemory: charge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	booted := 0
+	s.vmBoot = func(context.Context, jail.Spec) (vmGuest, error) {
+		mu.Lock()
+		booted++
+		mu.Unlock()
+		return newFakeGuest(liar("g")), nil
+	}
+	pl := s.vmPools["vm"]
+	ctx, cancel := context.WithCancel(context.Background())
+	go pl.Refill(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for pl.Snapshot().Ready < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // room for a second guest, were it charged less
+	st := pl.Snapshot()
+	used, _ := s.budget.Used()
+	mu.Lock()
+	n := booted
+	mu.Unlock()
+	if st.Ready+st.Preparing != 1 || n != 1 || used != charge {
+		t.Errorf("a pool within one guest's budget: %d ready, %d preparing, %d booted, %d bytes charged (want 1, charged %d)", st.Ready, st.Preparing, n, used, charge)
+	}
+	cancel()
+	<-pl.Drained()
+	if used, _ := s.budget.Used(); used != 0 {
+		t.Errorf("after the pool drained the budget holds %d bytes", used)
+	}
+}
+
+// TestAttackVMGuestFloodsAuditLine: a guest answers an exec with a
+// verdict of a megabyte (terminal escapes in it), a made-up state and a
+// thousand blocked calls of long names: all within the answer's bound.
+// The host's audit line for the exec holds none of it: the verdict is
+// "error" saying what the guest claimed (cut), the state empty, the
+// blocked calls bounded, the line short.
+func TestAttackVMGuestFloodsAuditLine(t *testing.T) {
+	var blocked []api.BlockedSyscall
+	for i := range 1000 {
+		blocked = append(blocked, api.BlockedSyscall{Name: strings.Repeat("n", 1000), Count: i, Example: strings.Repeat("e", 1000)})
+	}
+	huge, _ := json.Marshal(map[string]any{"verdict": "\x1b[2J" + strings.Repeat("v", 1<<20), "state": strings.Repeat("s", 1<<20), "blocked_syscalls": blocked})
+	s := vmTestServer(t, func() *fakeGuest {
+		lie := liar("g")
+		return newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			if strings.HasSuffix(path, "/exec") {
+				return 200, bytes.NewReader(huge)
+			}
+			return lie(method, path, body)
+		})
+	})
+	var audit bytes.Buffer
+	s.cfg.Audit = NewAuditWriter(&audit)
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if code, _ := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("1")}); code != 200 {
+		t.Fatalf("exec: %d", code)
+	}
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(audit.String()), "\n") {
+		var e AuditEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line of %d bytes: %v", len(line), err)
+		}
+		if e.Event != "exec_end" {
+			continue
+		}
+		found = true
+		if len(line) > 64<<10 || e.Verdict != api.ExecFailed || e.State != "" || len(e.Blocked) > maxAuditBlocked || e.Error == nil || strings.ContainsRune(*e.Error, '\x1b') {
+			t.Errorf("exec_end: %d bytes, verdict %.40q, state %.20q, %d blocked calls", len(line), e.Verdict, e.State, len(e.Blocked))
+		}
+	}
+	if !found {
+		t.Errorf("no exec_end line in %.400s", audit.String())
+	}
+}

@@ -47,7 +47,8 @@ type vmGuest interface {
 	Close() error
 }
 
-// warmGuest is a booted guest in a pool, holding its share of the budget.
+// warmGuest is a booted guest in a pool, holding its share of the budget
+// (vmtier.HostMemory: its VMM's, not only the profile's memory).
 type warmGuest struct {
 	vmGuest
 	mem, pids int64
@@ -74,6 +75,11 @@ func (s *Server) vmAnswerMax(spec jail.Spec) int64 {
 	return 2*s.cfg.FilesMax + 12*spec.OutputLimit + 1<<20
 }
 
+// vmCallsInFlight bounds the calls a vm session has in its guest at once:
+// each holds on the host the guest's answer, up to vmAnswerMax and
+// copied for the host's view, and the guest answers when it likes.
+const vmCallsInFlight = 4
+
 // vmSession is the host's view of a session in a guest.
 type vmSession struct {
 	id, profile string
@@ -85,6 +91,7 @@ type vmSession struct {
 	created     time.Time
 	idle        time.Duration
 	pool        api.PoolUse
+	calls       chan struct{} // a slot per call in the guest (vmCallsInFlight)
 
 	mu       sync.Mutex
 	expires  time.Time
@@ -171,7 +178,12 @@ func (s *Server) isVM(name string) bool { return s.vmPools[name] != nil }
 // booted and its server started, so that a session's create waits for
 // neither.
 func (s *Server) newVMPool(name string, spec jail.Spec) *capacity.Pool[*warmGuest] {
-	return capacity.NewPool(name, spec, s.cfg.VMPool, s.budget, func(ctx context.Context) (*warmGuest, error) {
+	// The pool charges the budget with its spec's memory: a guest's is
+	// its VMM's (the guest is still booted with spec).
+	s.vmCharge[name] = vmtier.HostMemory(spec, s.cfg.VM)
+	charged := spec
+	charged.Cgroup.MemoryMax = s.vmCharge[name]
+	return capacity.NewPool(name, charged, s.cfg.VMPool, s.budget, func(ctx context.Context) (*warmGuest, error) {
 		return s.warmGuest(ctx, name, spec, true)
 	}, s.logf, s.closeFailed)
 }
@@ -198,7 +210,7 @@ func (s *Server) warmGuest(ctx context.Context, name string, spec jail.Spec, ses
 	if err := g.Serve(plan); err != nil {
 		return fail(err)
 	}
-	w := &warmGuest{vmGuest: g, mem: spec.Cgroup.MemoryMax, pids: spec.Cgroup.PidsMax}
+	w := &warmGuest{vmGuest: g, mem: s.vmCharge[name], pids: spec.Cgroup.PidsMax}
 	if session {
 		cctx, cancel := context.WithTimeout(ctx, vmStartEmulated+time.Minute)
 		made, err := client.Over(g, client.Options{MaxAnswer: s.vmAnswerMax(spec)}).CreateSession(cctx, &api.SessionRequest{})
@@ -217,6 +229,9 @@ func (s *Server) warmGuest(ctx context.Context, name string, spec jail.Spec, ses
 // bootGuest is the server's vmBoot: a guest booted to its hello.
 func (s *Server) bootGuest(ctx context.Context, spec jail.Spec) (vmGuest, error) {
 	o := s.cfg.VM
+	// The guest's answers are read no further than the server's bound:
+	// a frame past it ends the guest before the host holds it.
+	o.MaxAnswer = vmtier.AnswerFrame(s.vmAnswerMax(spec))
 	if o.Notices == nil && s.cfg.Notices != nil {
 		o.Notices = s.cfg.Notices
 	}
@@ -236,13 +251,14 @@ func (s *Server) takeGuest(ctx context.Context, name string) (*warmGuest, api.Po
 	if wg != nil {
 		return wg, use, nil
 	}
-	spec := pl.Spec()
-	if !s.budget.TryTake(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax) {
+	spec := s.sessionSpecs[name] // the pool's spec is charged its guests' VMMs' memory
+	mem := s.vmCharge[name]
+	if !s.budget.TryTake(mem, spec.Cgroup.PidsMax) {
 		return nil, use, &api.Error{Status: 503, Msg: "busy: the memory or pids budget is spent (--budget-memory, --budget-pids)"}
 	}
 	wg, err := s.warmGuest(ctx, name, spec, false)
 	if err != nil {
-		s.budget.Give(spec.Cgroup.MemoryMax, spec.Cgroup.PidsMax)
+		s.budget.Give(mem, spec.Cgroup.PidsMax)
 		return nil, use, &api.Error{Status: 500, Msg: "start a guest: " + err.Error()}
 	}
 	return wg, use, nil
@@ -338,7 +354,8 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 	}
 	now := time.Now()
 	v := &vmSession{id: newID(), profile: name, owner: caller.owner(), guest: wg, guestID: guestID, spec: spec,
-		limits: sessionLimitsOf(spec, idle, ttl), created: now, idle: idle, pool: use, expires: now.Add(ttl), lastUsed: now}
+		limits: sessionLimitsOf(spec, idle, ttl), created: now, idle: idle, pool: use, expires: now.Add(ttl), lastUsed: now,
+		calls: make(chan struct{}, vmCallsInFlight)}
 	use.WaitedMs = ms(time.Since(admitted))
 	v.pool = use
 	s.vm.mu.Lock()
@@ -534,7 +551,7 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	if code != nil {
 		var res api.ExecResult
 		_ = json.Unmarshal(answer, &res)
-		o := &AuditOutcome{Verdict: res.Verdict, State: res.State, WallMs: res.WallMs, Blocked: res.BlockedSyscalls}
+		o := guestOutcome(&res)
 		if status != 200 {
 			msg := fmt.Sprintf("%d", status)
 			o.Verdict, o.Error = api.ExecFailed, &msg
@@ -565,8 +582,40 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	w.Write(answer)
 }
 
+// execVerdicts are the verdicts an exec can have.
+var execVerdicts = map[api.Verdict]bool{api.ExecMemory: true, api.ExecFailed: true, api.ExecTimeout: true, api.ExecInterrupted: true,
+	api.ExecKilled: true, api.ExecOutput: true, api.ExecException: true, api.ExecOK: true}
+
+// maxAuditBlocked bounds the blocked system calls of a guest's exec in
+// its audit line.
+const maxAuditBlocked = 64
+
+// guestOutcome is a guest's exec result as its audit line has it, held to
+// what an exec's can be: a verdict of an exec's (else "error", saying
+// what the guest claimed), a state of "kept" or "lost", a bounded list of
+// blocked calls with bounded names. The guest writes what it likes, up to
+// the answer's bound; one audit line must not carry megabytes of it.
+func guestOutcome(res *api.ExecResult) *AuditOutcome {
+	o := &AuditOutcome{Verdict: res.Verdict, WallMs: res.WallMs}
+	if !execVerdicts[o.Verdict] {
+		msg := fmt.Sprintf("the guest answered verdict %.40q", string(o.Verdict))
+		o.Verdict, o.Error = api.ExecFailed, &msg
+	}
+	if res.State == "kept" || res.State == "lost" {
+		o.State = res.State
+	}
+	for i, b := range res.BlockedSyscalls {
+		if i == maxAuditBlocked {
+			break
+		}
+		o.Blocked = append(o.Blocked, api.BlockedSyscall{Name: fmt.Sprintf("%.32s", b.Name), Count: b.Count, Example: fmt.Sprintf("%.200s", b.Example)})
+	}
+	return o
+}
+
 // callVM makes one call to v's guest and reads its answer within the
-// bound. A guest gone, or past the bound, ends the session: 410.
+// bound. A guest gone, or past the bound, ends the session: 410; a
+// session with vmCallsInFlight calls in its guest takes no more: 429.
 func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, ctype string, body []byte) (int, string, []byte, *api.Error) {
 	target := "/v1/sessions/" + v.guestID
 	if sub != "" {
@@ -574,6 +623,12 @@ func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, c
 	}
 	if query != "" {
 		target += "?" + query
+	}
+	select {
+	case v.calls <- struct{}{}:
+		defer func() { <-v.calls }()
+	default:
+		return 0, "", nil, &api.Error{Status: 429, Msg: fmt.Sprintf("session %s has %d calls in its guest already: wait for one", v.id, vmCallsInFlight)}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://guest"+target, bytes.NewReader(body))
 	if err != nil {
@@ -783,6 +838,10 @@ func (s *Server) runVM(ctx context.Context, req *runRequest, spec jail.Spec) (*a
 		}
 		return nil, &api.Error{Status: 502, Msg: "the run's guest: " + err.Error()}
 	}
+	if resp.Result == nil {
+		return nil, &api.Error{Status: 502, Msg: "the run's guest answered no result"}
+	}
+	vmtier.HoldResult(spec, resp.Result)
 	resp.Pool = use
 	return resp, nil
 }

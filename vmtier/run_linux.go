@@ -71,6 +71,10 @@ type Options struct {
 	// AnswerAllowance how long, over the Spec's timeout, it has to answer
 	// the plan. Zero is the defaults (longer under emulation).
 	BootAllowance, AnswerAllowance time.Duration
+	// MaxAnswer bounds one answer's frame from a session's guest (Boot):
+	// the guest's body as JSON (base64, a third more) and its head. Zero
+	// is 96 MiB; a server sets its own answer bound's frame.
+	MaxAnswer int64
 
 	fault    string        // tests: Plan.Fault
 	onHello  func(pid int) // tests: called with the VMM's pid when the guest said hello
@@ -486,12 +490,18 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 	}
 }
 
+// ramMiB is the guest's RAM for spec, in MiB: the jail's memory, the
+// root image (the initramfs and its unpacked copy), the kernel and init.
+func (t *tier) ramMiB(spec jail.Spec) int64 {
+	return (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
+}
+
 // qemuArgs is the VMM's command line for spec, its control channel the
 // unix socket sock, with the guest's vCPUs and RAM (MiB) it sets.
 func (t *tier) qemuArgs(spec jail.Spec, sock string) (args []string, vcpus int, ramMiB int64) {
 	vcpus = int(math.Ceil(spec.Cgroup.CPUs))
 	vcpus = max(1, min(vcpus, runtime.NumCPU()))
-	ramMiB = (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
+	ramMiB = t.ramMiB(spec)
 	args = []string{
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-machine", "q35", "-m", strconv.FormatInt(ramMiB, 10), "-smp", strconv.Itoa(vcpus),
@@ -599,6 +609,7 @@ func (t *tier) finish(spec jail.Spec, rep *Reply, st jail.Streams) (*jail.Result
 		return nil, setupErr("isolation vm: the guest could not run the plan: %s", rep.Error)
 	}
 	res := rep.Result
+	HoldResult(spec, res)
 	if st.Stdout != nil {
 		io.WriteString(st.Stdout, res.Stdout)
 	}
@@ -621,6 +632,33 @@ func (t *tier) finish(spec jail.Spec, rep *Reply, st jail.Streams) (*jail.Result
 		}
 	}
 	return res, nil
+}
+
+// runVerdicts are the verdicts a guest's jail can end a run with; the
+// VM tier's own (vm_panic, ...) are the host's alone to give.
+var runVerdicts = map[jail.Verdict]bool{jail.VerdictError: true, jail.VerdictCancelled: true, jail.VerdictMemory: true,
+	jail.VerdictPids: true, jail.VerdictDisk: true, jail.VerdictCPU: true, jail.VerdictTimeout: true, jail.VerdictSeccomp: true,
+	jail.VerdictSignal: true, jail.VerdictOutput: true, jail.VerdictExit: true, jail.VerdictOK: true}
+
+// HoldResult holds the guest's Result to what a jail's can be: each
+// stream within the output limit (cut and said, as the jail cuts it), and
+// a verdict of the jail's; another (one of the VM tier's, which the host
+// alone observes, or one no run has) is an error that says what the
+// guest claimed.
+func HoldResult(spec jail.Spec, res *jail.Result) {
+	if int64(len(res.Stdout)) > spec.OutputLimit {
+		res.Stdout, res.StdoutTruncated = strings.ToValidUTF8(res.Stdout[:spec.OutputLimit], ""), true
+	}
+	if int64(len(res.Stderr)) > spec.OutputLimit {
+		res.Stderr, res.StderrTruncated = strings.ToValidUTF8(res.Stderr[:spec.OutputLimit], ""), true
+	}
+	if (res.StdoutTruncated || res.StderrTruncated) && res.Verdict == jail.VerdictOK {
+		res.Verdict = jail.VerdictOutput
+	}
+	if !runVerdicts[res.Verdict] {
+		msg := fmt.Sprintf("isolation vm: the guest answered verdict %q, which no jail gives", bound(string(res.Verdict), 40))
+		res.Verdict, res.Error = jail.VerdictError, &msg
+	}
 }
 
 // console keeps the guest console's last bytes and counts them all.

@@ -71,6 +71,7 @@ const (
 type Guest struct {
 	spec     jail.Spec
 	answer   time.Duration // how long the guest's server may take to start
+	frameMax int64         // bytes of one answer's frame
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	waitErr  error
@@ -92,6 +93,23 @@ type Guest struct {
 	closed   sync.Once
 	closeErr error
 }
+
+// HostMemory is what a guest for spec may hold on the host, for a
+// server's memory budget: its VMM's cgroup limit (the guest's RAM: the
+// jail's memory, twice the root image, the guest's kernel and init; and
+// QEMU itself). It resolves the tier as Boot does, building the image
+// once; where that fails no guest boots, and the image is left out.
+func HostMemory(spec jail.Spec, o Options) int64 {
+	t, err := resolve(spec, o)
+	if err != nil {
+		t = &tier{}
+	}
+	return t.ramMiB(spec)<<20 + vmmOverhead
+}
+
+// AnswerFrame is the bound of a frame carrying an answer whose body is at
+// most body bytes (Options.MaxAnswer): base64's third more and a head.
+func AnswerFrame(body int64) int64 { return body/3*4 + 64<<10 }
 
 // Boot starts a guest for spec (Isolation "vm") and returns once it said
 // hello: a warm guest, waiting for its ServePlan. spec's limits size the
@@ -126,7 +144,7 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 			allow = 120 * time.Second
 		}
 	}
-	g := &Guest{spec: spec, answer: allow, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{})}
+	g := newGuest(spec, allow, o)
 	if err := g.start(t, o); err != nil {
 		g.Close()
 		return nil, err
@@ -145,6 +163,16 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 		}
 	}()
 	return g, nil
+}
+
+// newGuest is a guest for spec, not yet started, whose server has allow
+// to start.
+func newGuest(spec jail.Spec, allow time.Duration, o Options) *Guest {
+	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{})}
+	if o.MaxAnswer > 0 && o.MaxAnswer < maxAnswer {
+		g.frameMax = o.MaxAnswer
+	}
+	return g
 }
 
 // start makes the run directory and the cgroup and starts the VMM.
@@ -306,7 +334,7 @@ func (g *Guest) write(v any) error {
 // dropped; a frame past the bound or that does not decode ends the guest.
 func (g *Guest) read() {
 	for {
-		b, err := readFrame(g.r, maxAnswer, 0)
+		b, err := readFrame(g.r, g.frameMax, 0)
 		if err != nil {
 			if errors.Is(err, errFrameTooBig) {
 				g.fail(fmt.Errorf("isolation vm: the guest answered past the bound: %w", err))
