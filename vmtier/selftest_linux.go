@@ -174,7 +174,7 @@ func bound(s string, n int) string {
 // guest's loopback up for the suite's listeners.
 func guestSelftest(p *Plan) Reply {
 	sp := p.Selftest
-	if err := guestLoopbackUp(); err != nil {
+	if err := loopbackUp(); err != nil {
 		return Reply{Error: "guest: selftest: " + err.Error()}
 	}
 	prof := sp.Profile
@@ -187,26 +187,4 @@ func guestSelftest(p *Plan) Reply {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	return Reply{Selftest: &SelftestReply{Report: rep, Kernel: unix.ByteSliceToString(uts.Release[:])}}
-}
-
-// guestLoopbackUp brings the guest's lo up: the suite's listeners (the
-// host's, as the attacks see them) are on 127.0.0.1.
-func guestLoopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("lo: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("lo up: %w", err)
-	}
-	return nil
 }
