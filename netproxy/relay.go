@@ -45,10 +45,10 @@ func (p *Proxy) relay(c net.Conn, br *bufio.Reader, req *request, dd decision) {
 		return
 	}
 	defer up.Close()
-	if !p.trackUp(up) {
+	if !p.track(up) {
 		return
 	}
-	defer p.untrackUp(up)
+	defer p.untrack(up)
 	if resp.StatusCode != 200 {
 		d.Allowed = false
 		d.Reason = "the host's proxy: " + upstreamReason(resp.Status)
@@ -100,32 +100,16 @@ func (p *Proxy) relayOne(c net.Conn, req *request, dd decision, t target, d *Dec
 		return false
 	}
 	defer up.Close()
-	if !p.trackUp(up) {
+	if !p.track(up) {
 		return false
 	}
-	defer p.untrackUp(up)
+	defer p.untrack(up)
 	authority := t.authority(d.Port)
 	head := originRequest(req, dd.path, authority)
 	// The request line in absolute form, for a proxy.
 	head = req.method + " http://" + authority + strings.TrimPrefix(head, req.method+" ")
 	p.forwardOne(c, up, []byte(head), d)
 	return true
-}
-
-func (p *Proxy) trackUp(up net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.conns[up] = struct{}{}
-	return true
-}
-
-func (p *Proxy) untrackUp(up net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, up)
-	p.mu.Unlock()
 }
 
 // upstreamReason is the reason phrase of a stockade proxy's refusal
