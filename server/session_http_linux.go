@@ -274,13 +274,8 @@ func (s *Server) createSession(ctx context.Context, caller peer, req *api.Sessio
 	if s.isVM(name) {
 		return s.createVMSession(ctx, caller, name, spec, idle, ttl, req)
 	}
-	switch err := s.sessions.reserve(caller.owner()); {
-	case errors.Is(err, errCallerSessions):
-		return nil, &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
-	case errors.Is(err, errSessionsFull):
-		return nil, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: the server holds %d sessions (--sessions)", s.cfg.Sessions)}
-	case err != nil:
-		return nil, &api.Error{Status: 503, Msg: "shutting down: no new sessions"}
+	if e := s.reserveSession(caller); e != nil {
+		return nil, e
 	}
 	reserved := true
 	defer func() {
@@ -799,4 +794,18 @@ func (s *Server) auditSession(event string, ss *session) error {
 		e.AuditOutcome = &AuditOutcome{Verdict: a.Verdict, WallMs: a.WallMs, Blocked: a.BlockedSyscalls, Error: &why}
 	}
 	return s.writeAudit(e)
+}
+
+// reserveSession holds a place for caller's new session (a jail's or a
+// guest's), or says why there is none.
+func (s *Server) reserveSession(caller peer) *api.Error {
+	switch err := s.sessions.reserve(caller.owner()); {
+	case errors.Is(err, errCallerSessions):
+		return &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
+	case errors.Is(err, errSessionsFull):
+		return &api.Error{Status: 503, Msg: fmt.Sprintf("busy: the server holds %d sessions (--sessions)", s.cfg.Sessions)}
+	case err != nil:
+		return &api.Error{Status: 503, Msg: "shutting down: no new sessions"}
+	}
+	return nil
 }

@@ -309,13 +309,8 @@ func contains(fs []profiles.Field, f profiles.Field) bool {
 // the guest's server.
 func (s *Server) createVMSession(ctx context.Context, caller peer, name string, spec jail.Spec, idle, ttl time.Duration, req *api.SessionRequest) (*api.SessionCreated, *api.Error) {
 	admitted := time.Now()
-	switch err := s.sessions.reserve(caller.owner()); {
-	case errors.Is(err, errCallerSessions):
-		return nil, &api.Error{Status: 429, Msg: fmt.Sprintf("uid %d already holds %d sessions (--sessions-per-caller): DELETE one", caller.uid, s.cfg.SessionsPerCaller)}
-	case errors.Is(err, errSessionsFull):
-		return nil, &api.Error{Status: 503, Msg: fmt.Sprintf("busy: the server holds %d sessions (--sessions)", s.cfg.Sessions)}
-	case err != nil:
-		return nil, &api.Error{Status: 503, Msg: "shutting down: no new sessions"}
+	if e := s.reserveSession(caller); e != nil {
+		return nil, e
 	}
 	held := true
 	defer func() {
