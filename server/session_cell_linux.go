@@ -209,6 +209,13 @@ func (c *cell) frame(fr driverFrame) bool {
 		return false
 	}
 	if fr.err != nil {
+		// A frame the driver did not send (another sender, a bad
+		// header) is the cell's doing whatever happens next: said at
+		// once, before the session's watch can name the break itself.
+		if errors.Is(fr.err, kernel.ErrChannel) {
+			c.broken(fmt.Sprintf("exec %d: %v; the session is ended", c.n, fr.err))
+			return true
+		}
 		// The jail's death closes the channel too; its end, if it
 		// comes at once, is the reason.
 		select {

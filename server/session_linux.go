@@ -210,12 +210,13 @@ func (s *session) watch(srv *Server, done <-chan *jail.Result) {
 		return
 	case <-s.broken:
 		// The jail's own death breaks the channel too: give its end a
-		// moment to be the reason.
+		// moment to be the reason. Longer than an exec's own wait
+		// (cell.frame), so that an exec running names the break.
 		select {
 		case res := <-done:
 			s.jailEnded(res, srv)
 			return
-		case <-time.After(time.Second):
+		case <-time.After(2 * time.Second):
 		}
 		s.finish(api.SessionFailed, "the driver's channel broke: the jail's code closed it or wrote to it")
 	}
