@@ -518,29 +518,37 @@ func (g *Backend) look(ctx context.Context, tenant, id string) runState {
 		st.gone, st.goneVerdict = "its result could not be stored: "+c.Result, verdictNotStored
 		return st
 	}
-	// The claimer's heartbeat, read from the cluster now (never a cached
-	// watch: one goes stale while NATS restarts and calls live hosts
-	// lost). It is judged against this gateway's own last stored beat as
-	// well as the clock: while NATS stores nothing (an election, a
-	// restart) every heartbeat ages, and none of that is a host's fault.
-	he, err := g.b.nodes.Get(ctx, c.Node)
+	st.lost = g.nodeLost(ctx, c.Node, c.Incarnation)
+	return st
+}
+
+// nodeLost says why node, as the incarnation that took a run or made a
+// session, is lost, or "" while it may live. Its heartbeat is read from
+// the cluster now (never a cached watch: one goes stale while NATS
+// restarts and calls live hosts lost), and judged against this gateway's
+// own last stored beat as well as the clock: while NATS stores nothing
+// (an election, a restart) every heartbeat ages, and none of that is a
+// host's fault. An empty incarnation is not compared.
+func (g *Backend) nodeLost(ctx context.Context, node, incarnation string) string {
+	he, err := g.b.nodes.Get(ctx, node)
 	ge, gerr := g.b.nodes.Get(ctx, g.beatKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		st.lost = "no heartbeat of " + c.Node
+		return "no heartbeat of " + node
 	case err != nil || gerr != nil:
 		// NATS itself is not answering: that says nothing of the host.
-	default:
-		var hb heartbeat
-		json.Unmarshal(he.Value(), &hb)
-		age, behind := time.Since(he.Created()), ge.Created().Sub(he.Created())
-		if age > g.cfg.Grace.D() && behind > g.cfg.Grace.D() {
-			st.lost = fmt.Sprintf("no heartbeat of %s for %v, over the grace of %v", c.Node, age.Round(time.Millisecond), g.cfg.Grace.D())
-		} else if hb.Incarnation != c.Incarnation {
-			st.lost = c.Node + " restarted (or fenced and came back) since it took the run"
-		}
+		return ""
 	}
-	return st
+	var hb heartbeat
+	json.Unmarshal(he.Value(), &hb)
+	age, behind := time.Since(he.Created()), ge.Created().Sub(he.Created())
+	if age > g.cfg.Grace.D() && behind > g.cfg.Grace.D() {
+		return fmt.Sprintf("no heartbeat of %s for %v, over the grace of %v", node, age.Round(time.Millisecond), g.cfg.Grace.D())
+	}
+	if incarnation != "" && hb.Incarnation != incarnation {
+		return node + " restarted (or fenced and came back) since the run or session began"
+	}
+	return ""
 }
 
 func (g *Backend) getRun(w http.ResponseWriter, r *http.Request, tenant, id string) {
@@ -613,7 +621,36 @@ func (g *Backend) forward(w http.ResponseWriter, r *http.Request, tenant string,
 	data, _ := json.Marshal(call{Tenant: tenant, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body})
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout.D())
 	defer cancel()
-	m, err := g.nc.RequestWithContext(ctx, NodeSubject(node), data)
+	// The request's own no-responders says at once that the node is
+	// gone, unless the node died just before and the news of its
+	// subscription's end had not yet crossed the NATS route: then nobody
+	// answers, and the node's heartbeat says, within the grace, what the
+	// request timeout would only guess at.
+	type answer struct {
+		m   *nats.Msg
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		m, err := g.nc.RequestWithContext(ctx, NodeSubject(node), data)
+		answered <- answer{m, err}
+	}()
+	look := time.NewTicker(pollEvery)
+	defer look.Stop()
+	var a answer
+	for waiting := true; waiting; {
+		select {
+		case a = <-answered:
+			waiting = false
+		case <-look.C:
+			if g.nodeLost(ctx, node, rec.Incarnation) != "" {
+				cancel()
+				g.sessionGone(w, rec)
+				return reply{}, false
+			}
+		}
+	}
+	m, err := a.m, a.err
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			g.sessionGone(w, rec)

@@ -210,8 +210,10 @@ func (f *fixture) hostNamed(name string) *host {
 }
 
 // Done-when 3 (and a part of 7): kill -9 of the host holding a session:
-// the next exec answers 410 lost at once (no responders, not a timeout);
-// another tenant gets 404 for the session.
+// the next exec answers 410 lost at once (no responders, not a timeout),
+// or within the grace when the kill's news had not yet crossed the NATS
+// route (the node's heartbeat then says it); another tenant gets 404 for
+// the session.
 func TestClusterSessionOnKilledHostAnswersLost(t *testing.T) {
 	f := newFixture(t, 2)
 	for _, h := range f.hosts {
@@ -256,6 +258,17 @@ func TestClusterSessionOnKilledHostAnswersLost(t *testing.T) {
 	f.startNode(f.hostNamed(node))
 	if st, m := exec("tenant-a", "print(x)"); st != 410 || m["state"] != "lost" {
 		t.Errorf("exec after its host came back: %d %v, want 410 lost", st, m)
+	}
+	// A host that hangs (stopped, its NATS connection open, so the
+	// request is delivered and nobody answers): its heartbeat lapses, and
+	// the exec answers 410 lost within the grace, not 503 at the
+	// request's timeout (60 s here).
+	id, node = f.newSession(ctx, "tenant-a")
+	hung := f.hostNamed(node).serve.Cmd.Process.Pid
+	syscall.Kill(hung, syscall.SIGSTOP)
+	defer syscall.Kill(hung, syscall.SIGCONT)
+	if st, m := exec("tenant-a", "print(1)"); st != 410 || m["state"] != "lost" {
+		t.Errorf("exec on a hung host: %d %v, want 410 lost", st, m)
 	}
 }
 
