@@ -31,7 +31,7 @@ FUZZTIME ?= 10000x
 PREFIX ?= /usr/local
 DOCDIR := $(PREFIX)/share/doc/stockade
 
-.PHONY: all binary build demo check test test-python test-mcp-inspector test-mcp-sdk lint fuzz vmtest bench soak mutate clean install uninstall install-check deps-%
+.PHONY: all binary build demo check test test-host test-vm vmtest-only test-python test-mcp-inspector test-mcp-sdk lint fuzz vmtest bench soak mutate clean install uninstall install-check deps-%
 
 all: build
 
@@ -60,8 +60,23 @@ build: binary
 demo: deps-demo build
 	@scripts/demo $(BIN)
 
-check: deps-check lint test test-python test-mcp-inspector test-mcp-sdk install-check fuzz vmtest
-	@echo "make check: all passed"
+# The tests that boot guests under emulation (the VM tier's, make vmtest's
+# VMs) take a core each for minutes and little else: make check runs them,
+# one after the other, beside the host's tests, with a copy of the binary
+# (install-check rebuilds bin/stockade while they run), and prints their
+# log at the end. Both halves always run to their end.
+VM_TESTS := ^(TestVM|TestAttackVM|TestAttackGuest)
+VM_BIN := build/check-vm/stockade
+check: deps-check deps-vmtest lint build $(NATS_SERVER)
+	@mkdir -p build/check-vm && cp $(BIN) $(VM_BIN)
+	@{ $(MAKE) --no-print-directory test-vm BIN=$(VM_BIN) && $(MAKE) --no-print-directory vmtest-only BIN=$(VM_BIN); } \
+		>build/check-vm/log 2>&1 & vm=$$!; \
+	$(MAKE) --no-print-directory test-host test-python test-mcp-inspector test-mcp-sdk install-check fuzz; rc=$$?; \
+	echo "make check: waiting for its VM half (build/check-vm/log)"; wait $$vm; vmrc=$$?; \
+	echo "== make check's VM half (make test-vm, then make vmtest), run beside the rest:"; cat build/check-vm/log; \
+	[ $$rc -eq 0 ] || { echo "make check: the host's tests failed"; exit 1; }; \
+	[ $$vmrc -eq 0 ] || { echo "make check: the VM half failed"; exit 1; }; \
+	echo "make check: all passed"
 
 lint: build $(STATICCHECK) $(GOIMPORTS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
@@ -92,9 +107,18 @@ $(GOIMPORTS):
 # The VM tier's tests (vmtier/) boot Debian's kernel, the one vmtest boots:
 # fetched here first (cached in build/vm-cache); without it they skip. The
 # cluster's (cluster/) start real nats-servers, installed into build/nats.
+TEST_ENV = STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_NATS_SERVER=$(CURDIR)/$(NATS_SERVER) STOCKADE_ROOTFS_CACHE=$(CURDIR)/build/rootfs-cache
 test: build $(NATS_SERVER)
 	STOCKADE_VM_KERNEL=$$(vmtest/run --fetch-kernel 2>/dev/null || true) \
-	STOCKADE_BIN=$(CURDIR)/$(BIN) STOCKADE_NATS_SERVER=$(CURDIR)/$(NATS_SERVER) STOCKADE_ROOTFS_CACHE=$(CURDIR)/build/rootfs-cache $(GO) test -p 1 -count=1 -timeout 20m ./...
+	$(TEST_ENV) $(GO) test -p 1 -count=1 -timeout 20m ./...
+
+# make test in two halves, for make check (no build: check builds first):
+# every test but the VM tier's, and the VM tier's (guests under emulation).
+test-host:
+	$(TEST_ENV) $(GO) test -p 1 -count=1 -timeout 20m -skip '$(VM_TESTS)' ./...
+test-vm:
+	STOCKADE_VM_KERNEL=$$(vmtest/run --fetch-kernel) \
+	$(TEST_ENV) $(GO) test -p 1 -count=1 -timeout 20m -run '$(VM_TESTS)' ./vmtier/ ./server/
 
 # The Python client (clients/python) against a real stockade serve, with
 # Debian's pytest. Every exit but 0 fails, pytest's 5 (no test ran) too.
@@ -128,6 +152,8 @@ fuzz:
 
 # cgroup v2 for real: Debian's kernel in qemu, the test binaries inside.
 vmtest: deps-vmtest build
+	@$(MAKE) --no-print-directory vmtest-only
+vmtest-only:
 	@mkdir -p build/vm
 	$(GO) test -c -o build/vm/jail.test ./jail
 	$(GO) test -c -o build/vm/cgroup.test ./cgroup
