@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,12 +27,28 @@ type connLimiter struct {
 	open *capacity.Quota // --max-conns, --max-conns-per-caller
 	log  func(string, ...any)
 
+	// lingering holds a place for each refused connection being drained
+	// (lingerClose); a refusal finding none free closes at once.
+	lingering chan struct{}
+	linger    time.Duration // lingerTime; a test's may differ
+
 	mu     sync.Mutex
 	warned time.Time
 }
 
+// A refused connection is drained for at most lingerTime and lingerBytes,
+// by at most maxLingering goroutines at once (each reading through one of
+// io.Discard's pooled 8 KiB buffers): a flood of refused connections costs the server no more than
+// that, whatever the peers send or hold open.
+const (
+	maxLingering = 64
+	lingerTime   = 2 * time.Second
+	lingerBytes  = 64 << 10
+)
+
 func newConnLimiter(ln net.Listener, max, perCaller int, log func(string, ...any)) *connLimiter {
-	return &connLimiter{Listener: ln, open: capacity.NewQuota(max, perCaller), log: log}
+	return &connLimiter{Listener: ln, open: capacity.NewQuota(max, perCaller), log: log,
+		lingering: make(chan struct{}, maxLingering), linger: lingerTime}
 }
 
 // refusal is what a connection over the caps reads before it is closed.
@@ -71,12 +88,20 @@ func (l *connLimiter) put(uid capacity.Owner) { l.open.Put(uid) }
 
 // refuse tells the caller why before closing: a fresh connection's send
 // buffer is empty, and the deadline keeps the accept loop from ever
-// waiting on it.
+// waiting on it. The close lingers (lingerClose) off the accept loop.
 func (l *connLimiter) refuse(c net.Conn, why string) {
 	body := marshal(&api.Error{Status: 503, Msg: "busy: " + why})
 	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	_, _ = c.Write([]byte(fmt.Sprintf(connRefusal, len(body), body)))
-	c.Close()
+	select {
+	case l.lingering <- struct{}{}:
+		go func() {
+			defer func() { <-l.lingering }()
+			lingerClose(c, l.linger, lingerBytes)
+		}()
+	default:
+		c.Close() // as many lingering as we allow: this one may see a reset
+	}
 	l.mu.Lock()
 	quiet := time.Since(l.warned) < 10*time.Second
 	if !quiet {
@@ -86,6 +111,24 @@ func (l *connLimiter) refuse(c net.Conn, why string) {
 	if !quiet {
 		l.log("refused a connection: %s", why)
 	}
+}
+
+// lingerClose closes a refused connection without resetting its peer: a
+// socket closed with data unread resets the peer (a unix socket's peer
+// reads ECONNRESET after our answer; its write after our close fails with
+// EPIPE, and an HTTP client that had not yet sent its request reports that
+// instead of the 503). So the write side is shut down first (the peer
+// reads the answer and then EOF), and what the peer sends is read and
+// dropped until its EOF, or for at most max and bytes; only then is the
+// connection closed. It returns how many bytes it dropped.
+func lingerClose(c net.Conn, max time.Duration, bytes int64) int64 {
+	defer c.Close()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(max))
+	n, _ := io.Copy(io.Discard, io.LimitReader(c, bytes))
+	return n
 }
 
 // limitedConn gives its place back once, however often it is closed.
