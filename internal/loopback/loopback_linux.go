@@ -1,4 +1,4 @@
-package jailinit
+package loopback
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// loopbackUp brings up the jail's one interface: a new network namespace
+// Up brings up the jail's one interface: a new network namespace
 // has lo, down, and the egress proxy listens on it.
-func loopbackUp() error {
+func Up() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
