@@ -6,8 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Up brings up the jail's one interface: a new network namespace
-// has lo, down, and the egress proxy listens on it.
+// Up sets lo up in the calling thread's network namespace: a new one has
+// lo, down. It is the jail's one interface (its egress proxy listens
+// there) and a vm guest's namespace's.
 func Up() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
