@@ -7,9 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 
+	"github.com/stockade/stockade/internal/mounttest"
 	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/internal/testenv"
 )
@@ -35,19 +35,8 @@ func TestAttackSweepTakesALiveRunsLeftovers(t *testing.T) {
 	}
 	runDir := p.dir.path
 	pin := filepath.Join(runDir, "pin")
-	if err := os.Mkdir(pin, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("stockade-test-pin", pin, "tmpfs", 0, "size=64k"); err != nil {
-		t.Fatal(err)
-	}
-	pinned := true
-	t.Cleanup(func() {
-		if pinned {
-			syscall.Unmount(pin, syscall.MNT_DETACH)
-		}
-		Sweep(nil)
-	})
+	t.Cleanup(func() { Sweep(nil) }) // after the pin's detach: cleanups run last first
+	unpin := mounttest.Pin(t, pin)
 	if err := p.Close(); err == nil {
 		t.Fatalf("Close removed %s with a tmpfs mounted in it", runDir)
 	}
@@ -88,10 +77,9 @@ func TestAttackSweepTakesALiveRunsLeftovers(t *testing.T) {
 	if slots() != 1 {
 		t.Errorf("the slot was freed by a Sweep that could not remove %s", runDir)
 	}
-	if err := syscall.Unmount(pin, 0); err != nil {
+	if err := unpin(); err != nil {
 		t.Fatal(err)
 	}
-	pinned = false
 	if err := Sweep(nil); err != nil {
 		t.Errorf("Sweep once the pin is gone: %v", err)
 	}
