@@ -36,12 +36,16 @@ type connLimiter struct {
 	warned time.Time
 }
 
-// A refused connection is drained for at most lingerTime and lingerBytes,
-// by at most maxLingering goroutines at once (each reading through one of
-// io.Discard's pooled 8 KiB buffers): a flood of refused connections costs the server no more than
-// that, whatever the peers send or hold open.
+// A refused connection is answered once its request has begun to arrive,
+// or after answerWait without one, and then drained until lingerTime from
+// its accept, and for at most lingerBytes; by at most maxLingering
+// goroutines at once (each reading through one of io.Discard's pooled
+// 8 KiB buffers): a flood of refused connections costs the server no more
+// than that, whatever the peers send or hold open. Past maxLingering a
+// refused connection is answered and closed at once.
 const (
 	maxLingering = 64
+	answerWait   = time.Second
 	lingerTime   = 2 * time.Second
 	lingerBytes  = 64 << 10
 )
@@ -86,20 +90,22 @@ func (l *connLimiter) take(uid capacity.Owner) string {
 
 func (l *connLimiter) put(uid capacity.Owner) { l.open.Put(uid) }
 
-// refuse tells the caller why before closing: a fresh connection's send
-// buffer is empty, and the deadline keeps the accept loop from ever
-// waiting on it. The close lingers (lingerClose) off the accept loop.
+// refuse tells the caller why before closing, off the accept loop
+// (lingerClose), or at once when maxLingering refusals are lingering
+// already: a fresh connection's send buffer is empty, and the deadline
+// keeps the accept loop from ever waiting on it.
 func (l *connLimiter) refuse(c net.Conn, why string) {
 	body := marshal(&api.Error{Status: 503, Msg: "busy: " + why})
-	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = c.Write([]byte(fmt.Sprintf(connRefusal, len(body), body)))
+	answer := []byte(fmt.Sprintf(connRefusal, len(body), body))
 	select {
 	case l.lingering <- struct{}{}:
 		go func() {
 			defer func() { <-l.lingering }()
-			lingerClose(c, l.linger, lingerBytes)
+			lingerClose(c, answer, answerWait, l.linger, lingerBytes)
 		}()
 	default:
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write(answer)
 		c.Close() // as many lingering as we allow: this one may see a reset
 	}
 	l.mu.Lock()
@@ -113,22 +119,34 @@ func (l *connLimiter) refuse(c net.Conn, why string) {
 	}
 }
 
-// lingerClose closes a refused connection without resetting its peer: a
-// socket closed with data unread resets the peer (a unix socket's peer
-// reads ECONNRESET after our answer; its write after our close fails with
-// EPIPE, and an HTTP client that had not yet sent its request reports that
-// instead of the 503). So the write side is shut down first (the peer
-// reads the answer and then EOF), and what the peer sends is read and
-// dropped until its EOF, or for at most max and bytes; only then is the
-// connection closed. It returns how many bytes it dropped.
-func lingerClose(c net.Conn, max time.Duration, bytes int64) int64 {
+// lingerClose answers a refused connection and closes it without
+// resetting its peer. The answer waits for the request's first bytes (or
+// its EOF, or wait): an HTTP client that reads an answer before it has
+// sent its request takes it for a stray and fails the request (Go's:
+// "Unsolicited response received on idle HTTP channel"). Then the write
+// side is shut down, so that the peer reads the answer and EOF, and what
+// the peer sends is read and dropped until its EOF, for at most max from
+// the start and bytes in all, before the close: a socket closed with data
+// unread resets the peer (a unix socket's peer reads ECONNRESET after the
+// answer; its write after the close fails with EPIPE, and an HTTP client
+// that had not sent its whole request reports that instead of the 503).
+// It returns how many bytes it dropped.
+func lingerClose(c net.Conn, answer []byte, wait, max time.Duration, bytes int64) int64 {
 	defer c.Close()
+	end := time.Now().Add(max)
+	var first [64]byte
+	_ = c.SetReadDeadline(time.Now().Add(min(wait, max)))
+	n, _ := c.Read(first[:])
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := c.Write(answer); err != nil {
+		return int64(n)
+	}
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
-	_ = c.SetReadDeadline(time.Now().Add(max))
-	n, _ := io.Copy(io.Discard, io.LimitReader(c, bytes))
-	return n
+	_ = c.SetReadDeadline(end)
+	m, _ := io.Copy(io.Discard, io.LimitReader(c, bytes-int64(n)))
+	return int64(n) + m
 }
 
 // limitedConn gives its place back once, however often it is closed.
