@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/stockade/stockade/cgroup"
 	"github.com/stockade/stockade/internal/runlock"
-	"golang.org/x/sys/unix"
 )
 
 // What a run records in its runlock slot, before creating it.
@@ -52,6 +52,9 @@ func acquireOwnership(notices io.Writer) (*ownership, error) {
 		if notices != nil {
 			fmt.Fprintf(notices, "stockade: %v\n", err)
 		}
+	}
+	if err := retryHeld(notices); err != nil {
+		say(err)
 	}
 	clean := func(s runlock.Stale) error { return removeLeftovers(s, notices) }
 	hostRoot := runlock.HostRoot()
@@ -99,33 +102,44 @@ func (o *ownership) hostIDNum() int {
 	return o.id.N()
 }
 
-// release frees the slot, or leaves its record for the next sweep if
-// something of the run could not be removed.
+// release frees the slot, or, if something of the run could not be
+// removed, keeps it held with its record (hold) until a later try removes
+// everything (retryHeld) or this process dies.
 func (o *ownership) release(notices io.Writer) {
 	// The jail is dead by now (init is reaped; its pid namespace went with
 	// it), so nothing runs as the uid any more.
 	if o.id != nil {
 		o.id.Release()
+		o.id = nil
 	}
 	if o.leftovers {
 		// A run that failed part-way (a cgroup half made) or whose Close
 		// could not remove something: what its record names is dead and
 		// ours, and one more try now leaves nothing for later when it
 		// works.
-		if ents, err := o.lock.Entries(); err == nil {
-			_, _, err = removeRecorded(ents)
-			o.leftovers = err != nil
-		}
+		o.retry()
 	}
 	if o.leftovers {
-		o.lock.Abandon()
-		if o.fallback != nil {
-			// Its lock goes with the descriptor: the next run of this
-			// user sweeps it (sweepFallbacks).
-			unix.Close(o.fallback.fd)
-		}
+		o.hold()
 		return
 	}
+	o.free(notices)
+}
+
+// retry removes what the slot records once more; leftovers says whether
+// something is still there.
+func (o *ownership) retry() error {
+	ents, err := o.lock.Entries()
+	if err == nil {
+		_, _, err = removeRecorded(ents)
+	}
+	o.leftovers = err != nil
+	return err
+}
+
+// free releases the slot, which must record nothing left, and the run's
+// private fallback base.
+func (o *ownership) free(notices io.Writer) {
 	if err := o.lock.Release(); err != nil && notices != nil {
 		fmt.Fprintf(notices, "stockade: %v\n", err)
 	}
@@ -134,6 +148,47 @@ func (o *ownership) release(notices io.Writer) {
 			fmt.Fprintf(notices, "stockade: remove %s: %v\n", o.fallback.path, err)
 		}
 	}
+}
+
+// heldRuns are this process's runs whose Close left something behind: their
+// slots stay locked until retryHeld removes what they record. A free slot
+// tells every other stockade's sweep that its owner is dead and what it
+// records is for the taking; a slot freed with a mount still in its run
+// directory sent another stockade's sweep after a directory this one was
+// about to remove again (CI saw "unlink pin: device or resource busy"
+// when two jobs shared a host). It is per process, as the locks are: they
+// go with it when it dies, and only then is what they record a dead run's.
+var heldRuns struct {
+	sync.Mutex
+	runs []*ownership
+}
+
+// hold keeps o's slot, record and all, for retryHeld.
+func (o *ownership) hold() {
+	heldRuns.Lock()
+	defer heldRuns.Unlock()
+	heldRuns.runs = append(heldRuns.runs, o)
+}
+
+// retryHeld removes again what this process's held slots record, freeing
+// each slot that then records nothing left. It returns what is still
+// there.
+func retryHeld(notices io.Writer) error {
+	heldRuns.Lock()
+	defer heldRuns.Unlock()
+	var errs []error
+	kept := heldRuns.runs[:0]
+	for _, o := range heldRuns.runs {
+		if err := o.retry(); err != nil {
+			errs = append(errs, fmt.Errorf("leftovers of a run of this stockade (run lock %s): %w", o.lock.Path(), err))
+			kept = append(kept, o)
+			continue
+		}
+		o.free(notices)
+	}
+	clear(heldRuns.runs[len(kept):])
+	heldRuns.runs = kept
+	return errors.Join(errs...)
 }
 
 // hostIDFor is the host uid and gid of the jail user for the run holding
@@ -156,13 +211,15 @@ func hostIDFor(n int) int {
 
 // Sweep removes what dead runs left behind, as every run's start does:
 // the cgroups and run directories recorded in the run lock slots of
-// stockades that are gone, and those a run of this process gave up on
-// when its Close could not remove them (Close's error said so). A
-// long-lived caller (stockade serve) calls it before it exits, when a
-// Close failed, rather than leave them to the next stockade's start. The
-// error lists what is still there of this process's runs; what another's
-// sweep could not remove is a notice, as at a run's start.
+// stockades that are gone, and those a run of this process left when its
+// Close could not remove them (Close's error said so; their slots stay
+// held until then, see heldRuns). A long-lived caller (stockade serve) calls
+// it before it exits, when a Close failed, rather than leave them to the
+// next stockade's start. The error lists what is still there of this
+// process's runs; what another's sweep could not remove is a notice, as
+// at a run's start.
 func Sweep(notices io.Writer) error {
+	heldErr := retryHeld(notices)
 	mine := fmt.Sprintf("-%d-", os.Getpid())
 	var own []error
 	clean := func(s runlock.Stale) error {
@@ -183,9 +240,9 @@ func Sweep(notices io.Writer) error {
 		}
 	}
 	if err := runlock.Sweep(runlock.DefaultDir(), clean, notice); err != nil {
-		return err
+		return errors.Join(heldErr, err)
 	}
-	return errors.Join(own...)
+	return errors.Join(append([]error{heldErr}, own...)...)
 }
 
 // ranHere reports whether a slot's record names a run directory made by

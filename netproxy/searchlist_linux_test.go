@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/loopback"
 	"github.com/stockade/stockade/internal/testenv"
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
@@ -79,7 +80,7 @@ func searchListInNamespaces(t *testing.T, parent string) {
 			t.Fatalf("%s is the parent's (%s): refusing to bind over the host's /etc/resolv.conf", own, parent)
 		}
 	}
-	if err := loUp(); err != nil {
+	if err := loopback.Up(); err != nil {
 		t.Fatal(err)
 	}
 	dns := startZone(t)
@@ -174,24 +175,6 @@ func searchListInNamespaces(t *testing.T, parent string) {
 			t.Errorf("allowed through an unchecked address: %+v", d)
 		}
 	}
-}
-
-// loUp brings up this network namespace's loopback.
-func loUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
 // zone is the test's name server on 127.0.0.1:53: it knows real.wild.test.

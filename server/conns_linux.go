@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,12 +27,32 @@ type connLimiter struct {
 	open *capacity.Quota // --max-conns, --max-conns-per-caller
 	log  func(string, ...any)
 
+	// lingering holds a place for each refused connection being drained
+	// (lingerClose); a refusal finding none free closes at once.
+	lingering chan struct{}
+	linger    time.Duration // lingerTime; a test's may differ
+
 	mu     sync.Mutex
 	warned time.Time
 }
 
+// A refused connection is answered once its request has begun to arrive,
+// or after answerWait without one, and then drained until lingerTime from
+// its accept, and for at most lingerBytes; by at most maxLingering
+// goroutines at once (each reading through one of io.Discard's pooled
+// 8 KiB buffers): a flood of refused connections costs the server no more
+// than that, whatever the peers send or hold open. Past maxLingering a
+// refused connection is answered and closed at once.
+const (
+	maxLingering = 64
+	answerWait   = time.Second
+	lingerTime   = 2 * time.Second
+	lingerBytes  = 64 << 10
+)
+
 func newConnLimiter(ln net.Listener, max, perCaller int, log func(string, ...any)) *connLimiter {
-	return &connLimiter{Listener: ln, open: capacity.NewQuota(max, perCaller), log: log}
+	return &connLimiter{Listener: ln, open: capacity.NewQuota(max, perCaller), log: log,
+		lingering: make(chan struct{}, maxLingering), linger: lingerTime}
 }
 
 // refusal is what a connection over the caps reads before it is closed.
@@ -69,14 +90,24 @@ func (l *connLimiter) take(uid capacity.Owner) string {
 
 func (l *connLimiter) put(uid capacity.Owner) { l.open.Put(uid) }
 
-// refuse tells the caller why before closing: a fresh connection's send
-// buffer is empty, and the deadline keeps the accept loop from ever
-// waiting on it.
+// refuse tells the caller why before closing, off the accept loop
+// (lingerClose), or at once when maxLingering refusals are lingering
+// already: a fresh connection's send buffer is empty, and the deadline
+// keeps the accept loop from ever waiting on it.
 func (l *connLimiter) refuse(c net.Conn, why string) {
 	body := marshal(&api.Error{Status: 503, Msg: "busy: " + why})
-	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = c.Write([]byte(fmt.Sprintf(connRefusal, len(body), body)))
-	c.Close()
+	answer := []byte(fmt.Sprintf(connRefusal, len(body), body))
+	select {
+	case l.lingering <- struct{}{}:
+		go func() {
+			defer func() { <-l.lingering }()
+			lingerClose(c, answer, answerWait, l.linger, lingerBytes)
+		}()
+	default:
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write(answer)
+		c.Close() // as many lingering as we allow: this one may see a reset
+	}
 	l.mu.Lock()
 	quiet := time.Since(l.warned) < 10*time.Second
 	if !quiet {
@@ -86,6 +117,36 @@ func (l *connLimiter) refuse(c net.Conn, why string) {
 	if !quiet {
 		l.log("refused a connection: %s", why)
 	}
+}
+
+// lingerClose answers a refused connection and closes it without
+// resetting its peer. The answer waits for the request's first bytes (or
+// its EOF, or wait): an HTTP client that reads an answer before it has
+// sent its request takes it for a stray and fails the request (Go's:
+// "Unsolicited response received on idle HTTP channel"). Then the write
+// side is shut down, so that the peer reads the answer and EOF, and what
+// the peer sends is read and dropped until its EOF, for at most max from
+// the start and bytes in all, before the close: a socket closed with data
+// unread resets the peer (a unix socket's peer reads ECONNRESET after the
+// answer; its write after the close fails with EPIPE, and an HTTP client
+// that had not sent its whole request reports that instead of the 503).
+// It returns how many bytes it dropped.
+func lingerClose(c net.Conn, answer []byte, wait, max time.Duration, bytes int64) int64 {
+	defer c.Close()
+	end := time.Now().Add(max)
+	var first [64]byte
+	_ = c.SetReadDeadline(time.Now().Add(min(wait, max)))
+	n, _ := c.Read(first[:])
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := c.Write(answer); err != nil {
+		return int64(n)
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(end)
+	m, _ := io.Copy(io.Discard, io.LimitReader(c, bytes-int64(n)))
+	return int64(n) + m
 }
 
 // limitedConn gives its place back once, however often it is closed.

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -85,20 +84,29 @@ func TestAttackIdleKeepAliveConnectionsPinned(t *testing.T) {
 			c.Close()
 			time.Sleep(50 * time.Millisecond)
 		}
-		// Pinned: the uid's next connection is refused.
-		code, reset := 0, false
-		if resp, err := s.hc.Get("http://stockade/v1/health"); err == nil {
-			code = resp.StatusCode
-			resp.Body.Close()
-		} else {
-			// The server writes its 503 and closes; a unix socket closed
-			// with the request unread resets its peer, whose read can
-			// then fail before the 503 is read: refused all the same.
-			reset = errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		// Pinned: the uid's next connection is refused, and says why
+		// (the request it sent at once is read and dropped, not left to
+		// reset the connection before the answer is read).
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
 		}
-		s.hc.CloseIdleConnections()
+		c.SetDeadline(time.Now().Add(30 * time.Second)) // ends only a test that would hang
+		if _, err := io.WriteString(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatalf("a fifth connection: write its request: %v", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("a fifth connection: %v, want an answer", err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		c.Close()
+		code := resp.StatusCode
 		switch {
-		case code == 503 || reset:
+		case code == 503:
+			if err != nil || !strings.Contains(string(body), "this uid has too many connections open (--max-conns-per-caller)") {
+				t.Fatalf("a fifth connection got 503 %q (%v), want it to say why", body, err)
+			}
 			pinned = true
 		case time.Since(start) < idle:
 			t.Fatalf("a fifth connection got %d, want 503 past --max-conns-per-caller 4 (within --idle-timeout of the first)", code)

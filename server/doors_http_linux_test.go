@@ -263,8 +263,8 @@ func TestAttackConnectionsPastMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	// The refusal is written as the connection is accepted, before any
-	// request; the deadline only ends a test that would hang.
+	// The refusal comes without a request too (after answerWait); the
+	// deadline only ends a test that would hang.
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {

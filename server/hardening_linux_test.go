@@ -104,8 +104,9 @@ func TestAttackArgvFloodsAuditLog(t *testing.T) {
 
 // One uid opens connections and sends nothing: each costs the server a
 // goroutine and buffers, and no request cap sees them. Past
-// --max-conns-per-caller a connection is answered 503 and closed at once,
-// and the server still serves once they go.
+// --max-conns-per-caller a connection is answered 503 (after answerWait,
+// as it sends no request) and closed, and the server still serves once
+// they go.
 func TestAttackIdleConnectionFlood(t *testing.T) {
 	s := startServer(t, "--pool", "0", "--max-conns-per-caller", "8")
 	// The readiness check's keep-alive connection would count too.
@@ -117,23 +118,34 @@ func TestAttackIdleConnectionFlood(t *testing.T) {
 			c.Close()
 		}
 	}()
-	refused := 0
 	for range 40 {
 		c, err := net.Dial("unix", s.sock)
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, c)
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err == nil {
-			if resp.StatusCode == 503 {
-				refused++
+	}
+	// Read together: a refused one is answered after answerWait (1 s); an
+	// accepted one is not answered before the server's 10 s header
+	// timeout, which the deadline stays below.
+	answered := make(chan bool, len(held))
+	for _, c := range held {
+		go func() {
+			c.SetReadDeadline(time.Now().Add(6 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil {
+				resp.Body.Close()
 			}
-			resp.Body.Close()
+			answered <- err == nil && resp.StatusCode == 503
+		}()
+	}
+	refused := 0
+	for range held {
+		if <-answered {
+			refused++
 		}
 	}
-	t.Logf("%d of 40 idle connections refused at once (--max-conns-per-caller 8)", refused)
+	t.Logf("%d of 40 idle connections refused (--max-conns-per-caller 8)", refused)
 	if refused != 32 {
 		t.Errorf("%d of 40 idle connections from one uid refused; want 32 past --max-conns-per-caller 8", refused)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/mounttest"
 	"github.com/stockade/stockade/internal/proctest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail"
@@ -719,18 +720,7 @@ func TestServeShutdownRetriesWhatACloseLeft(t *testing.T) {
 		t.Fatalf("the waiting jail's run directory not found: %v", dirs)
 	}
 	pin := filepath.Join(jail.RunBase(), strings.TrimPrefix(dirs[0], "run dir "), "pin")
-	if err := os.Mkdir(pin, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("stockade-test-pin", pin, "tmpfs", 0, "size=64k"); err != nil {
-		t.Fatal(err)
-	}
-	pinned := true
-	t.Cleanup(func() {
-		if pinned {
-			syscall.Unmount(pin, syscall.MNT_DETACH)
-		}
-	})
+	unpin := mounttest.Pin(t, pin)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, "the failed close logged", func() bool { return strings.Contains(s.logString(), "left something behind") })
 	time.Sleep(300 * time.Millisecond)
@@ -739,10 +729,9 @@ func TestServeShutdownRetriesWhatACloseLeft(t *testing.T) {
 		t.Fatalf("the server exited with its jail's run directory still there:\n%s", s.logString())
 	default:
 	}
-	if err := syscall.Unmount(pin, 0); err != nil {
+	if err := unpin(); err != nil {
 		t.Fatal(err)
 	}
-	pinned = false
 	s.stop()
 	if log := s.logString(); !strings.Contains(log, "removing what jails' closes left behind, for up to") || !strings.Contains(log, "stopped: every jail, cgroup and run directory removed") {
 		t.Errorf("the retry is not in the log:\n%s", log)

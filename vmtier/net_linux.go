@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/stockade/stockade/internal/loopback"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/netproxy"
 	"golang.org/x/sys/unix"
@@ -259,7 +260,7 @@ func guestNet(spec *jail.Spec, fault string) (stop func(), raw []string, err err
 	if !spec.Network.Enabled() {
 		return func() {}, nil, nil
 	}
-	if err := loopbackUp(); err != nil {
+	if err := loopback.Up(); err != nil {
 		return nil, nil, fmt.Errorf("guest network: loopback: %w", err)
 	}
 	c, err := os.OpenFile(guestNetChannel, os.O_RDWR|unix.O_NOCTTY, 0)
@@ -383,24 +384,6 @@ func rawOne(sess *yamux.Session, req string) string {
 		return "read: " + err.Error()
 	}
 	return strings.TrimSpace(l)
-}
-
-// loopbackUp sets lo up: the guest's network namespace starts with it down.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
 // netFault runs the "netraw" fault's requests instead of the payload.

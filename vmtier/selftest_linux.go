@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/stockade/stockade/internal/loopback"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
 	"github.com/stockade/stockade/selftest"
@@ -174,7 +175,7 @@ func bound(s string, n int) string {
 // guest's loopback up for the suite's listeners.
 func guestSelftest(p *Plan) Reply {
 	sp := p.Selftest
-	if err := loopbackUp(); err != nil {
+	if err := loopback.Up(); err != nil {
 		return Reply{Error: "guest: selftest: " + err.Error()}
 	}
 	prof := sp.Profile

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/stockade/stockade/internal/fds"
+	"github.com/stockade/stockade/internal/loopback"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,7 +121,7 @@ func containSteps(c *Config, argv0 *string, pid *int) []step {
 		{"build root", func() error { return buildRoot(c.NewRoot, c.Steps) }},
 		{"pivot_root", func() error { return pivotInto(c.NewRoot) }},
 		{"set hostname", func() error { return unix.Sethostname([]byte(c.Hostname)) }},
-		{"bring up loopback", loopbackUp},
+		{"bring up loopback", loopback.Up},
 		{"open the proxy's listener", func() error { return openProxyListener(c) }},
 		{"chdir /work", func() error { return unix.Chdir("/work") }},
 		{"set rlimits", func() error { return setRlimits(c) }},

@@ -1,4 +1,4 @@
-package jailinit
+package loopback
 
 import (
 	"fmt"
@@ -6,9 +6,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// loopbackUp brings up the jail's one interface: a new network namespace
-// has lo, down, and the egress proxy listens on it.
-func loopbackUp() error {
+// Up sets lo up in the calling thread's network namespace: a new one has
+// lo, down. It is the jail's one interface (its egress proxy listens
+// there) and a vm guest's namespace's.
+func Up() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
