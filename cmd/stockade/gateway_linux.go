@@ -36,9 +36,15 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
+			// The signals are ours from the start: a SIGHUP (systemctl
+			// reload) while the cluster is dialled would otherwise end the
+			// process (Go's default); it is a reload once the gateway serves.
 			signal.Ignore(syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), PerTenant: c.Int("per-tenant"), Version: version}
 			var err error
 			if cfg.PerTenant < 1 {
@@ -82,9 +88,10 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return fail(err)
 			}
-			// SIGHUP: the tenants file is read again, and the audit log
+			// SIGHUP: the tenants file, the certificate, its key and the
+			// client CAs are read again, all or none, and the audit log
 			// reopened, as logrotate's postrotate expects.
-			g.ReloadOnSIGHUP(ctx, func(err error) {
+			go g.ReloadOn(ctx, hup, func(err error) {
 				if auditFile != nil {
 					if rerr := auditFile.Reopen(); rerr != nil {
 						fmt.Fprintf(stderr, "stockade gateway: --audit-log: %v (still writing to the old file)\n", rerr)
@@ -94,7 +101,7 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 					fmt.Fprintf(stderr, "stockade gateway: %v\n", err)
 					return
 				}
-				fmt.Fprintf(stderr, "stockade gateway: tenants reloaded from %s\n", cfg.TenantsFile)
+				fmt.Fprintf(stderr, "stockade gateway: tenants reloaded from %s, certificate from %s\n", cfg.TenantsFile, cfg.CertFile)
 			})
 			ln, err := net.Listen("tcp", c.String("listen"))
 			if err != nil {
