@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -104,6 +105,9 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 				fmt.Fprintf(stderr, "stockade gateway: tenants reloaded from %s, certificate from %s\n", cfg.TenantsFile, cfg.CertFile)
 			})
 			ln, err := net.Listen("tcp", c.String("listen"))
+			if errors.Is(err, syscall.EACCES) {
+				return fail(fmt.Errorf("gateway: %w (a port below 1024 needs root or CAP_NET_BIND_SERVICE: AmbientCapabilities=CAP_NET_BIND_SERVICE in its unit; or --listen on a port of 1024 or more)", err))
+			}
 			if err != nil {
 				return fail(fmt.Errorf("gateway: %w", err))
 			}

@@ -138,3 +138,35 @@ func TestDoctorChecksTheCgroupTheUserWillRunIn(t *testing.T) {
 		}
 	}
 }
+
+// `stockade serve` as a normal user without a delegated cgroup stops at
+// once with the way to get one; it used to listen and answer every run
+// with verdict error, naming --no-cgroup, a flag serve does not have. No
+// socket is left behind. With the delegation it starts.
+func TestRootlessServeWithoutCgroupRefusesAtStart(t *testing.T) {
+	bin := clitest.BuiltBinary(t)
+	name, uid, gid := clitest.ThrowawayUser(t)
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil { // the user reaches its own dir
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	code, _, errs := asUser(t, bin, uid, gid, "serve", "--socket", sock, "--pool", "0")
+	if code != 125 || !strings.Contains(errs, "serve: the jails' cgroup:") ||
+		!strings.Contains(errs, "--cgroup-parent PATH or $STOCKADE_CGROUP_PARENT") || strings.Contains(errs, "--no-cgroup") {
+		t.Fatalf("serve without a cgroup: exit %d, stderr %q", code, errs)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Fatalf("the refused serve left its socket: %v", err)
+	}
+	// With the delegation, the check passes: serve gets as far as its
+	// flags (a --pool that is refused after the cgroup check).
+	parent := v1Delegation(t, name, uid, gid)
+	code, _, errs = asUser(t, bin, uid, gid, "serve", "--socket", sock, "--cgroup-parent", parent, "--drain-sessions", "5s")
+	if code != 125 || strings.Contains(errs, "cgroup") || !strings.Contains(errs, "--drain-sessions is for a node") {
+		t.Fatalf("serve with a delegated cgroup: exit %d, stderr %q", code, errs)
+	}
+}
