@@ -36,6 +36,9 @@ type Config struct {
 	PerTenant int
 	// Audit gets one JSON line per request, naming the tenant.
 	Audit io.Writer
+	// Logf is the gateway's own log (stderr): an audit log that stops
+	// taking lines, and takes them again, is said there. Nil: nowhere.
+	Logf func(format string, a ...any)
 	// Version is stockade's, in MCP's server information.
 	Version string
 }
@@ -63,6 +66,7 @@ type Gateway struct {
 	tlsNow  atomic.Pointer[tls.Config] // the certificate, key and client CAs last loaded
 	tenants atomic.Pointer[Tenants]
 	audit   *slog.Logger
+	auditW  *auditWriter // what audit writes to: its lost lines
 	counts  counters
 	mcp     http.Handler // POST /v1/mcp
 	pending pendingSessions
@@ -102,7 +106,11 @@ func New(cfg Config, backend Backend) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, backend: backend, audit: slog.New(slog.NewJSONHandler(cfg.Audit, nil))}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	g := &Gateway{cfg: cfg, backend: backend, auditW: &auditWriter{w: cfg.Audit, logf: cfg.Logf}}
+	g.audit = slog.New(slog.NewJSONHandler(g.auditW, nil))
 	g.tenants.Store(ts)
 	g.tlsNow.Store(tc)
 	// The listener's config hands each handshake the certificate and

@@ -46,7 +46,8 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), PerTenant: c.Int("per-tenant"), Version: version}
+			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), PerTenant: c.Int("per-tenant"), Version: version,
+				Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "stockade gateway: "+format+"\n", a...) }}
 			var err error
 			if cfg.PerTenant < 1 {
 				return fail(fmt.Errorf("--per-tenant %d: at least 1", cfg.PerTenant))
