@@ -144,10 +144,19 @@ func TestDoctorChecksTheCgroupTheUserWillRunIn(t *testing.T) {
 // with verdict error, naming --no-cgroup, a flag serve does not have. No
 // socket is left behind. With the delegation it starts.
 func TestRootlessServeWithoutCgroupRefusesAtStart(t *testing.T) {
-	bin := clitest.BuiltBinary(t)
 	name, uid, gid := clitest.ThrowawayUser(t)
 	dir := t.TempDir()
 	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil { // the user reaches its own dir
+		t.Fatal(err)
+	}
+	// The binary where the user can run it (STOCKADE_BIN may be below a
+	// directory of root's alone, as in scripts/mutate's copy).
+	b, err := os.ReadFile(clitest.BuiltBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(dir), "stockade")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(dir, uid, gid); err != nil {
