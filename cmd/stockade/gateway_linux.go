@@ -24,7 +24,7 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 		Usage: "serve the /v1 API over HTTPS to tenants, in front of a cluster of stockade serve --cluster nodes",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: ":8443", Usage: "TCP address to serve HTTPS on (TLS only: there is no plain listener)"},
-			&cli.StringFlag{Name: "cert", Usage: "the gateway's TLS certificate (PEM, with its chain); required"},
+			&cli.StringFlag{Name: "cert", Usage: "the gateway's TLS certificate (PEM, with its chain); reread with --key and --client-ca on SIGHUP, all or none with the tenants file; required"},
 			&cli.StringFlag{Name: "key", Usage: "the certificate's private key (PEM); required"},
 			&cli.StringFlag{Name: "client-ca", Usage: "CA certificates (PEM) that client certificates are verified against: mutual TLS, the tenant named by the certificate's SANs (its CN only when it has none and no CA in its chain is name-constrained)"},
 			&cli.StringFlag{Name: "tenants", Usage: "the tenants file (TOML, mode 0600): tokens, certificate names and each tenant's policy; reread on SIGHUP; required"},
