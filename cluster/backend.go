@@ -211,7 +211,7 @@ func (g *Backend) submit(w http.ResponseWriter, r *http.Request, tenant, key str
 			unavailable(w, "the cluster's queue refused the run (full: queue_max): "+apiErr.Description)
 			return
 		}
-		unavailable(w, "the cluster's queue cannot be reached: "+err.Error())
+		unavailable(w, "the cluster's queue did not take the run within "+publishFor.String()+" ("+err.Error()+"): its NATS servers are down, electing a leader or cannot store (their logs say which); the same Idempotency-Key runs it once")
 		return
 	}
 	enqueued := time.Now()

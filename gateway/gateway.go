@@ -36,6 +36,9 @@ type Config struct {
 	PerTenant int
 	// Audit gets one JSON line per request, naming the tenant.
 	Audit io.Writer
+	// Logf is the gateway's own log (stderr): an audit log that stops
+	// taking lines, and takes them again, is said there. Nil: nowhere.
+	Logf func(format string, a ...any)
 	// Version is stockade's, in MCP's server information.
 	Version string
 }
@@ -59,9 +62,11 @@ const maxHeaderBytes = 64 << 10
 type Gateway struct {
 	cfg     Config
 	backend Backend
-	tls     *tls.Config
+	tls     *tls.Config                // Serve's: each handshake takes tlsNow
+	tlsNow  atomic.Pointer[tls.Config] // the certificate, key and client CAs last loaded
 	tenants atomic.Pointer[Tenants]
 	audit   *slog.Logger
+	auditW  *auditWriter // what audit writes to: its lost lines
 	counts  counters
 	mcp     http.Handler // POST /v1/mcp
 	pending pendingSessions
@@ -92,7 +97,7 @@ func New(cfg Config, backend Backend) (*Gateway, error) {
 	}
 	tc, err := tlsConfig(cfg.CertFile, cfg.KeyFile, cfg.ClientCAFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if cfg.TenantsFile == "" {
 		return nil, errors.New("gateway: --tenants is required (who may call, and what each tenant may do)")
@@ -101,23 +106,40 @@ func New(cfg Config, backend Backend) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, backend: backend, tls: tc, audit: slog.New(slog.NewJSONHandler(cfg.Audit, nil))}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	g := &Gateway{cfg: cfg, backend: backend, auditW: &auditWriter{w: cfg.Audit, logf: cfg.Logf}}
+	g.audit = slog.New(slog.NewJSONHandler(g.auditW, nil))
 	g.tenants.Store(ts)
+	g.tlsNow.Store(tc)
+	// The listener's config hands each handshake the certificate and
+	// client CAs of now: a reload takes for the next connection, with no
+	// restart and no connection dropped.
+	g.tls = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: tc.NextProtos,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return g.tlsNow.Load(), nil }}
 	g.mcp = g.mcpHandler()
 	return g, nil
 }
 
-// Reload reads the tenants file again (on SIGHUP). A file that fails its
-// checks leaves the tenants as they were, and says why.
+// Reload reads the tenants file, the certificate, its key and the client
+// CAs again (on SIGHUP), all or none: a file that fails its checks leaves
+// every one of them as it was, and says why. A renewed certificate takes
+// for the connections to come; those open keep theirs.
 func (g *Gateway) Reload() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ts, err := LoadTenants(g.cfg.TenantsFile)
+	var tc *tls.Config
+	if err == nil {
+		tc, err = tlsConfig(g.cfg.CertFile, g.cfg.KeyFile, g.cfg.ClientCAFile)
+	}
 	if err != nil {
 		g.counts.reloadFailed.Add(1)
-		return fmt.Errorf("gateway: reload: %w (the tenants loaded before stay)", err)
+		return fmt.Errorf("gateway: reload: %w (the tenants and certificates loaded before stay)", err)
 	}
 	g.tenants.Store(ts)
+	g.tlsNow.Store(tc)
 	g.counts.reloads.Add(1)
 	return nil
 }
@@ -331,21 +353,29 @@ func routeOf(p string) string {
 	return p
 }
 
-// ReloadOnSIGHUP reloads the tenants file on each SIGHUP until ctx ends,
-// telling report how each went. The handler is installed before it
-// returns: a SIGHUP after it is a reload, never the process's end.
+// ReloadOnSIGHUP reloads on each SIGHUP until ctx ends, telling report
+// how each went. The handler is installed before it returns: a SIGHUP
+// after it is a reload, never the process's end.
 func (g *Gateway) ReloadOnSIGHUP(ctx context.Context, report func(error)) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
 		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				report(g.Reload())
-			}
-		}
+		g.ReloadOn(ctx, hup, report)
 	}()
+}
+
+// ReloadOn reloads on each signal from hup until ctx ends (a caller that
+// took SIGHUP before the gateway existed hands its channel here: a
+// SIGHUP that came while the cluster was dialled is a reload once the
+// gateway serves).
+func (g *Gateway) ReloadOn(ctx context.Context, hup <-chan os.Signal, report func(error)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			report(g.Reload())
+		}
+	}
 }

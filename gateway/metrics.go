@@ -52,6 +52,7 @@ func (g *Gateway) metrics(w http.ResponseWriter, r *http.Request, t *Tenant) {
 		{"stockade_gateway_policy_refused_total", "requests a tenant's policy refused", c.policyRefused.Load()},
 		{"stockade_gateway_tenant_reloads_total", "tenants file reloads that took", c.reloads.Load()},
 		{"stockade_gateway_tenant_reload_failures_total", "tenants file reloads refused", c.reloadFailed.Load()},
+		{"stockade_gateway_audit_lost_lines_total", "audit lines that could not be written (a full disk)", g.auditW.lost.Load()},
 	} {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", m.name, m.help, m.name, m.name, m.v)
 	}

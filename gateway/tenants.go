@@ -126,6 +126,11 @@ func LoadTenants(path string) (*Tenants, error) {
 // readPrivate reads path if only this user can open it.
 func readPrivate(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.EACCES) {
+		// Most often a file an admin made as root for a gateway that
+		// runs as its own user: name that user and the fix.
+		return nil, fmt.Errorf("tenants file %s: %w (the gateway runs as uid %d: the file must be that user's own, mode 0600: chown it to that user, chmod 600)", path, err, os.Geteuid())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tenants file %s: %w", path, err)
 	}

@@ -16,11 +16,11 @@ import (
 // that does not verify ends the handshake.
 func tlsConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
-		return nil, errors.New("gateway: --cert and --key are required (the gateway serves HTTPS only, never plain TCP)")
+		return nil, errors.New("--cert and --key are required (the gateway serves HTTPS only, never plain TCP)")
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: certificate %s and key %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("certificate %s and key %s: %w", certFile, keyFile, err)
 	}
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{cert},
@@ -30,11 +30,11 @@ func tlsConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	if clientCAFile != "" {
 		pem, err := os.ReadFile(clientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("gateway: client CA: %w", err)
+			return nil, fmt.Errorf("client CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("gateway: client CA %s: no PEM certificate in it", clientCAFile)
+			return nil, fmt.Errorf("client CA %s: no PEM certificate in it", clientCAFile)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven

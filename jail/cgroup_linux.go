@@ -154,19 +154,31 @@ func (c *runCgroup) resetPeak() error {
 
 // cgroupFix is the way out when no usable cgroup is found: a normal user
 // cannot write to cgroups it was not given, and needs one delegated.
-func cgroupFix(err error) string {
+func cgroupFix(err error) string { return CgroupFix(err, true) }
+
+// CgroupFix is the way out of err, a cgroup that is not usable, for a
+// command that has --no-cgroup (optOut: run and its kin) or not (serve: a
+// server runs no jail without its limits).
+func CgroupFix(err error, optOut bool) string {
+	or := ""
+	if optOut {
+		or = "; or use --no-cgroup to run with rlimits only"
+	}
 	if strings.Contains(err.Error(), "is a read-only mount") {
 		// The shape of a container runtime's default: cgroupfs mounted ro.
-		return "the container's cgroupfs is read-only: give it a writable one (runc/crun: drop \"ro\" from the /sys/fs/cgroup mount in config.json; docker/podman: --privileged, or a private cgroup namespace with a read-write /sys/fs/cgroup), or use --no-cgroup to run with rlimits only"
+		return "the container's cgroupfs is read-only: give it a writable one (runc/crun: drop \"ro\" from the /sys/fs/cgroup mount in config.json; docker/podman: --privileged, or a private cgroup namespace with a read-write /sys/fs/cgroup)" + or
 	}
 	denied := strings.Contains(err.Error(), "not writable") || strings.Contains(err.Error(), "permission denied")
 	if os.Getuid() != 0 && os.Getenv("INVOCATION_ID") != "" && denied {
 		// systemd sets INVOCATION_ID for the processes of a unit: the
 		// fix is a line in that unit.
-		return "this systemd unit has no delegated cgroup for stockade's user: add Delegate=memory pids cpu to its [Service] section (systemd-run: -p Delegate=yes); or use --no-cgroup to run with rlimits only"
+		return "this systemd unit has no delegated cgroup for stockade's user: add Delegate=memory pids cpu to its [Service] section (systemd-run: -p Delegate=yes)" + or
 	}
 	if os.Getuid() != 0 {
-		return "a normal user needs a delegated cgroup: `stockade doctor` prints how to get one; or use --no-cgroup to run with rlimits only"
+		return "a normal user needs a delegated cgroup: `stockade doctor` prints how to get one, then give it with --cgroup-parent PATH or $STOCKADE_CGROUP_PARENT" + or
 	}
-	return "use --no-cgroup to run with rlimits only"
+	if optOut {
+		return "use --no-cgroup to run with rlimits only"
+	}
+	return "give --cgroup-parent a cgroup path of a hierarchy this host lets stockade write (`stockade doctor` says what it found)"
 }

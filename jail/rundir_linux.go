@@ -88,7 +88,8 @@ const runDirPrefix = "r"
 
 // newRunDir makes a run's directory, recorded in own first. workUID and
 // workGID are the host ids of the jail user, so that it can write its fresh
-// /work (workUID -1: no /work directory) and reach the run directory.
+// /work (workUID -1: no /work directory) and reach the run directory. Its
+// errors are bare: the caller names the step ("run directory: ...").
 func newRunDir(own *ownership, workUID, workGID int) (*runDir, error) {
 	var base string
 	if own.fallback != nil {
@@ -106,26 +107,26 @@ func newRunDir(own *ownership, workUID, workGID int) (*runDir, error) {
 	name := fmt.Sprintf("%s%d-%d-%s", runDirPrefix, own.lock.Slot(), os.Getpid(), hex.EncodeToString(rnd[:]))
 	d := &runDir{path: filepath.Join(base, name)}
 	if err := own.lock.Record(recordRunDir, d.path); err != nil {
-		return nil, fmt.Errorf("run directory: %w", err)
+		return nil, err
 	}
 	d.root = filepath.Join(d.path, "root")
 	// 0710 with the jail's group: init (the jail user) can reach root/ and
 	// work/, other host users cannot reach anything the jail writes while
 	// it runs.
 	if err := os.Mkdir(d.path, 0o700); err != nil {
-		return nil, fmt.Errorf("run directory: %w", err)
+		return nil, err
 	}
 	if err := os.Lchown(d.path, os.Getuid(), workGID); err != nil {
 		d.remove()
-		return nil, fmt.Errorf("run directory: %w", err)
+		return nil, err
 	}
 	if err := os.Chmod(d.path, 0o710); err != nil {
 		d.remove()
-		return nil, fmt.Errorf("run directory: %w", err)
+		return nil, err
 	}
 	if err := os.Mkdir(d.root, 0o755); err != nil {
 		d.remove()
-		return nil, fmt.Errorf("run directory: %w", err)
+		return nil, err
 	}
 	if workUID >= 0 {
 		d.work = filepath.Join(d.path, "work")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stockade/stockade/internal/runlock"
+	"github.com/stockade/stockade/internal/testenv"
 )
 
 // The jailed code decides what /work holds when the run ends: a tree far
@@ -102,5 +103,44 @@ func TestBindSourcesRefuseStockadeState(t *testing.T) {
 		if !slices.Contains(own, want) {
 			t.Errorf("the host policy leaves out %s: %v", want, own)
 		}
+	}
+}
+
+// A lock directory on a full disk (its own small tmpfs, filled): the run
+// stops with exit 125 before any jail, saying "no space left on device"
+// and naming the step once (it said "run directory: run directory: ..."),
+// and leaves nothing in the lock directory.
+func TestFullLockDirSaysSoOnceAndLeavesNothing(t *testing.T) {
+	testenv.NeedJail(t)
+	testenv.NeedRoot(t, "mounts a tmpfs")
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	lockDir := filepath.Join(dir, "runs")
+	if err := os.Mkdir(lockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := fill.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	fill.Close()
+	t.Setenv(runlock.DirEnv, lockDir)
+	res, err := runJail(t, spec("true"), Streams{})
+	if err == nil || res.ExitCode != ExitJailError {
+		t.Fatalf("a run with its lock directory full: %v (exit %d), want a refusal", err, res.ExitCode)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "no space left on device") || strings.Count(msg, "run directory") != 1 {
+		t.Errorf("the refusal: %q, want the step named once and the full disk", msg)
+	}
+	if left, _ := os.ReadDir(lockDir); len(left) > 0 {
+		t.Errorf("left in the lock directory: %v", left)
 	}
 }

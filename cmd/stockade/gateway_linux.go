@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,7 +24,7 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 		Usage: "serve the /v1 API over HTTPS to tenants, in front of a cluster of stockade serve --cluster nodes",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: ":8443", Usage: "TCP address to serve HTTPS on (TLS only: there is no plain listener)"},
-			&cli.StringFlag{Name: "cert", Usage: "the gateway's TLS certificate (PEM, with its chain); required"},
+			&cli.StringFlag{Name: "cert", Usage: "the gateway's TLS certificate (PEM, with its chain); reread with --key and --client-ca on SIGHUP, all or none with the tenants file; required"},
 			&cli.StringFlag{Name: "key", Usage: "the certificate's private key (PEM); required"},
 			&cli.StringFlag{Name: "client-ca", Usage: "CA certificates (PEM) that client certificates are verified against: mutual TLS, the tenant named by the certificate's SANs (its CN only when it has none and no CA in its chain is name-constrained)"},
 			&cli.StringFlag{Name: "tenants", Usage: "the tenants file (TOML, mode 0600): tokens, certificate names and each tenant's policy; reread on SIGHUP; required"},
@@ -36,10 +37,17 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			fail := func(err error) error { return &exitError{code: jail.ExitJailError, msg: err.Error()} }
+			// The signals are ours from the start: a SIGHUP (systemctl
+			// reload) while the cluster is dialled would otherwise end the
+			// process (Go's default); it is a reload once the gateway serves.
 			signal.Ignore(syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), PerTenant: c.Int("per-tenant"), Version: version}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			cfg := gateway.Config{TenantsFile: c.String("tenants"), CertFile: c.String("cert"), KeyFile: c.String("key"), ClientCAFile: c.String("client-ca"), PerTenant: c.Int("per-tenant"), Version: version,
+				Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "stockade gateway: "+format+"\n", a...) }}
 			var err error
 			if cfg.PerTenant < 1 {
 				return fail(fmt.Errorf("--per-tenant %d: at least 1", cfg.PerTenant))
@@ -82,9 +90,10 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return fail(err)
 			}
-			// SIGHUP: the tenants file is read again, and the audit log
+			// SIGHUP: the tenants file, the certificate, its key and the
+			// client CAs are read again, all or none, and the audit log
 			// reopened, as logrotate's postrotate expects.
-			g.ReloadOnSIGHUP(ctx, func(err error) {
+			go g.ReloadOn(ctx, hup, func(err error) {
 				if auditFile != nil {
 					if rerr := auditFile.Reopen(); rerr != nil {
 						fmt.Fprintf(stderr, "stockade gateway: --audit-log: %v (still writing to the old file)\n", rerr)
@@ -94,9 +103,12 @@ func gatewayCommand(stderr io.Writer) *cli.Command {
 					fmt.Fprintf(stderr, "stockade gateway: %v\n", err)
 					return
 				}
-				fmt.Fprintf(stderr, "stockade gateway: tenants reloaded from %s\n", cfg.TenantsFile)
+				fmt.Fprintf(stderr, "stockade gateway: tenants reloaded from %s, certificate from %s\n", cfg.TenantsFile, cfg.CertFile)
 			})
 			ln, err := net.Listen("tcp", c.String("listen"))
+			if errors.Is(err, syscall.EACCES) {
+				return fail(fmt.Errorf("gateway: %w (a port below 1024 needs root or CAP_NET_BIND_SERVICE: AmbientCapabilities=CAP_NET_BIND_SERVICE in its unit; or --listen on a port of 1024 or more)", err))
+			}
 			if err != nil {
 				return fail(fmt.Errorf("gateway: %w", err))
 			}

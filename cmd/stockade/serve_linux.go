@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/cgroup"
 	"github.com/stockade/stockade/client"
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/profiles"
@@ -82,6 +83,9 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return fail(err)
 			}
+			if err := serveCgroup(cfg.Host); err != nil {
+				return fail(err)
+			}
 			if c.IsSet("drain-sessions") && c.String("cluster") == "" {
 				return fail(fmt.Errorf("--drain-sessions is for a node of a cluster (--cluster FILE)"))
 			}
@@ -123,6 +127,24 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// serveCgroup refuses a server whose jails would have no cgroup to go in
+// (a normal user without a delegated one, a read-only cgroupfs): it would
+// listen and answer every run with that error. A server has no
+// --no-cgroup, so the way out named is a cgroup, never that flag.
+func serveCgroup(host jail.Host) error {
+	m, err := cgroup.NewManager(cgroup.Options{Parent: host.CgroupParent})
+	if err == nil {
+		err = m.Check(cgroup.Limits{MemoryMax: 1 << 30, CPUs: 1, PidsMax: 64})
+		if cerr := m.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("serve: the jails' cgroup: %w (%s; a server runs no jail without its limits)", err, jail.CgroupFix(err, false))
+	}
+	return nil
 }
 
 // flagDuration is a default duration as a flag's value is written: "10m",

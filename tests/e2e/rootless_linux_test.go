@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stockade/stockade/internal/certtest"
 	"github.com/stockade/stockade/internal/clitest"
 )
 
@@ -136,5 +140,76 @@ func TestDoctorChecksTheCgroupTheUserWillRunIn(t *testing.T) {
 		if len(left) != 0 {
 			t.Errorf("left in the delegated cgroup: %v", left)
 		}
+	}
+}
+
+// `stockade serve` as a normal user without a delegated cgroup stops at
+// once with the way to get one; it used to listen and answer every run
+// with verdict error, naming --no-cgroup, a flag serve does not have. No
+// socket is left behind. With the delegation it starts.
+func TestRootlessServeWithoutCgroupRefusesAtStart(t *testing.T) {
+	name, uid, gid := clitest.ThrowawayUser(t)
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil { // the user reaches its own dir
+		t.Fatal(err)
+	}
+	// The binary where the user can run it (STOCKADE_BIN may be below a
+	// directory of root's alone, as in scripts/mutate's copy).
+	b, err := os.ReadFile(clitest.BuiltBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(dir), "stockade")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	code, _, errs := asUser(t, bin, uid, gid, "serve", "--socket", sock, "--pool", "0")
+	if code != 125 || !strings.Contains(errs, "serve: the jails' cgroup:") ||
+		!strings.Contains(errs, "--cgroup-parent PATH or $STOCKADE_CGROUP_PARENT") || strings.Contains(errs, "--no-cgroup") {
+		t.Fatalf("serve without a cgroup: exit %d, stderr %q", code, errs)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Fatalf("the refused serve left its socket: %v", err)
+	}
+	// With the delegation, the check passes: serve gets as far as its
+	// flags (a --pool that is refused after the cgroup check).
+	parent := v1Delegation(t, name, uid, gid)
+	code, _, errs = asUser(t, bin, uid, gid, "serve", "--socket", sock, "--cgroup-parent", parent, "--drain-sessions", "5s")
+	if code != 125 || strings.Contains(errs, "cgroup") || !strings.Contains(errs, "--drain-sessions is for a node") {
+		t.Fatalf("serve with a delegated cgroup: exit %d, stderr %q", code, errs)
+	}
+}
+
+// `stockade gateway` as its own user, given a tenants file an admin made
+// as root (0600, so the user cannot open it): the refusal names the
+// user's uid and the fix, not only "permission denied".
+func TestRootlessGatewayNamesTheTenantsFileFix(t *testing.T) {
+	_, uid, gid := clitest.ThrowawayUser(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} { // the user reaches the binary and its key
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(clitest.BuiltBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := certtest.WriteFile(t, dir, "stockade", b, 0o755)
+	ca := certtest.NewCA(t, "gateway test CA")
+	leaf := ca.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "gw"}, DNSNames: []string{"localhost"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	cert := certtest.WriteFile(t, dir, "gw.crt", leaf.CertPEM, 0o644)
+	key := certtest.WriteFile(t, dir, "gw.key", leaf.KeyPEM, 0o600)
+	if err := os.Chown(key, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	tenants := certtest.WriteFile(t, dir, "tenants.toml", []byte("[tenant.a]\ntokens = [\""+strings.Repeat("ab", 20)+"\"]\n"), 0o600)
+	code, _, errs := asUser(t, bin, uid, gid, "gateway", "--listen", "127.0.0.1:0", "--cert", cert, "--key", key, "--tenants", tenants, "--cluster", "/nonexistent")
+	if code != 125 || !strings.Contains(errs, "permission denied") || !strings.Contains(errs, fmt.Sprintf("the gateway runs as uid %d", uid)) || !strings.Contains(errs, "chmod 600") {
+		t.Fatalf("a root-owned tenants file: exit %d, stderr %q", code, errs)
 	}
 }
