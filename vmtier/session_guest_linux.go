@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,9 +34,26 @@ const (
 
 // guestServe runs the session's server and relays calls until the
 // channel or the server ends, then powers the guest off.
-func guestServe(c *os.File, p *ServePlan) {
-	exited, err := startGuestServer(p)
+func guestServe(c *os.File, plan *Plan) {
 	ready := serveReady{}
+	// With an allowlist the guest's server gets the network channel's
+	// forwarder as its upstream, a deciding one (the host's proxy): its
+	// jail's proxy relays what the rules allow, unresolved, as a single
+	// run's does. The channel lives as long as the guest.
+	spec := plan.Spec
+	_, raw, err := guestNet(&spec, plan.Fault)
+	if err == nil {
+		ready.Raw = raw
+		var exited <-chan struct{}
+		if exited, err = startGuestServer(plan.Serve, spec.Host); err == nil {
+			go func() {
+				// The server ending ends the session: the host sees the guest go.
+				<-exited
+				fmt.Fprintln(os.Stderr, "stockade-vm: the session's server exited")
+				guestOff(c)
+			}()
+		}
+	}
 	if err != nil {
 		ready.Error = err.Error()
 	}
@@ -48,12 +66,6 @@ func guestServe(c *os.File, p *ServePlan) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", guestSocket)
 	}}}
-	go func() {
-		// The server ending ends the session: the host sees the guest go.
-		<-exited
-		fmt.Fprintln(os.Stderr, "stockade-vm: the session's server exited")
-		guestOff(c)
-	}()
 	r := bufio.NewReaderSize(c, 64<<10)
 	for {
 		b, err := readFrame(r, maxCall+maxCall/2+4<<10, 0)
@@ -72,8 +84,9 @@ func guestServe(c *os.File, p *ServePlan) {
 
 // startGuestServer writes the profile and starts the guest's `stockade
 // serve`, returning once its socket answers; the channel is closed when
-// that server exits.
-func startGuestServer(p *ServePlan) (<-chan struct{}, error) {
+// that server exits. host's upstream, when set, is the network channel's
+// forwarder: the server's HTTPS_PROXY, a deciding one.
+func startGuestServer(p *ServePlan, host jail.Host) (<-chan struct{}, error) {
 	if err := os.MkdirAll(guestDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -86,7 +99,13 @@ func startGuestServer(p *ServePlan) (<-chan struct{}, error) {
 	}
 	args := append([]string{"serve", "--socket", guestSocket, "--profile", guestProfile, "--pool", "1",
 		"--audit-log", "", "--sessions", "1", "--cgroup-parent", guestCgroup}, p.Args...)
+	if host.UpstreamDecides {
+		args = append(args, "--upstream-decides")
+	}
 	cmd := exec.Command(self, args...)
+	if host.UpstreamProxy != "" {
+		cmd.Env = append(os.Environ(), "HTTPS_PROXY="+host.UpstreamProxy)
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err

@@ -33,6 +33,9 @@ import (
 // serveReady is the guest's answer to a ServePlan.
 type serveReady struct {
 	Error string `json:"error,omitempty"`
+	// Raw is the "netraw" fault's answers (tests only; the host reads
+	// them only when it asked for the fault).
+	Raw []string `json:"raw,omitempty"`
 }
 
 // call is one HTTP request to the guest's server; answer its response.
@@ -82,6 +85,9 @@ type Guest struct {
 	lock     *runlock.Lock
 	con      *console
 	conn     net.Conn
+	net      *hostNet // the network channel's host side; nil without an allowlist
+	fault    string   // tests: Plan.Fault
+	raw      []string // tests: the "netraw" fault's answers, from the guest's serveReady
 	r        *bufio.Reader
 
 	wmu      sync.Mutex // one frame at a time on the channel
@@ -117,9 +123,6 @@ func AnswerFrame(body int64) int64 { return body/3*4 + 64<<10 }
 func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, setupErr("spec: %w", err)
-	}
-	if spec.Network.Enabled() {
-		return nil, setupErr(`isolation "vm": --allow-net is not available yet in sessions (docs/isolation.md)`)
 	}
 	emulate := spec.VMEmulate || os.Getenv(EmulateEnv) == "1"
 	kvmErr := KVM()
@@ -168,7 +171,7 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 // newGuest is a guest for spec, not yet started, whose server has allow
 // to start.
 func newGuest(spec jail.Spec, allow time.Duration, o Options) *Guest {
-	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{})}
+	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{}), fault: o.fault}
 	if o.MaxAnswer > 0 && o.MaxAnswer < maxAnswer {
 		g.frameMax = o.MaxAnswer
 	}
@@ -187,6 +190,7 @@ func (g *Guest) start(t *tier, o Options) error {
 	}
 	sock := filepath.Join(dir, "ctl")
 	args, vcpus, ramMiB := t.qemuArgs(g.spec, sock)
+	args = append(args, netArgs(dir, g.spec)...)
 	cmd := exec.Command(t.qemu, args...)
 	// As a single run's VMM (run_linux.go's boot): no network, its own
 	// pids (its death ends every thread), SIGKILL with its parent.
@@ -233,6 +237,13 @@ func (g *Guest) start(t *tier, o Options) error {
 	pw.Close()
 	g.cmd = cmd
 	go func() { g.waitErr = cmd.Wait(); close(g.exited) }()
+	// The network channel's host side lives as long as the guest: the
+	// session's every exec goes through the one proxy, its caps and byte
+	// limits the session's (as a jail session's proxy's are).
+	if g.net, err = startHostNet(dir, g.spec, g.exited); err != nil {
+		pr.Close()
+		return err
+	}
 	g.con = newConsole()
 	go func() { g.con.drain(pr); pr.Close() }()
 	if g.grp != nil && !cmd.SysProcAttr.UseCgroupFD {
@@ -301,7 +312,7 @@ func (g *Guest) died(cause error) error {
 // Serve sends the guest its ServePlan and waits until its server
 // answers: the guest then takes calls (RoundTrip) until Close.
 func (g *Guest) Serve(p ServePlan) error {
-	plan := Plan{Spec: g.spec, Serve: &p}
+	plan := Plan{Spec: g.spec, Serve: &p, Fault: g.fault}
 	plan.Spec.Host = jail.Host{}
 	if err := g.write(&plan); err != nil {
 		return fmt.Errorf("isolation vm: send the serve plan: %w", err)
@@ -318,6 +329,9 @@ func (g *Guest) Serve(p ServePlan) error {
 	}
 	if ready.Error != "" {
 		return fmt.Errorf("isolation vm: the guest's server did not start: %.400s", ready.Error)
+	}
+	if g.fault != "" {
+		g.raw = ready.Raw
 	}
 	go g.read()
 	return nil
@@ -442,6 +456,18 @@ func (g *Guest) Err() error {
 	return g.cause
 }
 
+// Network is what the host's proxy decided for the guest so far, in the
+// order each entry first happened, each counting its repeats: nil
+// without an allowlist. A session takes an exec's share as the jail's
+// session does (what the list gained around it) and merges the guest's
+// entries with MergeNetwork.
+func (g *Guest) Network() []jail.NetworkDecision {
+	if g.net == nil {
+		return nil
+	}
+	return g.net.log.Decisions()
+}
+
 // Pid is the VMM's pid on the host; Cgroup its cgroup's name; RunDir the
 // run directory with the channel's socket.
 func (g *Guest) Pid() int       { return g.cmd.Process.Pid }
@@ -467,6 +493,9 @@ func (g *Guest) Close() error {
 		if g.conn != nil {
 			g.conn.Close()
 		}
+		// The VMM is gone: the channel's every stream and tunnel end
+		// with the host's proxy, which accepts nothing more.
+		g.net.close()
 		leftover := false
 		if g.grp != nil {
 			_ = g.grp.Kill()
