@@ -45,6 +45,9 @@ type vmGuest interface {
 	Done() <-chan struct{}
 	Err() error
 	Close() error
+	// Network is what the host's proxy decided for the guest so far
+	// (vmtier.Guest.Network): nil without an allowlist.
+	Network() []jail.NetworkDecision
 }
 
 // warmGuest is a booted guest in a pool, holding its share of the budget
@@ -534,7 +537,14 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 			return
 		}
 	}
+	var netBefore []jail.NetworkDecision
+	if sub == "exec" {
+		netBefore = v.guest.Network()
+	}
 	status, ct, answer, e := s.callVM(r.Context(), v, r.Method, sub, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+	if e == nil && sub == "exec" && status == 200 {
+		answer = vmExecNetwork(answer, networkSince(netBefore, v.guest.Network()), v.spec.Network.Enabled())
+	}
 	if e != nil {
 		if code != nil {
 			msg := e.Msg
@@ -575,6 +585,35 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	}
 	w.WriteHeader(status)
 	w.Write(answer)
+}
+
+// vmExecNetwork lays the host's decisions of one exec (what the host's
+// proxy's list gained around it, as a jail session's exec takes its
+// share) over the guest's exec result: its network list is the host's
+// entries merged with the guest's (vmtier.MergeNetwork, as a single run's
+// is), and its stderr gains the notices of the host's refusals, which
+// the guest's server never saw. An answer that is not an exec result
+// passes as it came.
+func vmExecNetwork(answer []byte, host []jail.NetworkDecision, enabled bool) []byte {
+	if len(host) == 0 {
+		return answer
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(answer, &top) != nil {
+		return answer
+	}
+	var guest []jail.NetworkDecision
+	var stderr string
+	if json.Unmarshal(top["network"], &guest) != nil || json.Unmarshal(top["stderr"], &stderr) != nil {
+		return answer
+	}
+	top["network"], _ = json.Marshal(vmtier.MergeNetwork(host, guest))
+	top["stderr"], _ = json.Marshal(withNetworkNotices(stderr, host, !enabled, nil))
+	out, err := json.Marshal(top)
+	if err != nil {
+		return answer
+	}
+	return out
 }
 
 // execVerdicts are the verdicts an exec can have.
@@ -749,6 +788,9 @@ func (s *Server) deleteVM(w http.ResponseWriter, v *vmSession) {
 	if status != 200 || json.Unmarshal(answer, &end) != nil {
 		end = api.SessionEnd{}
 	}
+	if host := v.guest.Network(); host != nil {
+		end.Network = vmtier.MergeNetwork(host, end.Network)
+	}
 	if !s.endVMSession(v, api.SessionClosed, "closed by DELETE") {
 		s.writeError(w, s.vmGone(v))
 		return
@@ -837,6 +879,11 @@ func (s *Server) runVM(ctx context.Context, req *runRequest, spec jail.Spec) (*a
 		return nil, &api.Error{Status: 502, Msg: "the run's guest answered no result"}
 	}
 	vmtier.HoldResult(spec, resp.Result)
+	// The guest was this run's alone: what its host's proxy decided is
+	// the run's.
+	if host := wg.Network(); host != nil {
+		resp.Result.Network = vmtier.MergeNetwork(host, resp.Result.Network)
+	}
 	resp.Pool = use
 	return resp, nil
 }
