@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/proctest"
 )
 
 // vmNetUpstream is the host's side of a vm session's network test: an
@@ -49,12 +50,12 @@ func newVMNetUpstream(t *testing.T) *vmNetUpstream {
 		}
 		return "", false
 	}
-	origin := vmNetListen(t, func(c net.Conn) {
+	origin := proctest.Listen(t, func(c net.Conn) {
 		if _, ok := head(bufio.NewReader(c)); ok {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n")
 		}
 	})
-	u.url = "http://" + vmNetListen(t, func(c net.Conn) {
+	u.url = "http://" + proctest.Listen(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		req, ok := head(br)
 		if !ok {
@@ -84,36 +85,6 @@ func (u *vmNetUpstream) askedFor() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return slices.Clone(u.asked)
-}
-
-// vmNetListen serves each connection on the host's loopback with serve
-// until the test ends.
-func vmNetListen(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(3 * time.Minute))
-				serve(c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }
 
 // netOf lists an exec's network entries, each as host:port via
