@@ -11,9 +11,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/api"
 	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
@@ -78,7 +80,7 @@ func guestServe(c *os.File, plan *Plan) {
 			fmt.Fprintln(os.Stderr, "stockade-vm: call:", err)
 			guestOff(c)
 		}
-		go w.send(relay(hc, &cl))
+		go func() { _ = w.send(relay(hc, &cl, func(a answer) error { return w.send(a) })) }()
 	}
 }
 
@@ -139,8 +141,11 @@ func startGuestServer(p *ServePlan, host jail.Host) (<-chan struct{}, error) {
 	return nil, fmt.Errorf("the guest's stockade serve did not listen on %s", guestSocket)
 }
 
-// relay makes one call to the guest's server.
-func relay(hc *http.Client, c *call) answer {
+// relay makes one call to the guest's server. A streamed answer
+// (application/x-ndjson) goes out a frame per line as its server writes
+// them (more sends each, with More), up to the same bound as a whole
+// answer; the answer returned is its last frame.
+func relay(hc *http.Client, c *call, more func(answer) error) answer {
 	fail := func(err error) answer {
 		b, _ := json.Marshal(map[string]string{"error": "isolation vm: the guest's server: " + err.Error()})
 		return answer{ID: c.ID, Status: 502, Header: http.Header{"Content-Type": {"application/json"}}, Body: b}
@@ -159,11 +164,28 @@ func relay(hc *http.Client, c *call) answer {
 		return fail(err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer/2))
+	head := http.Header{"Content-Type": {resp.Header.Get("Content-Type")}}
+	body := io.LimitReader(resp.Body, maxAnswer/2)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), api.NDJSON) {
+		br := bufio.NewReaderSize(body, 64<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 {
+				if more(answer{ID: c.ID, Status: resp.StatusCode, Header: head, Body: line, More: true}) != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		return answer{ID: c.ID, Status: resp.StatusCode, Header: head}
+	}
+	b, err := io.ReadAll(body)
 	if err != nil {
 		return fail(err)
 	}
-	return answer{ID: c.ID, Status: resp.StatusCode, Header: http.Header{"Content-Type": {resp.Header.Get("Content-Type")}}, Body: b}
+	return answer{ID: c.ID, Status: resp.StatusCode, Header: head, Body: b}
 }
 
 // frameWriter writes one frame at a time.
