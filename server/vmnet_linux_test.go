@@ -2,10 +2,12 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,13 +32,16 @@ type vmNetUpstream struct {
 	hosts, url string
 	mu         sync.Mutex
 	asked      []string
+	// release ends the wait of a request for /wait, which answers
+	// "released" then, or "late" after 40 s.
+	release chan struct{}
 }
 
 const vmNetOrigin = "203.0.113.7:80"
 
 func newVMNetUpstream(t *testing.T) *vmNetUpstream {
 	t.Helper()
-	u := &vmNetUpstream{hosts: filepath.Join(t.TempDir(), "hosts")}
+	u := &vmNetUpstream{hosts: filepath.Join(t.TempDir(), "hosts"), release: make(chan struct{})}
 	if err := os.WriteFile(u.hosts, []byte("203.0.113.7 allowed.test\n203.0.113.8 other.test\n127.0.0.1 loop.test\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +56,20 @@ func newVMNetUpstream(t *testing.T) *vmNetUpstream {
 		return "", false
 	}
 	origin := proctest.Listen(t, func(c net.Conn) {
-		if _, ok := head(bufio.NewReader(c)); ok {
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n")
+		req, ok := head(bufio.NewReader(c))
+		if !ok {
+			return
 		}
+		body := "hello\n"
+		if strings.HasPrefix(req, "GET /wait ") {
+			select {
+			case <-u.release:
+				body = "released\n"
+			case <-time.After(40 * time.Second):
+				body = "late\n"
+			}
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	})
 	u.url = "http://" + proctest.Listen(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
@@ -145,6 +161,9 @@ print("other.test ->", get("other.test"))
 	if want := "allowed.test -> hello\nother.test -> refused 403\n"; r.Verdict != api.ExecOK || r.Stdout != want {
 		t.Fatalf("first exec: %s stdout %q, want %q; stderr %s\n%s", r.Verdict, r.Stdout, want, r.Stderr, s.logString())
 	}
+	if strings.Contains(r.Stderr, "allowed.test") {
+		t.Errorf("first exec's stderr %q: a notice of the allowed host", r.Stderr)
+	}
 	want := []string{"allowed.test:80 GET true 1 " + vmNetOrigin, "other.test:80 GET false 1 "}
 	if got := netOf(r.Network); !slices.Equal(got, want) {
 		t.Errorf("first exec's network %q, want %q (the host's dial, the guest's refusal)", got, want)
@@ -170,6 +189,7 @@ print("allowed.test ->", get("allowed.test"))
 	if asked := up.askedFor(); !slices.Equal(asked, []string{vmNetOrigin, vmNetOrigin}) {
 		t.Errorf("the server's upstream was asked for %q, want %s twice", asked, vmNetOrigin)
 	}
+	streamed(t, s, created.SessionID, up.release)
 	code, body := s.call("DELETE", "/v1/sessions/"+created.SessionID, nil, nil)
 	var end api.SessionEnd
 	if code != 200 || json.Unmarshal(body, &end) != nil || end.Verdict != api.SessionClosed {
@@ -181,8 +201,60 @@ print("allowed.test ->", get("allowed.test"))
 			n += d.Count
 		}
 	}
-	if n != 2 {
-		t.Errorf("DELETE's network %q: want allowed.test dialled twice by the host", netOf(end.Network))
+	if n != 3 {
+		t.Errorf("DELETE's network %q: want allowed.test dialled three times by the host", netOf(end.Network))
 	}
 	guest.gone(t)
+}
+
+// streamed runs an exec of the session with Accept: NDJSON whose cell
+// prints "up" and then fetches http://allowed.test/wait, which answers
+// once release is closed (else "late", 40 s on): the test closes it only
+// when it has read the "up" line, so the cell's output comes as the
+// cell writes it, before its result, or the exec prints "late".
+func streamed(t *testing.T, s *testServer, id string, release chan struct{}) {
+	t.Helper()
+	b, _ := json.Marshal(api.ExecRequest{Code: ptr(`
+print("up", flush=True)
+print("wait ->", urllib.request.urlopen("http://allowed.test/wait", timeout=120).read().decode().strip())
+`)})
+	req, _ := http.NewRequest("POST", "http://stockade/v1/sessions/"+id+"/exec", bytes.NewReader(b))
+	req.Header.Set("Accept", api.NDJSON)
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != api.NDJSON {
+		t.Fatalf("streamed exec: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(nil, 1<<20)
+	var got []string
+	var res api.ExecResult
+	for lines.Scan() {
+		var l api.StreamLine
+		if err := json.Unmarshal(lines.Bytes(), &l); err != nil {
+			t.Fatalf("line %q: %v", lines.Bytes(), err)
+		}
+		if l.Type == api.StreamResult {
+			if err := json.Unmarshal(lines.Bytes(), &res); err != nil {
+				t.Fatalf("the result line %q: %v", lines.Bytes(), err)
+			}
+			break
+		}
+		got = append(got, l.Type+" "+l.Data)
+		if l.Type == api.StreamStdout && strings.HasPrefix(l.Data, "up") && len(got) == 1 {
+			close(release)
+		}
+	}
+	// Chunks are as the cell wrote them (a line and its newline may
+	// come apart): what they carry, in order, is the cell's stdout.
+	all := ""
+	for _, g := range got {
+		all += strings.TrimPrefix(g, "stdout ")
+	}
+	if want := "up\nwait -> released\n"; len(got) < 2 || all != want || res.Verdict != api.ExecOK || res.Stdout != want || res.Session.ID != id {
+		t.Errorf("streamed exec: lines %q, want stdout %q as written; result %s %q (session %q)", got, want, res.Verdict, res.Stdout, res.Session.ID)
+	}
 }
