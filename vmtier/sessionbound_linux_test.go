@@ -69,8 +69,16 @@ func TestAttackGuestStreamsEmptyFrames(t *testing.T) {
 	defer guest.Close()
 	const bound = 1 << 20
 	g := newGuest(jail.Spec{}, time.Minute, Options{MaxAnswer: AnswerFrame(bound)})
+	// The channel's end after the test (the pipe closed) is a VMM's
+	// death to read: it names it with the console's tail.
+	g.con = newConsole()
 	g.conn, g.r = host, bufio.NewReaderSize(host, 64<<10)
-	go g.read()
+	read := make(chan struct{})
+	go func() { g.read(); close(read) }()
+	defer func() {
+		host.Close()
+		<-read
+	}()
 	go func() {
 		r := bufio.NewReader(guest)
 		b, err := readFrame(r, maxCall+maxCall/2+4<<10, 0)
@@ -93,13 +101,13 @@ func TestAttackGuestStreamsEmptyFrames(t *testing.T) {
 		t.Fatalf("the stream's first frame: %v", err)
 	}
 	defer resp.Body.Close()
-	read := make(chan error, 1)
+	body := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(io.Discard, resp.Body)
-		read <- err
+		body <- err
 	}()
 	select {
-	case err := <-read:
+	case err := <-body:
 		if err == nil {
 			t.Errorf("the endless stream's body ended without an error")
 		}
