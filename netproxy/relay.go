@@ -17,7 +17,12 @@ import (
 // address, dials and answers. Its refusal reaches the jail as its own,
 // with the upstream's reason.
 func (p *Proxy) relay(c net.Conn, br *bufio.Reader, req *request, dd decision) {
+	// The rules allow it: a listed name's decision waits for a lookup
+	// this proxy never makes, and would be recorded (and noticed) as a
+	// refusal without a reason. What the upstream refuses is recorded
+	// as refused below, with its reason.
 	d := dd.Decision
+	d.Allowed = true
 	if r := p.spent(); r != "" {
 		d.Allowed, d.Reason = false, r
 		p.refuse(c, d, 403)

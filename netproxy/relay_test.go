@@ -80,5 +80,10 @@ func TestProxyRelaysToADecidingUpstream(t *testing.T) {
 		if d.Host == "loop.example" && (d.Allowed || !strings.HasPrefix(d.Reason, "the host's proxy: ")) {
 			t.Errorf("relaying proxy's decision %+v", d)
 		}
+		// What the rules allowed and the upstream served is recorded as
+		// allowed: no refusal without a reason, and no notice of one.
+		if (d.Host == "example.com" || d.Host == "plain.example") && (!d.Allowed || d.Reason != "") {
+			t.Errorf("relaying proxy's decision %+v, want allowed", d)
+		}
 	}
 }

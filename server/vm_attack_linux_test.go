@@ -32,6 +32,9 @@ type fakeGuest struct {
 	done   chan struct{}
 	once   sync.Once
 	closed bool
+	// network, set, is the host's proxy's list for the guest (Network).
+	network func() []jail.NetworkDecision
+	ctype   string // every answer's Content-Type; "" is application/json
 }
 
 func newFakeGuest(answer func(method, path string, body []byte) (int, io.Reader)) *fakeGuest {
@@ -47,12 +50,22 @@ func (g *fakeGuest) RoundTrip(r *http.Request) (*http.Response, error) {
 	g.calls = append(g.calls, r.Method+" "+r.URL.Path)
 	g.mu.Unlock()
 	status, rd := g.answer(r.Method, r.URL.Path, body)
-	return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(rd), Request: r}, nil
+	ct := "application/json"
+	if g.ctype != "" {
+		ct = g.ctype
+	}
+	return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {ct}}, Body: io.NopCloser(rd), Request: r}, nil
 }
 
 func (g *fakeGuest) Serve(vmtier.ServePlan) error { return nil }
 func (g *fakeGuest) Done() <-chan struct{}        { return g.done }
 func (g *fakeGuest) Err() error                   { return nil }
+func (g *fakeGuest) Network() []jail.NetworkDecision {
+	if g.network == nil {
+		return nil
+	}
+	return g.network()
+}
 func (g *fakeGuest) Close() error {
 	g.mu.Lock()
 	g.closed = true
@@ -637,5 +650,187 @@ func TestAttackVMGuestFloodsAuditLine(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no exec_end line in %.400s", audit.String())
+	}
+}
+
+// TestAttackVMSessionHidesNetwork: a vm session's guest whose exec
+// results leave out the connections its host's proxy made for it, or
+// claim them refused, does not hide them: each exec's network list has
+// the host's decisions of that exec (what the host's list gained around
+// it, as a jail session's exec has), over the guest's word for the same
+// host, port and way, and its stderr the notices of the host's
+// refusals. What the guest alone reports (a refusal of its own proxy)
+// stays, as in a single run.
+func TestAttackVMSessionHidesNetwork(t *testing.T) {
+	var mu sync.Mutex
+	var hostLog []jail.NetworkDecision
+	setHost := func(ds ...jail.NetworkDecision) {
+		mu.Lock()
+		hostLog = ds
+		mu.Unlock()
+	}
+	allowed := jail.NetworkDecision{Host: "allowed.test", Port: 80, Address: "203.0.113.7:80", Via: "CONNECT", Allowed: true, Count: 1, BytesUp: 10, BytesDown: 100}
+	loop := jail.NetworkDecision{Host: "loop.test", Port: 80, Address: "127.0.0.1:80", Via: "CONNECT", Reason: "127.0.0.1 is loopback", Count: 1}
+	execs := 0
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			switch {
+			case method == "POST" && path == "/v1/sessions":
+				b, _ := json.Marshal(api.SessionCreated{SessionID: "0123456789abcdef0123456789abcdef", Profile: "vm"})
+				return 201, bytes.NewReader(b)
+			case strings.HasSuffix(path, "/exec"):
+				// What the guest's proxy would have seen, the host's
+				// proxy records meanwhile; the guest's answer lies.
+				execs++
+				a, l := allowed, loop
+				if execs == 2 {
+					a.Count, a.BytesUp, a.BytesDown = 2, 20, 200
+				}
+				setHost(a, l)
+				own := jail.NetworkDecision{Host: "other.test", Port: 80, Via: "CONNECT", Reason: "not in the allowlist", Count: 1}
+				hidden := jail.NetworkDecision{Host: "allowed.test", Port: 80, Via: "CONNECT", Reason: "never tried", Count: 1}
+				b, _ := json.Marshal(map[string]any{"verdict": "ok", "stdout": "", "stderr": "guest's own\n", "network": []jail.NetworkDecision{hidden, own}})
+				return 200, bytes.NewReader(b)
+			default:
+				b, _ := json.Marshal(api.SessionInfo{SessionID: "0123456789abcdef0123456789abcdef", Alive: true})
+				return 200, bytes.NewReader(b)
+			}
+		})
+		g.network = func() []jail.NetworkDecision {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]jail.NetworkDecision(nil), hostLog...)
+		}
+		return g
+	})
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	exec := func() api.ExecResult {
+		t.Helper()
+		code, body := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("fetch()")})
+		var r api.ExecResult
+		if code != 200 || json.Unmarshal(body, &r) != nil {
+			t.Fatalf("exec: %d %s", code, body)
+		}
+		return r
+	}
+	show := func(ds []jail.NetworkDecision) string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, fmt.Sprintf("%s:%d %s allowed=%v count=%d down=%d", d.Host, d.Port, d.Via, d.Allowed, d.Count, d.BytesDown))
+		}
+		return strings.Join(out, "; ")
+	}
+	r := exec()
+	want := "allowed.test:80 CONNECT allowed=true count=1 down=100; loop.test:80 CONNECT allowed=false count=1 down=0; other.test:80 CONNECT allowed=false count=1 down=0"
+	if got := show(r.Network); got != want {
+		t.Errorf("first exec's network:\n got %s\nwant %s", got, want)
+	}
+	if !strings.HasPrefix(r.Stderr, "guest's own\n") || !strings.Contains(r.Stderr, "stockade: network: refused CONNECT loop.test:80: 127.0.0.1 is loopback") {
+		t.Errorf("first exec's stderr %q: want the guest's and the host's refusal's notice", r.Stderr)
+	}
+	// The second exec has what the host's list gained during it alone.
+	r = exec()
+	want = "allowed.test:80 CONNECT allowed=true count=1 down=100; other.test:80 CONNECT allowed=false count=1 down=0"
+	if got := show(r.Network); got != want {
+		t.Errorf("second exec's network:\n got %s\nwant %s", got, want)
+	}
+	if strings.Contains(r.Stderr, "loop.test") {
+		t.Errorf("second exec's stderr %q has the first exec's refusal", r.Stderr)
+	}
+}
+
+// endlessLines is a guest's streamed answer that never gets to its
+// result: stdout lines of 1 KiB, up to limit bytes, counting what the
+// host read.
+type endlessLines struct {
+	mu          sync.Mutex
+	read, limit int64
+}
+
+func (e *endlessLines) Read(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.read >= e.limit {
+		return 0, io.EOF
+	}
+	line := `{"type":"stdout","data":"` + strings.Repeat("x", 1000) + "\"}\n"
+	n := 0
+	for n+len(line) <= len(p) && e.read+int64(n) < e.limit {
+		n += copy(p[n:], line)
+	}
+	if n == 0 {
+		n = copy(p, line)
+	}
+	e.read += int64(n)
+	return n, nil
+}
+
+func (e *endlessLines) total() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.read
+}
+
+// TestAttackVMGuestStreamsPastBound: a guest that answers a streamed
+// exec with output lines that never end is read no further than the
+// answer's bound (its lines reaching the caller as they come): the
+// session ends, and its guest with it, instead of the host relaying the
+// guest's stream for as long as the guest likes.
+func TestAttackVMGuestStreamsPastBound(t *testing.T) {
+	var g *fakeGuest
+	var lines *endlessLines
+	s := vmTestServer(t, func() *fakeGuest {
+		g = newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			switch {
+			case method == "POST" && path == "/v1/sessions":
+				b, _ := json.Marshal(api.SessionCreated{SessionID: "0123456789abcdef0123456789abcdef", Profile: "vm"})
+				return 201, bytes.NewReader(b)
+			case strings.HasSuffix(path, "/exec"):
+				g.ctype = api.NDJSON
+				return 200, lines
+			default:
+				b, _ := json.Marshal(api.SessionInfo{SessionID: "0123456789abcdef0123456789abcdef", Alive: true})
+				return 200, bytes.NewReader(b)
+			}
+		})
+		return g
+	})
+	s.cfg.FilesMax = 64 << 10
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	max := s.vmAnswerMax(s.sessionSpecs["vm"])
+	lines = &endlessLines{limit: 4 * max}
+	b, _ := json.Marshal(api.ExecRequest{Code: ptr("1")})
+	// A real connection: a stream's lines are flushed with a deadline.
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.handler().ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, peer{uid: 1000, pid: 1})))
+	}))
+	defer hs.Close()
+	req, _ := http.NewRequest("POST", hs.URL+"/v1/sessions/"+c.SessionID+"/exec", bytes.NewReader(b))
+	req.Header.Set("Accept", api.NDJSON)
+	resp, err := hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if read := lines.total(); read > max+64<<10 {
+		t.Errorf("the host read %d bytes of the guest's stream, past the bound %d", read, max)
+	}
+	if !strings.HasPrefix(string(got), `{"type":"stdout","data":"xxx`) || strings.Contains(string(got), `"result"`) {
+		t.Errorf("the caller got %.200q..., want the guest's lines as they came and no result", got)
+	}
+	if !g.wasClosed() {
+		t.Errorf("the guest was kept after its stream past the bound")
+	}
+	if code, _ := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("1")}); code != 410 {
+		t.Errorf("exec after the stream past the bound: %d, want 410", code)
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -45,6 +46,9 @@ type vmGuest interface {
 	Done() <-chan struct{}
 	Err() error
 	Close() error
+	// Network is what the host's proxy decided for the guest so far
+	// (vmtier.Guest.Network): nil without an allowlist.
+	Network() []jail.NetworkDecision
 }
 
 // warmGuest is a booted guest in a pool, holding its share of the budget
@@ -534,11 +538,43 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 			return
 		}
 	}
-	status, ct, answer, e := s.callVM(r.Context(), v, r.Method, sub, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+	var netBefore []jail.NetworkDecision
+	if sub == "exec" {
+		netBefore = v.guest.Network()
+	}
+	// A streamed exec's output lines go to the caller as the guest's
+	// server writes them; its result line comes back as the answer.
+	var lines func([]byte) error
+	started := false
+	if stream {
+		out := &ndjson{w: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout, cancel: func() {}}
+		lines = func(l []byte) error {
+			if !started {
+				started = true
+				out.begin()
+			}
+			out.write(l)
+			if out.dead {
+				return errStreamTaken
+			}
+			return nil
+		}
+	}
+	status, ct, answer, e := s.callVM(r.Context(), v, r.Method, sub, r.URL.RawQuery, r.Header.Get("Content-Type"), body, lines)
+	notices := ""
+	if e == nil && sub == "exec" && status == 200 {
+		answer, notices = vmExecNetwork(answer, networkSince(netBefore, v.guest.Network()), v.spec.Network.Enabled())
+	}
 	if e != nil {
 		if code != nil {
 			msg := e.Msg
 			_ = s.auditVM("exec_end", v, caller, code, &AuditOutcome{Verdict: api.ExecFailed, Error: &msg})
+		}
+		if started {
+			// The stream began: it ends with the error as its last line.
+			l, _ := json.Marshal(map[string]string{"error": e.Msg})
+			w.Write(append(l, '\n'))
+			return
 		}
 		s.writeError(w, e)
 		return
@@ -563,10 +599,17 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	if stream && status == 200 {
-		// The guest's answer came whole: its result is the stream's one
-		// line (the output is in it, as a plain exec's is).
-		w.Header().Set("Content-Type", api.NDJSON)
-		w.WriteHeader(200)
+		// The result is the stream's last line (a guest whose server
+		// answered whole: its one line, the output in it, as a plain
+		// exec's is), after the notices of the host's refusals.
+		if !started {
+			w.Header().Set("Content-Type", api.NDJSON)
+			w.WriteHeader(200)
+		}
+		if notices != "" {
+			l, _ := json.Marshal(api.StreamLine{Type: api.StreamStderr, Data: notices})
+			w.Write(append(l, '\n'))
+		}
 		w.Write(append(bytes.TrimSpace(answer), '\n'))
 		return
 	}
@@ -575,6 +618,36 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	}
 	w.WriteHeader(status)
 	w.Write(answer)
+}
+
+// vmExecNetwork lays the host's decisions of one exec (what the host's
+// proxy's list gained around it, as a jail session's exec takes its
+// share) over the guest's exec result: its network list is the host's
+// entries merged with the guest's (vmtier.MergeNetwork, as a single run's
+// is), and its stderr gains the notices of the host's refusals, which
+// the guest's server never saw. An answer that is not an exec result
+// passes as it came.
+func vmExecNetwork(answer []byte, host []jail.NetworkDecision, enabled bool) (out []byte, notices string) {
+	if len(host) == 0 {
+		return answer, ""
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(answer, &top) != nil {
+		return answer, ""
+	}
+	var guest []jail.NetworkDecision
+	var stderr string
+	if json.Unmarshal(top["network"], &guest) != nil || json.Unmarshal(top["stderr"], &stderr) != nil {
+		return answer, ""
+	}
+	top["network"], _ = json.Marshal(vmtier.MergeNetwork(host, guest))
+	with := withNetworkNotices(stderr, host, !enabled, nil)
+	top["stderr"], _ = json.Marshal(with)
+	out, err := json.Marshal(top)
+	if err != nil {
+		return answer, ""
+	}
+	return out, with[len(stderr):]
 }
 
 // execVerdicts are the verdicts an exec can have.
@@ -611,7 +684,11 @@ func guestOutcome(res *api.ExecResult) *AuditOutcome {
 // callVM makes one call to v's guest and reads its answer within the
 // bound. A guest gone, or past the bound, ends the session: 410; a
 // session with vmCallsInFlight calls in its guest takes no more: 429.
-func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, ctype string, body []byte) (int, string, []byte, *api.Error) {
+// With lines, the call asks for a stream (Accept: NDJSON): each output
+// line the guest's server streams goes to lines, re-encoded (its type
+// and data only), as it comes, and the answer is the result line; the
+// bound holds for the whole stream.
+func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, ctype string, body []byte, lines func([]byte) error) (int, string, []byte, *api.Error) {
 	target := "/v1/sessions/" + v.guestID
 	if sub != "" {
 		target += "/" + sub
@@ -632,6 +709,9 @@ func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, c
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
+	if lines != nil {
+		req.Header.Set("Accept", api.NDJSON)
+	}
 	resp, err := v.guest.RoundTrip(req)
 	if err != nil {
 		select {
@@ -647,15 +727,62 @@ func (s *Server) callVM(ctx context.Context, v *vmSession, method, sub, query, c
 	}
 	defer resp.Body.Close()
 	max := s.vmAnswerMax(v.spec)
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
-	if err == nil && int64(len(answer)) > max {
-		err = fmt.Errorf("an answer over %d bytes", max)
+	var answer []byte
+	if lines != nil && resp.StatusCode == 200 && strings.HasPrefix(resp.Header.Get("Content-Type"), api.NDJSON) {
+		answer, err = vmStream(io.LimitReader(resp.Body, max+1), max, lines)
+		if errors.Is(err, errStreamTaken) {
+			return 0, "", nil, &api.Error{Status: 499, Msg: "the caller went away"}
+		}
+		if err == nil {
+			return 200, "application/json", answer, nil
+		}
+	} else {
+		answer, err = io.ReadAll(io.LimitReader(resp.Body, max+1))
+		if err == nil && int64(len(answer)) > max {
+			err = fmt.Errorf("an answer over %d bytes", max)
+		}
 	}
 	if err != nil {
 		s.endVMSession(v, api.SessionFailed, "its guest broke the channel's bound: "+err.Error())
 		return 0, "", nil, s.vmGone(v)
 	}
 	return resp.StatusCode, resp.Header.Get("Content-Type"), answer, nil
+}
+
+// errStreamTaken: a streamed exec's caller did not take a line in time.
+var errStreamTaken = errors.New("the caller did not take a line in time")
+
+// vmStream reads a guest's streamed answer from r (max bytes of it at
+// most) line by line: each output line, re-encoded with its type and
+// data alone, to lines; the result line, when it comes, is returned.
+// What is neither is dropped.
+func vmStream(r io.Reader, max int64, lines func([]byte) error) ([]byte, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var n int64
+	for {
+		l, err := br.ReadBytes('\n')
+		if n += int64(len(l)); n > max {
+			return nil, fmt.Errorf("a streamed answer over %d bytes", max)
+		}
+		var sl api.StreamLine
+		if len(bytes.TrimSpace(l)) > 0 && json.Unmarshal(l, &sl) == nil {
+			switch sl.Type {
+			case api.StreamResult:
+				return bytes.TrimSpace(l), nil
+			case api.StreamStdout, api.StreamStderr:
+				out, _ := json.Marshal(api.StreamLine{Type: sl.Type, Data: sl.Data})
+				if lines(append(out, '\n')) != nil {
+					return nil, errStreamTaken
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil, errors.New("the stream ended without its result")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // vmGone is the answer for v, ended: its tombstone's 410.
@@ -743,11 +870,14 @@ func (s *Server) vmTTL(v *vmSession, body []byte) *api.Error {
 // for briefly, then the guest ended.
 func (s *Server) deleteVM(w http.ResponseWriter, v *vmSession) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	status, _, answer, _ := s.callVM(ctx, v, http.MethodDelete, "", "", "", nil)
+	status, _, answer, _ := s.callVM(ctx, v, http.MethodDelete, "", "", "", nil, nil)
 	cancel()
 	end := api.SessionEnd{}
 	if status != 200 || json.Unmarshal(answer, &end) != nil {
 		end = api.SessionEnd{}
+	}
+	if host := v.guest.Network(); host != nil {
+		end.Network = vmtier.MergeNetwork(host, end.Network)
 	}
 	if !s.endVMSession(v, api.SessionClosed, "closed by DELETE") {
 		s.writeError(w, s.vmGone(v))
@@ -771,7 +901,7 @@ func (s *Server) vmList(ctx context.Context, caller peer) []api.SessionInfo {
 		if v.owner != caller.owner() {
 			continue
 		}
-		status, _, answer, e := s.callVM(ctx, v, http.MethodGet, "", "", "", nil)
+		status, _, answer, e := s.callVM(ctx, v, http.MethodGet, "", "", "", nil, nil)
 		var info api.SessionInfo
 		if e != nil || status != 200 || json.Unmarshal(s.hostView(v, answer), &info) != nil {
 			// A guest that does not answer hides no session of the host's:
@@ -837,6 +967,11 @@ func (s *Server) runVM(ctx context.Context, req *runRequest, spec jail.Spec) (*a
 		return nil, &api.Error{Status: 502, Msg: "the run's guest answered no result"}
 	}
 	vmtier.HoldResult(spec, resp.Result)
+	// The guest was this run's alone: what its host's proxy decided is
+	// the run's.
+	if host := wg.Network(); host != nil {
+		resp.Result.Network = vmtier.MergeNetwork(host, resp.Result.Network)
+	}
 	resp.Pool = use
 	return resp, nil
 }

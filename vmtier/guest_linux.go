@@ -43,7 +43,7 @@ func GuestMain() {
 	c, plan, err := guestSetup()
 	var reply Reply
 	if err == nil && plan.Serve != nil {
-		guestServe(c, plan.Serve) // never returns
+		guestServe(c, plan) // never returns
 	}
 	if err == nil {
 		switch plan.Fault {

@@ -217,17 +217,17 @@ func (h *hostNet) reply(rep *Reply) *Reply {
 		return rep
 	}
 	h.close()
-	rep.Result.Network = h.decisions(rep.Result.Network)
+	rep.Result.Network = MergeNetwork(h.log.Decisions(), rep.Result.Network)
 	return rep
 }
 
-// decisions merges the host's decisions into the guest's list: the host's
-// proxy saw every request the guest's relayed and decided it again, so its
-// entries are the result's; the guest's entries for the same host, port
-// and way are dropped. What the guest refused itself (or saw as a direct
-// attempt) never reached the host and stays as the guest reported it.
-func (h *hostNet) decisions(guest []jail.NetworkDecision) []jail.NetworkDecision {
-	host := h.log.Decisions()
+// MergeNetwork merges the host's decisions into the guest's list: the
+// host's proxy saw every request the guest's relayed and decided it
+// again, so its entries are the result's; the guest's entries for the
+// same host, port and way are dropped. What the guest refused itself (or
+// saw as a direct attempt) never reached the host and stays as the guest
+// reported it.
+func MergeNetwork(host, guest []jail.NetworkDecision) []jail.NetworkDecision {
 	seen := map[string]bool{}
 	key := func(d jail.NetworkDecision) string {
 		return fmt.Sprintf("%s\x00%d\x00%s", d.Host, d.Port, d.Via)

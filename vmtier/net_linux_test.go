@@ -45,7 +45,7 @@ func newNetFixture(t *testing.T) *netFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin := listen(t, func(c net.Conn) {
+	origin := proctest.Listen(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		reqLine, _ := br.ReadString('\n')
 		for {
@@ -60,7 +60,7 @@ func newNetFixture(t *testing.T) *netFixture {
 		}
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	})
-	up := listen(t, func(c net.Conn) {
+	up := proctest.Listen(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		req, err := br.ReadString('\n')
 		if err != nil {
@@ -94,35 +94,6 @@ func newNetFixture(t *testing.T) *netFixture {
 	})
 	f.upstream = "http://" + up
 	return f
-}
-
-// listen serves each connection with serve until the test ends.
-func listen(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(time.Minute))
-				serve(c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }
 
 func (f *netFixture) spec(t *testing.T, args ...string) jail.Spec {

@@ -11,9 +11,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/jail"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,9 +36,26 @@ const (
 
 // guestServe runs the session's server and relays calls until the
 // channel or the server ends, then powers the guest off.
-func guestServe(c *os.File, p *ServePlan) {
-	exited, err := startGuestServer(p)
+func guestServe(c *os.File, plan *Plan) {
 	ready := serveReady{}
+	// With an allowlist the guest's server gets the network channel's
+	// forwarder as its upstream, a deciding one (the host's proxy): its
+	// jail's proxy relays what the rules allow, unresolved, as a single
+	// run's does. The channel lives as long as the guest.
+	spec := plan.Spec
+	_, raw, err := guestNet(&spec, plan.Fault)
+	if err == nil {
+		ready.Raw = raw
+		var exited <-chan struct{}
+		if exited, err = startGuestServer(plan.Serve, spec.Host); err == nil {
+			go func() {
+				// The server ending ends the session: the host sees the guest go.
+				<-exited
+				fmt.Fprintln(os.Stderr, "stockade-vm: the session's server exited")
+				guestOff(c)
+			}()
+		}
+	}
 	if err != nil {
 		ready.Error = err.Error()
 	}
@@ -48,12 +68,6 @@ func guestServe(c *os.File, p *ServePlan) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", guestSocket)
 	}}}
-	go func() {
-		// The server ending ends the session: the host sees the guest go.
-		<-exited
-		fmt.Fprintln(os.Stderr, "stockade-vm: the session's server exited")
-		guestOff(c)
-	}()
 	r := bufio.NewReaderSize(c, 64<<10)
 	for {
 		b, err := readFrame(r, maxCall+maxCall/2+4<<10, 0)
@@ -66,14 +80,15 @@ func guestServe(c *os.File, p *ServePlan) {
 			fmt.Fprintln(os.Stderr, "stockade-vm: call:", err)
 			guestOff(c)
 		}
-		go w.send(relay(hc, &cl))
+		go func() { _ = w.send(relay(hc, &cl, func(a answer) error { return w.send(a) })) }()
 	}
 }
 
 // startGuestServer writes the profile and starts the guest's `stockade
 // serve`, returning once its socket answers; the channel is closed when
-// that server exits.
-func startGuestServer(p *ServePlan) (<-chan struct{}, error) {
+// that server exits. host's upstream, when set, is the network channel's
+// forwarder: the server's HTTPS_PROXY, a deciding one.
+func startGuestServer(p *ServePlan, host jail.Host) (<-chan struct{}, error) {
 	if err := os.MkdirAll(guestDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -86,7 +101,13 @@ func startGuestServer(p *ServePlan) (<-chan struct{}, error) {
 	}
 	args := append([]string{"serve", "--socket", guestSocket, "--profile", guestProfile, "--pool", "1",
 		"--audit-log", "", "--sessions", "1", "--cgroup-parent", guestCgroup}, p.Args...)
+	if host.UpstreamDecides {
+		args = append(args, "--upstream-decides")
+	}
 	cmd := exec.Command(self, args...)
+	if host.UpstreamProxy != "" {
+		cmd.Env = append(os.Environ(), "HTTPS_PROXY="+host.UpstreamProxy)
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -120,8 +141,11 @@ func startGuestServer(p *ServePlan) (<-chan struct{}, error) {
 	return nil, fmt.Errorf("the guest's stockade serve did not listen on %s", guestSocket)
 }
 
-// relay makes one call to the guest's server.
-func relay(hc *http.Client, c *call) answer {
+// relay makes one call to the guest's server. A streamed answer
+// (application/x-ndjson) goes out a frame per line as its server writes
+// them (more sends each, with More), up to the same bound as a whole
+// answer; the answer returned is its last frame.
+func relay(hc *http.Client, c *call, more func(answer) error) answer {
 	fail := func(err error) answer {
 		b, _ := json.Marshal(map[string]string{"error": "isolation vm: the guest's server: " + err.Error()})
 		return answer{ID: c.ID, Status: 502, Header: http.Header{"Content-Type": {"application/json"}}, Body: b}
@@ -140,11 +164,28 @@ func relay(hc *http.Client, c *call) answer {
 		return fail(err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer/2))
+	head := http.Header{"Content-Type": {resp.Header.Get("Content-Type")}}
+	body := io.LimitReader(resp.Body, maxAnswer/2)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), api.NDJSON) {
+		br := bufio.NewReaderSize(body, 64<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 {
+				if more(answer{ID: c.ID, Status: resp.StatusCode, Header: head, Body: line, More: true}) != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		return answer{ID: c.ID, Status: resp.StatusCode, Header: head}
+	}
+	b, err := io.ReadAll(body)
 	if err != nil {
 		return fail(err)
 	}
-	return answer{ID: c.ID, Status: resp.StatusCode, Header: http.Header{"Content-Type": {resp.Header.Get("Content-Type")}}, Body: b}
+	return answer{ID: c.ID, Status: resp.StatusCode, Header: head, Body: b}
 }
 
 // frameWriter writes one frame at a time.

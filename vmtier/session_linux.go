@@ -33,6 +33,9 @@ import (
 // serveReady is the guest's answer to a ServePlan.
 type serveReady struct {
 	Error string `json:"error,omitempty"`
+	// Raw is the "netraw" fault's answers (tests only; the host reads
+	// them only when it asked for the fault).
+	Raw []string `json:"raw,omitempty"`
 }
 
 // call is one HTTP request to the guest's server; answer its response.
@@ -49,7 +52,20 @@ type answer struct {
 	Status int         `json:"status"`
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
+	// More says the answer goes on in further frames of the same id: a
+	// streamed answer (Accept: application/x-ndjson), a frame per line
+	// as the guest's server wrote it, the last one without More.
+	More bool `json:"more,omitempty"`
 }
+
+// waiter is a call waiting for its answer's frames.
+type waiter struct {
+	ch   chan *answer
+	gone chan struct{} // closed when the call takes no more frames
+	once sync.Once
+}
+
+func (w *waiter) leave() { w.once.Do(func() { close(w.gone) }) }
 
 // callHeaders are the request headers a call carries: what says how the
 // body is written and how the answer should be.
@@ -82,12 +98,15 @@ type Guest struct {
 	lock     *runlock.Lock
 	con      *console
 	conn     net.Conn
+	net      *hostNet // the network channel's host side; nil without an allowlist
+	fault    string   // tests: Plan.Fault
+	raw      []string // tests: the "netraw" fault's answers, from the guest's serveReady
 	r        *bufio.Reader
 
 	wmu      sync.Mutex // one frame at a time on the channel
 	mu       sync.Mutex
 	nextID   uint64
-	waiting  map[uint64]chan *answer
+	waiting  map[uint64]*waiter
 	cause    error         // why the guest is done
 	done     chan struct{} // closed once the guest can answer no more
 	closed   sync.Once
@@ -117,9 +136,6 @@ func AnswerFrame(body int64) int64 { return body/3*4 + 64<<10 }
 func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, setupErr("spec: %w", err)
-	}
-	if spec.Network.Enabled() {
-		return nil, setupErr(`isolation "vm": --allow-net is not available yet in sessions (docs/isolation.md)`)
 	}
 	emulate := spec.VMEmulate || os.Getenv(EmulateEnv) == "1"
 	kvmErr := KVM()
@@ -168,7 +184,7 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 // newGuest is a guest for spec, not yet started, whose server has allow
 // to start.
 func newGuest(spec jail.Spec, allow time.Duration, o Options) *Guest {
-	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, exited: make(chan struct{}), waiting: map[uint64]chan *answer{}, done: make(chan struct{})}
+	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, exited: make(chan struct{}), waiting: map[uint64]*waiter{}, done: make(chan struct{}), fault: o.fault}
 	if o.MaxAnswer > 0 && o.MaxAnswer < maxAnswer {
 		g.frameMax = o.MaxAnswer
 	}
@@ -187,6 +203,7 @@ func (g *Guest) start(t *tier, o Options) error {
 	}
 	sock := filepath.Join(dir, "ctl")
 	args, vcpus, ramMiB := t.qemuArgs(g.spec, sock)
+	args = append(args, netArgs(dir, g.spec)...)
 	cmd := exec.Command(t.qemu, args...)
 	// As a single run's VMM (run_linux.go's boot): no network, its own
 	// pids (its death ends every thread), SIGKILL with its parent.
@@ -233,6 +250,13 @@ func (g *Guest) start(t *tier, o Options) error {
 	pw.Close()
 	g.cmd = cmd
 	go func() { g.waitErr = cmd.Wait(); close(g.exited) }()
+	// The network channel's host side lives as long as the guest: the
+	// session's every exec goes through the one proxy, its caps and byte
+	// limits the session's (as a jail session's proxy's are).
+	if g.net, err = startHostNet(dir, g.spec, g.exited); err != nil {
+		pr.Close()
+		return err
+	}
 	g.con = newConsole()
 	go func() { g.con.drain(pr); pr.Close() }()
 	if g.grp != nil && !cmd.SysProcAttr.UseCgroupFD {
@@ -301,7 +325,7 @@ func (g *Guest) died(cause error) error {
 // Serve sends the guest its ServePlan and waits until its server
 // answers: the guest then takes calls (RoundTrip) until Close.
 func (g *Guest) Serve(p ServePlan) error {
-	plan := Plan{Spec: g.spec, Serve: &p}
+	plan := Plan{Spec: g.spec, Serve: &p, Fault: g.fault}
 	plan.Spec.Host = jail.Host{}
 	if err := g.write(&plan); err != nil {
 		return fmt.Errorf("isolation vm: send the serve plan: %w", err)
@@ -318,6 +342,9 @@ func (g *Guest) Serve(p ServePlan) error {
 	}
 	if ready.Error != "" {
 		return fmt.Errorf("isolation vm: the guest's server did not start: %.400s", ready.Error)
+	}
+	if g.fault != "" {
+		g.raw = ready.Raw
 	}
 	go g.read()
 	return nil
@@ -351,11 +378,18 @@ func (g *Guest) read() {
 			return
 		}
 		g.mu.Lock()
-		ch := g.waiting[a.ID]
-		delete(g.waiting, a.ID)
+		w := g.waiting[a.ID]
+		if !a.More {
+			delete(g.waiting, a.ID)
+		}
 		g.mu.Unlock()
-		if ch != nil {
-			ch <- &a
+		if w != nil {
+			// A streamed answer's reader may be slow (its caller's):
+			// the channel waits for it, or for it to leave.
+			select {
+			case w.ch <- &a:
+			case <-w.gone:
+			}
 		}
 	}
 }
@@ -391,7 +425,8 @@ func (g *Guest) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.Body = b
 	}
-	ch := make(chan *answer, 1)
+	w := &waiter{ch: make(chan *answer, 1), gone: make(chan struct{})}
+	ch := w.ch
 	g.mu.Lock()
 	if g.cause != nil {
 		g.mu.Unlock()
@@ -399,12 +434,13 @@ func (g *Guest) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	g.nextID++
 	c.ID = g.nextID
-	g.waiting[c.ID] = ch
+	g.waiting[c.ID] = w
 	g.mu.Unlock()
 	forget := func() {
 		g.mu.Lock()
 		delete(g.waiting, c.ID)
 		g.mu.Unlock()
+		w.leave()
 	}
 	if err := g.write(&c); err != nil {
 		forget()
@@ -413,15 +449,22 @@ func (g *Guest) RoundTrip(req *http.Request) (*http.Response, error) {
 	select {
 	case a := <-ch:
 		if a.Status < 100 || a.Status > 599 {
+			forget()
 			return nil, fmt.Errorf("isolation vm: the guest answered status %d", a.Status)
 		}
 		h := http.Header{}
 		if ct := a.Header.Get("Content-Type"); ct != "" {
 			h.Set("Content-Type", ct)
 		}
-		return &http.Response{StatusCode: a.Status, Status: strconv.Itoa(a.Status) + " " + http.StatusText(a.Status),
+		resp := &http.Response{StatusCode: a.Status, Status: strconv.Itoa(a.Status) + " " + http.StatusText(a.Status),
 			Header: h, Body: io.NopCloser(bytes.NewReader(a.Body)), ContentLength: int64(len(a.Body)),
-			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: req}, nil
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: req}
+		if !a.More {
+			w.leave()
+			return resp, nil
+		}
+		resp.Body, resp.ContentLength = g.stream(req.Context(), a, w, forget), -1
+		return resp, nil
 	case <-g.done:
 		forget()
 		return nil, g.Err()
@@ -429,6 +472,48 @@ func (g *Guest) RoundTrip(req *http.Request) (*http.Response, error) {
 		forget()
 		return nil, context.Cause(req.Context())
 	}
+}
+
+// stream is a streamed answer's body: first's bytes, then each further
+// frame's as it comes, until one without More. Its reader bounds what it
+// reads (the server's answer bound); the frames' count is bounded here:
+// their bytes with a frame's head each, as one answer's frame is, past
+// which the guest is ended. Closing the body, the guest's end or the
+// call's context ends the stream, and the channel no longer waits for it.
+func (g *Guest) stream(ctx context.Context, first *answer, w *waiter, forget func()) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		defer forget()
+		var total int64
+		for a := first; ; {
+			if total += int64(len(a.Body)) + 64; total > g.frameMax {
+				err := fmt.Errorf("isolation vm: the guest streamed past the bound: %w: more than %d bytes", errFrameTooBig, g.frameMax)
+				g.fail(err)
+				g.kill()
+				pw.CloseWithError(err)
+				return
+			}
+			if len(a.Body) > 0 {
+				if _, err := pw.Write(a.Body); err != nil {
+					return // the reader closed the body
+				}
+			}
+			if !a.More {
+				pw.Close()
+				return
+			}
+			select {
+			case a = <-w.ch:
+			case <-g.done:
+				pw.CloseWithError(g.Err())
+				return
+			case <-ctx.Done():
+				pw.CloseWithError(context.Cause(ctx))
+				return
+			}
+		}
+	}()
+	return pr
 }
 
 // Done is closed when the guest can answer no more: its VMM exited, its
@@ -440,6 +525,18 @@ func (g *Guest) Err() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.cause
+}
+
+// Network is what the host's proxy decided for the guest so far, in the
+// order each entry first happened, each counting its repeats: nil
+// without an allowlist. A session takes an exec's share as the jail's
+// session does (what the list gained around it) and merges the guest's
+// entries with MergeNetwork.
+func (g *Guest) Network() []jail.NetworkDecision {
+	if g.net == nil {
+		return nil
+	}
+	return g.net.log.Decisions()
 }
 
 // Pid is the VMM's pid on the host; Cgroup its cgroup's name; RunDir the
@@ -467,6 +564,9 @@ func (g *Guest) Close() error {
 		if g.conn != nil {
 			g.conn.Close()
 		}
+		// The VMM is gone: the channel's every stream and tunnel end
+		// with the host's proxy, which accepts nothing more.
+		g.net.close()
 		leftover := false
 		if g.grp != nil {
 			_ = g.grp.Kill()

@@ -39,6 +39,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringSliceFlag{Name: "profile", Usage: "profile to offer (repeatable; the first is the default)", DefaultText: "python"},
 			&cli.IntFlag{Name: "pool", Value: d.Pool, Usage: "jails kept prepared per profile (0: none)"},
 			&cli.StringFlag{Name: "session-start-timeout", Hidden: true, Usage: "how long a session's interpreter may take to start (a vm session's guest server is given more under emulation)"},
+			&cli.BoolFlag{Name: "upstream-decides", Hidden: true, Usage: "HTTPS_PROXY is a stockade egress proxy with the same rules that decides again (a vm session's guest server: the host's proxy over the network channel)"},
 			&cli.IntFlag{Name: "vm-pool", Value: d.VMPool, Usage: `guests kept booted per profile with isolation = "vm", each waiting for a session (0: none; a session then waits a boot)`},
 			&cli.IntFlag{Name: "concurrency", Value: d.Concurrency, Usage: "runs at once"},
 			&cli.IntFlag{Name: "queue", Value: d.Queue, Usage: "requests that may wait for a run slot"},
@@ -168,6 +169,7 @@ func serveConfig(c *cli.Context, stderr io.Writer) (server.Config, error) {
 		PerCaller: c.Int("per-caller"), MaxConns: c.Int("max-conns"), MaxConnsPerCaller: c.Int("max-conns-per-caller"), BudgetPids: c.Int64("budget-pids"), Log: stderr,
 		Sessions: c.Int("sessions"), SessionsPerCaller: c.Int("sessions-per-caller"),
 		Notices: os.Stderr, Version: version, Host: hostOf(c)}
+	cfg.Host.UpstreamDecides = c.Bool("upstream-decides")
 	cfg.Facts = hostFacts(cfg.Host)
 	var err error
 	if cfg.QueueWait, err = profiles.ParseDuration(c.String("queue-wait")); err != nil {
