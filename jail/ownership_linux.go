@@ -91,7 +91,7 @@ func acquireOwnership(notices io.Writer) (*ownership, error) {
 	return o, nil
 }
 
-// hostIDNum is the number hostIDFor makes the jail's host uid from.
+// hostIDNum is the number HostIDFor makes the jail's host uid from.
 func (o *ownership) hostIDNum() int {
 	if o.id == nil {
 		return o.lock.Slot() // not root: the jail is stockade's own uid anyway
@@ -136,7 +136,7 @@ func (o *ownership) release(notices io.Writer) {
 	}
 }
 
-// hostIDFor is the host uid and gid of the jail user for the run holding
+// HostIDFor is the host uid and gid of the jail user for the run holding
 // number n (runlock.AcquireID, one host-wide allocator whatever the lock
 // directory), when stockade runs as root: one per concurrent run, so that the
 // kernel's per-user allowances (pipe buffer pages, POSIX message queue
@@ -150,7 +150,7 @@ func (o *ownership) release(notices io.Writer) {
 // This is the one place a run's host id is chosen from its slot; a mapping
 // that must follow the caller's own uid_map (stockade inside a user
 // namespace) belongs here too.
-func hostIDFor(n int) int {
+func HostIDFor(n int) int {
 	return HostID + 1 + n
 }
 

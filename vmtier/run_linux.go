@@ -327,6 +327,13 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 		Pdeathsig: syscall.SIGKILL,
 		Setpgid:   true,
 	}
+	vj, err := t.confineVMM(cmd, dir)
+	if err != nil {
+		return nil, err
+	}
+	// Registered before the kill below, so run after it: the uid is
+	// handed out again only once QEMU is dead.
+	defer vj.release()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, setupErr("isolation vm: %w", err)
@@ -390,10 +397,10 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	if err := vj.start(cmd, grp); err != nil {
 		pr.Close()
 		pw.Close()
-		return nil, setupErr("isolation vm: start %s: %w", t.qemu, err)
+		return nil, err
 	}
 	pw.Close()
 	exited := make(chan struct{})
@@ -409,12 +416,6 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 		return nil, err
 	}
 	defer hn.close()
-	if grp != nil && !cmd.SysProcAttr.UseCgroupFD {
-		// cgroup v1: no CLONE_INTO_CGROUP; placed before it boots.
-		if err := grp.AddProc(cmd.Process.Pid); err != nil {
-			return nil, setupErr("isolation vm: cgroup: %w", err)
-		}
-	}
 
 	con := newConsole()
 	conDone := make(chan struct{})

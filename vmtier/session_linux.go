@@ -80,6 +80,7 @@ type Guest struct {
 	grp      *cgroup.Group
 	cgroupID string
 	lock     *runlock.Lock
+	vmm      *vmmJail // QEMU's confinement; its uid is released at Close
 	con      *console
 	conn     net.Conn
 	r        *bufio.Reader
@@ -220,26 +221,24 @@ func (g *Guest) start(t *tier, o Options) error {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 		}
 	}
+	if g.vmm, err = t.confineVMM(cmd, dir); err != nil {
+		return err
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return setupErr("isolation vm: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	if err := g.vmm.start(cmd, g.grp); err != nil {
 		pr.Close()
 		pw.Close()
-		return setupErr("isolation vm: start %s: %w", t.qemu, err)
+		return err
 	}
 	pw.Close()
 	g.cmd = cmd
 	go func() { g.waitErr = cmd.Wait(); close(g.exited) }()
 	g.con = newConsole()
 	go func() { g.con.drain(pr); pr.Close() }()
-	if g.grp != nil && !cmd.SysProcAttr.UseCgroupFD {
-		if err := g.grp.AddProc(cmd.Process.Pid); err != nil {
-			return setupErr("isolation vm: cgroup: %w", err)
-		}
-	}
 	return nil
 }
 
@@ -464,6 +463,7 @@ func (g *Guest) Close() error {
 			g.kill()
 			<-g.exited
 		}
+		g.vmm.release() // QEMU is dead (or never started): its uid is free
 		if g.conn != nil {
 			g.conn.Close()
 		}
