@@ -87,6 +87,10 @@ func (l *leftovers) check(t *testing.T) {
 	if s := strings.TrimSpace(string(out)); s != "" {
 		t.Errorf("cgroup left behind: %s", s)
 	}
+	// The VMM's root and its binds lived in its own mount namespace.
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), l.dir) {
+		t.Errorf("mount left behind under %s", l.dir)
+	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)

@@ -1,0 +1,116 @@
+package vmtier
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade/stockade/jail"
+)
+
+// A VMM that QEMU's own bug hands to the guest sees the host as QEMU does:
+// checked from the host while the guest runs, QEMU is an unprivileged uid
+// with no capability and no_new_privs, its root holds only the files it
+// needs (no /etc/shadow, no /home), none of them writable, and the guest
+// still answers.
+func TestAttackVMMSeesHostFiles(t *testing.T) {
+	o := needVM(t)
+	left := watch(&o)
+	t0, err := resolve(vmSpec(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := qemuFiles(t0.qemu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, t0.vmmExposed()...)
+	want = append(want, "/dev/null", "/dev/urandom", "/dev/kvm")
+	seen := make(chan []string, 1)
+	o.onHello = func(pid int) {
+		var wrong []string
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		fields := map[string]string{}
+		for _, line := range strings.Split(string(status), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[k] = strings.TrimSpace(v)
+			}
+		}
+		for _, k := range []string{"Uid", "Gid"} {
+			for _, id := range strings.Fields(fields[k]) {
+				if id == "0" {
+					wrong = append(wrong, fmt.Sprintf("%s: %s (root)", k, fields[k]))
+					break
+				}
+			}
+		}
+		for _, k := range []string{"CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"} {
+			if fields[k] != "0000000000000000" {
+				wrong = append(wrong, fmt.Sprintf("%s: %q", k, fields[k]))
+			}
+		}
+		if fields["NoNewPrivs"] != "1" {
+			wrong = append(wrong, fmt.Sprintf("NoNewPrivs: %q", fields["NoNewPrivs"]))
+		}
+		root := fmt.Sprintf("/proc/%d/root", pid)
+		for _, p := range []string{"/etc/shadow", "/etc", "/home", "/root", "/proc", os.Args[0]} {
+			if _, err := os.Lstat(root + p); !errors.Is(err, fs.ErrNotExist) {
+				wrong = append(wrong, fmt.Sprintf("%s is there (%v)", p, err))
+			}
+		}
+		files := 0
+		err := filepath.WalkDir(root+"/", func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel := strings.TrimPrefix(p, root)
+			if rel == left.dir {
+				return filepath.SkipDir // the run directory: its sockets
+			}
+			if d.IsDir() {
+				return nil
+			}
+			files++
+			if !slices.Contains(want, rel) {
+				wrong = append(wrong, "not QEMU's: "+rel)
+			}
+			return nil
+		})
+		if err != nil || files == 0 {
+			wrong = append(wrong, fmt.Sprintf("walk %s: %d files (%v)", root, files, err))
+		}
+		// Nothing but the run directory is writable, even for root.
+		for _, p := range []string{"/x", "/usr/x", filepath.Dir(t0.qemu) + "/x"} {
+			err := os.WriteFile(root+p, nil, 0o644)
+			if !errors.Is(err, syscall.EROFS) {
+				wrong = append(wrong, fmt.Sprintf("write %s: %v, want EROFS", p, err))
+			}
+		}
+		if err := os.WriteFile(root+t0.qemu, nil, 0o755); !errors.Is(err, syscall.EROFS) {
+			wrong = append(wrong, fmt.Sprintf("write %s: %v, want EROFS", t0.qemu, err))
+		}
+		seen <- wrong
+	}
+	spec := vmSpec(t, "python3", "-c", "print(1 + 2)")
+	spec.Timeout = 60 * time.Second
+	res, err := runVM(t, spec, o)
+	if err != nil || res.Verdict != jail.VerdictOK || strings.TrimSpace(string(res.Stdout)) != "3" {
+		t.Errorf("verdict %s stdout %q, err %v", res.Verdict, res.Stdout, err)
+	}
+	select {
+	case wrong := <-seen:
+		for _, w := range wrong {
+			t.Errorf("the VMM: %s", w)
+		}
+	default:
+		t.Error("the guest never said hello")
+	}
+	left.check(t)
+}
