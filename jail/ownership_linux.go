@@ -138,7 +138,8 @@ func (o *ownership) release(notices io.Writer) {
 
 // HostIDFor is the host uid and gid of the jail user for the run holding
 // number n (runlock.AcquireID, one host-wide allocator whatever the lock
-// directory), when stockade runs as root: one per concurrent run, so that the
+// directory), when stockade runs as root, and of a VM run's QEMU (vmtier's
+// VMM jail takes a number of its own): one per concurrent run, so that the
 // kernel's per-user allowances (pipe buffer pages, POSIX message queue
 // bytes, inotify watches, keys) are not shared between jails, and one jail
 // exhausting its own cannot starve another. A slot, and with it the id, is
