@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/jail"
+	"golang.org/x/sys/unix"
 )
 
 // A VMM that QEMU's own bug hands to the guest sees the host as QEMU does:
@@ -152,6 +153,68 @@ func TestVMMJailFailsClosed(t *testing.T) {
 	}
 	if want := "confine the VMM: files: bind " + o.Kernel; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q: want %q", err, want)
+	}
+	left.check(t)
+}
+
+// fakeVMM is this test binary exec'd by the VMM's jail in QEMU's place
+// (TestVMMJailBeforeQEMUsSandbox): it reports, on the console, what the
+// jail alone gave it, before any sandbox of QEMU's own could add to it.
+func init() {
+	if os.Getpid() != 1 || len(os.Args) < 2 || os.Args[1] != "-nodefaults" {
+		return
+	}
+	var wrong []string
+	if os.Getuid() == 0 || os.Geteuid() == 0 || os.Getgid() == 0 {
+		wrong = append(wrong, fmt.Sprintf("uid %d euid %d gid %d", os.Getuid(), os.Geteuid(), os.Getgid()))
+	}
+	if v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err != nil || v != 1 {
+		wrong = append(wrong, fmt.Sprintf("no_new_privs %d (%v)", v, err))
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var d [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &d[0]); err != nil || d[0].Effective|d[0].Permitted|d[1].Effective|d[1].Permitted != 0 {
+		wrong = append(wrong, fmt.Sprintf("capabilities %+v (%v)", d, err))
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if v, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && v == 1 {
+			wrong = append(wrong, fmt.Sprintf("bounding set holds cap %d", c))
+			break
+		}
+	}
+	for _, p := range []string{"/etc", "/home", "/proc"} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			wrong = append(wrong, fmt.Sprintf("%s is there (%v)", p, err))
+		}
+	}
+	if err := os.Mkdir("/probe", 0o755); !errors.Is(err, syscall.EROFS) {
+		wrong = append(wrong, fmt.Sprintf("mkdir /probe: %v, want EROFS", err))
+	}
+	if len(wrong) == 0 {
+		fmt.Println("fake vmm: confined")
+	} else {
+		fmt.Println("fake vmm: not confined:", strings.Join(wrong, "; "))
+	}
+	os.Exit(1)
+}
+
+// What the jail alone gives the VMM, seen by a fake VMM (this binary) in
+// QEMU's place: QEMU's -sandbox sets no_new_privs and forbids setuid
+// itself, so a check of the running QEMU cannot tell the jail's share.
+func TestVMMJailBeforeQEMUsSandbox(t *testing.T) {
+	o := needVM(t)
+	left := watch(&o)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.QEMU = self
+	res, err := runVM(t, vmSpec(t, "python3", "-c", "print(1 + 2)"), o)
+	if err == nil || res.Verdict != VerdictDied {
+		t.Fatalf("verdict %s, err %v: want vm_died", res.Verdict, err)
+	}
+	if !strings.Contains(err.Error(), "fake vmm: confined") {
+		t.Errorf("the fake VMM: %v", err)
 	}
 	left.check(t)
 }
