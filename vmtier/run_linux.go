@@ -79,6 +79,7 @@ type Options struct {
 	fault    string        // tests: Plan.Fault
 	onHello  func(pid int) // tests: called with the VMM's pid when the guest said hello
 	cgroupID func(string)  // tests: told the VMM's cgroup name
+	vmmTools []string      // tests: programs a fake VMM (a script) runs, exposed in its jail
 	runDir   func(string)  // tests: told the run directory
 }
 
@@ -167,12 +168,13 @@ func tierFor(spec jail.Spec, o Options) (*tier, error) {
 // tier is what one run's VM is made of.
 type tier struct {
 	qemu, kernel, initrd string
+	vmmTools             []string // tests: Options.vmmTools
 	initrdSize           int64
 	kvm                  bool
 }
 
 func resolve(spec jail.Spec, o Options) (*tier, error) {
-	t := &tier{qemu: o.QEMU}
+	t := &tier{qemu: o.QEMU, vmmTools: o.vmmTools}
 	if t.qemu == "" {
 		q, err := exec.LookPath("qemu-system-x86_64")
 		if err != nil {

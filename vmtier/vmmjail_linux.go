@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -78,7 +79,7 @@ func (t *tier) confineVMM(cmd *exec.Cmd, dir string) (*vmmJail, error) {
 	if os.Geteuid() != 0 {
 		return nil, setupErr(`isolation "vm": confine the VMM: stockade must run as root to jail QEMU (uid %d)`, os.Geteuid())
 	}
-	files, err := qemuFiles(t.qemu)
+	files, err := qemuFiles(t.qemu, t.vmmTools...)
 	if err != nil {
 		return nil, setupErr(`isolation "vm": confine the VMM: %w`, err)
 	}
@@ -196,8 +197,9 @@ var firmwareDirs = []string{"/usr/share/qemu", "/usr/share/seabios"}
 
 // qemuFiles is QEMU's binary, its interpreter and shared libraries (the
 // ELF closure, modules included), and its firmware: each a path as QEMU
-// opens it.
-func qemuFiles(qemu string) ([]string, error) {
+// opens it. tools are more programs with their closures (tests: what a
+// fake VMM, a script, runs).
+func qemuFiles(qemu string, tools ...string) ([]string, error) {
 	files := []string{}
 	seen := map[string]bool{}
 	var walk func(string) error
@@ -207,6 +209,9 @@ func qemuFiles(qemu string) ([]string, error) {
 		}
 		seen[path] = true
 		files = append(files, path)
+		if interp, ok := scriptInterpreter(path); ok {
+			return walk(interp)
+		}
 		deps, err := elfDeps(path)
 		if err != nil {
 			return err
@@ -218,8 +223,10 @@ func qemuFiles(qemu string) ([]string, error) {
 		}
 		return nil
 	}
-	if err := walk(qemu); err != nil {
-		return nil, err
+	for _, p := range append([]string{qemu}, tools...) {
+		if err := walk(p); err != nil {
+			return nil, err
+		}
 	}
 	// Debian's QEMU loads its TCG accelerator as a module, from
 	// <bindir>/../lib/<triplet>/qemu.
@@ -287,6 +294,23 @@ func elfDeps(path string) ([]string, error) {
 		deps = append(deps, found)
 	}
 	return deps, nil
+}
+
+// scriptInterpreter is the interpreter a "#!" script names.
+func scriptInterpreter(path string) (string, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	b := make([]byte, 256)
+	n, _ := io.ReadFull(f, b)
+	line, _, _ := strings.Cut(string(b[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if fields := strings.Fields(rest); ok && len(fields) > 0 {
+		return fields[0], true
+	}
+	return "", false
 }
 
 func fileExists(p string) bool {
