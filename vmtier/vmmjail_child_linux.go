@@ -112,7 +112,11 @@ func mountVMMRoot(p *vmmJailPlan) error {
 // path under the root.
 func bindVMMFiles(p *vmmJailPlan) error {
 	for _, f := range p.ReadOnly {
-		if err := bindAt(p.Root, f, false, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return err
+		}
+		if err := bindAt(p.Root, f, fi.IsDir(), unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 			return err
 		}
 	}

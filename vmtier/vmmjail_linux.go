@@ -48,7 +48,7 @@ const vmmStartAllowance = 30 * time.Second
 // vmmJailPlan is what the helper is told (as JSON, its argv[1]).
 type vmmJailPlan struct {
 	Root     string   // an empty host directory the new root is mounted on
-	ReadOnly []string // host files, each bound read-only at its own path
+	ReadOnly []string // host files (or directories), each bound read-only at its own path
 	Devices  []string // device nodes, bound at their own paths
 	RunDir   string   // the run directory (its sockets), bound writable at its own path
 	UID, GID int      // QEMU's host uid and gid
@@ -209,8 +209,15 @@ func qemuFiles(qemu string, tools ...string) ([]string, error) {
 		}
 		seen[path] = true
 		files = append(files, path)
-		if interp, ok := scriptInterpreter(path); ok {
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return nil // a tool's data (tests: a fake VMM's Python library)
+		}
+		interp, magic := scriptInterpreter(path)
+		if interp != "" {
 			return walk(interp)
+		}
+		if magic != "\x7fELF" {
+			return nil // data (tests: a fake VMM's answer)
 		}
 		deps, err := elfDeps(path)
 		if err != nil {
@@ -296,21 +303,23 @@ func elfDeps(path string) ([]string, error) {
 	return deps, nil
 }
 
-// scriptInterpreter is the interpreter a "#!" script names.
-func scriptInterpreter(path string) (string, bool) {
+// scriptInterpreter is the interpreter a "#!" script names ("" if none),
+// and the file's first four bytes.
+func scriptInterpreter(path string) (interp, magic string) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", false
+		return "", ""
 	}
 	defer f.Close()
 	b := make([]byte, 256)
 	n, _ := io.ReadFull(f, b)
+	magic = string(b[:min(n, 4)])
 	line, _, _ := strings.Cut(string(b[:n]), "\n")
 	rest, ok := strings.CutPrefix(line, "#!")
 	if fields := strings.Fields(rest); ok && len(fields) > 0 {
-		return fields[0], true
+		return fields[0], magic
 	}
-	return "", false
+	return "", magic
 }
 
 func fileExists(p string) bool {
