@@ -24,14 +24,14 @@ type identity struct {
 // ids, the only mapping an unprivileged user namespace allows, and never
 // when those are root of the namespace above.
 //
-// The id wanted for a root stockade is the run's own, hostIDFor(n); it
+// The id wanted for a root stockade is the run's own, HostIDFor(n); it
 // is the preference pickJailID starts from.
 func chooseIdentity(spec Spec, n int, pol sourcePolicy) (identity, error) {
 	env, err := currentIDEnv()
 	if err != nil {
 		return identity{}, err
 	}
-	env.preferred = hostIDFor(n)
+	env.preferred = HostIDFor(n)
 	return chooseIdentityIn(spec, env, pol)
 }
 

@@ -94,7 +94,7 @@ func acquireOwnership(notices io.Writer) (*ownership, error) {
 	return o, nil
 }
 
-// hostIDNum is the number hostIDFor makes the jail's host uid from.
+// hostIDNum is the number HostIDFor makes the jail's host uid from.
 func (o *ownership) hostIDNum() int {
 	if o.id == nil {
 		return o.lock.Slot() // not root: the jail is stockade's own uid anyway
@@ -191,9 +191,10 @@ func retryHeld(notices io.Writer) error {
 	return errors.Join(errs...)
 }
 
-// hostIDFor is the host uid and gid of the jail user for the run holding
+// HostIDFor is the host uid and gid of the jail user for the run holding
 // number n (runlock.AcquireID, one host-wide allocator whatever the lock
-// directory), when stockade runs as root: one per concurrent run, so that the
+// directory), when stockade runs as root, and of a VM run's QEMU (vmtier's
+// VMM jail takes a number of its own): one per concurrent run, so that the
 // kernel's per-user allowances (pipe buffer pages, POSIX message queue
 // bytes, inotify watches, keys) are not shared between jails, and one jail
 // exhausting its own cannot starve another. A slot, and with it the id, is
@@ -205,7 +206,7 @@ func retryHeld(notices io.Writer) error {
 // This is the one place a run's host id is chosen from its slot; a mapping
 // that must follow the caller's own uid_map (stockade inside a user
 // namespace) belongs here too.
-func hostIDFor(n int) int {
+func HostIDFor(n int) int {
 	return HostID + 1 + n
 }
 

@@ -26,6 +26,12 @@ func Doctor(host jail.Host) []string {
 		v, _ := exec.Command(q, "--version").Output()
 		first, _, _ := strings.Cut(string(v), "\n")
 		p("qemu: %s (%s)", q, strings.TrimSpace(first))
+		// What the VMM's jail binds into QEMU's root, found as a run finds it.
+		if files, err := qemuFiles(q); err != nil {
+			p("vmm jail: no (%v): isolation vm refuses to run", err)
+		} else {
+			p("vmm jail: a root of %d files of QEMU's (binary, libraries, firmware) plus the guest's kernel and image; an unprivileged uid of the run's", len(files))
+		}
 	}
 	cache := cacheDir(jail.Spec{Host: host}, Options{})
 	k := KernelPath(cache, "")

@@ -79,6 +79,7 @@ type Options struct {
 	fault    string        // tests: Plan.Fault
 	onHello  func(pid int) // tests: called with the VMM's pid when the guest said hello
 	cgroupID func(string)  // tests: told the VMM's cgroup name
+	vmmTools []string      // tests: programs a fake VMM (a script) runs, exposed in its jail
 	runDir   func(string)  // tests: told the run directory
 }
 
@@ -167,12 +168,13 @@ func tierFor(spec jail.Spec, o Options) (*tier, error) {
 // tier is what one run's VM is made of.
 type tier struct {
 	qemu, kernel, initrd string
+	vmmTools             []string // tests: Options.vmmTools
 	initrdSize           int64
 	kvm                  bool
 }
 
 func resolve(spec jail.Spec, o Options) (*tier, error) {
-	t := &tier{qemu: o.QEMU}
+	t := &tier{qemu: o.QEMU, vmmTools: o.vmmTools}
 	if t.qemu == "" {
 		q, err := exec.LookPath("qemu-system-x86_64")
 		if err != nil {
@@ -286,6 +288,142 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// vmm is a VMM and what it holds on the host: its run directory (with
+// the channel's socket), its cgroup (recorded in a run lock slot), its
+// process (pid 1 of its own namespaces) and its console.
+type vmm struct {
+	cmd      *exec.Cmd // nil until started
+	dir      string
+	exited   chan struct{} // closed once cmd.Wait returned; waitErr is then set
+	waitErr  error
+	mgr      *cgroup.Manager
+	grp      *cgroup.Group
+	cgroupID string
+	lock     *runlock.Lock
+	confine  *vmmJail // QEMU's confinement; its uid is released at close
+	con      *console
+	conDone  chan struct{} // closed once the console is drained
+}
+
+func newVMM() vmm {
+	return vmm{exited: make(chan struct{}), con: newConsole(), conDone: make(chan struct{})}
+}
+
+// start makes the run directory and the cgroup and starts the VMM for
+// spec; what it made is close's to remove, also when it fails.
+func (v *vmm) start(t *tier, spec jail.Spec, o Options) error {
+	dir, err := os.MkdirTemp("", "stockade-vm-")
+	if err != nil {
+		return setupErr("isolation vm: run directory: %w", err)
+	}
+	v.dir = dir
+	if o.runDir != nil {
+		o.runDir(dir)
+	}
+	args, vcpus, ramMiB := t.qemuArgs(spec, filepath.Join(dir, "ctl"))
+	args = append(args, netArgs(dir, spec)...)
+	cmd := exec.Command(t.qemu, args...)
+	// Its own namespaces: no network at all (not even the host's
+	// loopback), its own pids (QEMU is their init: its death ends every
+	// thread and child it has), mounts, IPC and host name. Pdeathsig: a
+	// stockade killed mid-run takes its VMM with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Pdeathsig: syscall.SIGKILL,
+		Setpgid:   true,
+	}
+	if !spec.Host.NoCgroup {
+		if v.mgr, err = cgroup.NewManager(cgroup.Options{Parent: spec.Host.CgroupParent}); err != nil {
+			return setupErr("isolation vm: cgroup: %w", err)
+		}
+		id := "vm-" + newID()
+		// The cgroup is recorded in a run lock slot first, as the jail's
+		// are: a stockade SIGKILLed mid-run (its VMM dies with it, by
+		// Pdeathsig) leaves the group to the next run's sweep.
+		if v.lock, err = runlock.Acquire(runlock.DefaultDir(), cleanStale, func(error) {}); err != nil {
+			return setupErr("isolation vm: run lock: %w", err)
+		}
+		for _, d := range v.mgr.GroupDirs(id) {
+			if err := v.lock.Record("cgroup", d); err != nil {
+				return setupErr("isolation vm: run lock: %w", err)
+			}
+		}
+		if v.grp, err = v.mgr.Create(id, cgroup.Limits{MemoryMax: ramMiB<<20 + vmmOverhead, CPUs: float64(vcpus), PidsMax: 256}); err != nil {
+			return setupErr("isolation vm: cgroup: %w", err)
+		}
+		v.cgroupID = "stockade." + id
+		if o.cgroupID != nil {
+			o.cgroupID(v.cgroupID)
+		}
+		if fd, ok := v.grp.CgroupFD(); ok {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
+	}
+	if v.confine, err = t.confineVMM(cmd, dir); err != nil {
+		return err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return setupErr("isolation vm: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	// The jail's start places the helper in the cgroup (v1) before QEMU runs.
+	if err := v.confine.start(cmd, v.grp); err != nil {
+		pr.Close()
+		pw.Close()
+		return err
+	}
+	pw.Close()
+	v.cmd = cmd
+	go func() { v.waitErr = cmd.Wait(); close(v.exited) }()
+	go func() { v.con.drain(pr); pr.Close(); close(v.conDone) }()
+	return nil
+}
+
+// kill sends the VMM SIGKILL (once started).
+func (v *vmm) kill() {
+	if v.cmd != nil {
+		_ = v.cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// close kills the VMM and removes its cgroup and run directory; an error
+// names what could not be removed (its run lock slot keeps the record
+// for the next sweep).
+func (v *vmm) close() error {
+	var err error
+	if v.cmd != nil {
+		v.kill()
+		<-v.exited
+	}
+	v.confine.release() // QEMU is dead (or never started): its uid is free
+	leftover := false
+	if v.grp != nil {
+		_ = v.grp.Kill()
+		if e := v.grp.Delete(); e != nil {
+			leftover = true
+			err = fmt.Errorf("isolation vm: cgroup %s: %w", v.cgroupID, e)
+		}
+	}
+	if v.lock != nil {
+		if leftover {
+			v.lock.Abandon()
+		} else {
+			_ = v.lock.Release()
+		}
+	}
+	if v.mgr != nil {
+		v.mgr.Close()
+	}
+	if v.dir != "" {
+		if e := os.RemoveAll(v.dir); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
 // boot runs the VMM, sends the guest the plan and returns its reply (a
 // cancelled run's is a Result of its own); everything it makes on the
 // host (the run directory with the channel's socket, the cgroup, QEMU's
@@ -304,121 +442,22 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 			answer = 120 * time.Second
 		}
 	}
-	dir, err := os.MkdirTemp("", "stockade-vm-")
-	if err != nil {
-		return nil, setupErr("isolation vm: run directory: %w", err)
+	v := newVMM()
+	defer v.close()
+	if err := v.start(t, spec, o); err != nil {
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	if o.runDir != nil {
-		o.runDir(dir)
-	}
-	sock := filepath.Join(dir, "ctl")
-
-	args, vcpus, ramMiB := t.qemuArgs(spec, sock)
-	args = append(args, netArgs(dir, spec)...)
-	cmd := exec.Command(t.qemu, args...)
-	// Its own namespaces: no network at all (not even the host's
-	// loopback), its own pids (QEMU is their init: its death ends every
-	// thread and child it has), mounts, IPC and host name. Pdeathsig: a
-	// stockade killed mid-run takes its VMM with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		Pdeathsig: syscall.SIGKILL,
-		Setpgid:   true,
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, setupErr("isolation vm: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-
-	var grp *cgroup.Group
-	if !spec.Host.NoCgroup {
-		m, err := cgroup.NewManager(cgroup.Options{Parent: spec.Host.CgroupParent})
-		if err != nil {
-			pr.Close()
-			pw.Close()
-			return nil, setupErr("isolation vm: cgroup: %w", err)
-		}
-		defer m.Close()
-		id := "vm-" + newID()
-		// The cgroup is recorded in a run lock slot first, as the jail's
-		// are: a stockade SIGKILLed mid-run (its VMM dies with it, by
-		// Pdeathsig) leaves the group to the next run's sweep.
-		lock, err := runlock.Acquire(runlock.DefaultDir(), cleanStale, func(error) {})
-		if err != nil {
-			pr.Close()
-			pw.Close()
-			return nil, setupErr("isolation vm: run lock: %w", err)
-		}
-		leftover := false
-		defer func() {
-			if leftover {
-				lock.Abandon() // its record stays for the next sweep
-			} else {
-				_ = lock.Release()
-			}
-		}()
-		for _, d := range m.GroupDirs(id) {
-			if err := lock.Record("cgroup", d); err != nil {
-				pr.Close()
-				pw.Close()
-				return nil, setupErr("isolation vm: run lock: %w", err)
-			}
-		}
-		grp, err = m.Create(id, cgroup.Limits{
-			MemoryMax: ramMiB<<20 + vmmOverhead,
-			CPUs:      float64(vcpus),
-			PidsMax:   256,
-		})
-		if err != nil {
-			pr.Close()
-			pw.Close()
-			return nil, setupErr("isolation vm: cgroup: %w", err)
-		}
-		if o.cgroupID != nil {
-			o.cgroupID("stockade." + id)
-		}
-		defer func() {
-			_ = grp.Kill()
-			if grp.Delete() != nil {
-				leftover = true
-			}
-		}()
-		if fd, ok := grp.CgroupFD(); ok {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return nil, setupErr("isolation vm: start %s: %w", t.qemu, err)
-	}
-	pw.Close()
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
+	sock := filepath.Join(v.dir, "ctl")
+	exited, con, conDone := v.exited, v.con, v.conDone
 	kill := func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
+		v.kill()
 		<-exited
 	}
-	defer kill()
-	hn, err := startHostNet(dir, spec, exited)
+	hn, err := startHostNet(v.dir, spec, exited)
 	if err != nil {
 		return nil, err
 	}
 	defer hn.close()
-	if grp != nil && !cmd.SysProcAttr.UseCgroupFD {
-		// cgroup v1: no CLONE_INTO_CGROUP; placed before it boots.
-		if err := grp.AddProc(cmd.Process.Pid); err != nil {
-			return nil, setupErr("isolation vm: cgroup: %w", err)
-		}
-	}
-
-	con := newConsole()
-	conDone := make(chan struct{})
-	go func() { con.drain(pr); pr.Close(); close(conDone) }()
 
 	type answerT struct {
 		reply *Reply
@@ -427,7 +466,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 	answered := make(chan answerT, 1)
 	helloed := make(chan struct{})
 	go func() {
-		r, err := t.talk(sock, plan, helloed, exited, o, cmd.Process.Pid, spec)
+		r, err := t.talk(sock, plan, helloed, exited, o, v.cmd.Process.Pid, spec)
 		answered <- answerT{r, err}
 	}()
 
@@ -449,7 +488,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 				case <-time.After(2 * time.Second):
 				}
 				<-conDone
-				return nil, t.failure(con, exited, waitErr, a.err)
+				return nil, t.failure(con, exited, v.waitErr, a.err)
 			}
 			// The guest powers itself off; give it a moment, then kill.
 			select {
@@ -470,7 +509,7 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 			case <-time.After(2 * time.Second):
 			}
 			<-conDone
-			return nil, t.failure(con, exited, waitErr, errors.New("the VMM exited"))
+			return nil, t.failure(con, exited, v.waitErr, errors.New("the VMM exited"))
 		case <-bootTimer.C:
 			kill()
 			return nil, &vmError{VerdictNoAnswer, fmt.Sprintf("isolation vm: the guest did not come up within %v; the VMM was killed%s", boot, con.quote())}

@@ -24,7 +24,7 @@ func replyingVMM(t *testing.T, reply []byte) Options {
 	o := needVM(t)
 	dir := t.TempDir()
 	answer := filepath.Join(dir, "reply")
-	if err := os.WriteFile(answer, reply, 0o600); err != nil {
+	if err := os.WriteFile(answer, reply, 0o644); err != nil { // QEMU's uid reads it
 		t.Fatal(err)
 	}
 	script := `#!` + hostPython + `
@@ -48,6 +48,12 @@ c.close()
 		t.Fatal(err)
 	}
 	o.QEMU = f
+	// The VMM's jail exposes the script's Python, its library and the answer.
+	py, err := filepath.EvalSymlinks(hostPython)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.vmmTools = []string{filepath.Join("/usr/lib", filepath.Base(py)), answer}
 	return o
 }
 

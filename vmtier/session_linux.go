@@ -11,15 +11,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/stockade/stockade/cgroup"
-	"github.com/stockade/stockade/internal/runlock"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -88,20 +84,12 @@ type Guest struct {
 	spec     jail.Spec
 	answer   time.Duration // how long the guest's server may take to start
 	frameMax int64         // bytes of one answer's frame
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	waitErr  error
-	dir      string
-	mgr      *cgroup.Manager
-	grp      *cgroup.Group
-	cgroupID string
-	lock     *runlock.Lock
-	con      *console
-	conn     net.Conn
-	net      *hostNet // the network channel's host side; nil without an allowlist
-	fault    string   // tests: Plan.Fault
-	raw      []string // tests: the "netraw" fault's answers, from the guest's serveReady
-	r        *bufio.Reader
+	vmm
+	conn  net.Conn
+	net   *hostNet // the network channel's host side; nil without an allowlist
+	fault string   // tests: Plan.Fault
+	raw   []string // tests: the "netraw" fault's answers, from the guest's serveReady
+	r     *bufio.Reader
 
 	wmu      sync.Mutex // one frame at a time on the channel
 	mu       sync.Mutex
@@ -161,7 +149,14 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 		}
 	}
 	g := newGuest(spec, allow, o)
-	if err := g.start(t, o); err != nil {
+	if err := g.start(t, g.spec, o); err != nil {
+		g.Close()
+		return nil, err
+	}
+	// The network channel's host side lives as long as the guest: the
+	// session's every exec goes through the one proxy, its caps and byte
+	// limits the session's (as a jail session's proxy's are).
+	if g.net, err = startHostNet(g.dir, g.spec, g.exited); err != nil {
 		g.Close()
 		return nil, err
 	}
@@ -184,87 +179,11 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 // newGuest is a guest for spec, not yet started, whose server has allow
 // to start.
 func newGuest(spec jail.Spec, allow time.Duration, o Options) *Guest {
-	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, exited: make(chan struct{}), waiting: map[uint64]*waiter{}, done: make(chan struct{}), fault: o.fault}
+	g := &Guest{spec: spec, answer: allow, frameMax: maxAnswer, vmm: newVMM(), waiting: map[uint64]*waiter{}, done: make(chan struct{}), fault: o.fault}
 	if o.MaxAnswer > 0 && o.MaxAnswer < maxAnswer {
 		g.frameMax = o.MaxAnswer
 	}
 	return g
-}
-
-// start makes the run directory and the cgroup and starts the VMM.
-func (g *Guest) start(t *tier, o Options) error {
-	dir, err := os.MkdirTemp("", "stockade-vm-")
-	if err != nil {
-		return setupErr("isolation vm: run directory: %w", err)
-	}
-	g.dir = dir
-	if o.runDir != nil {
-		o.runDir(dir)
-	}
-	sock := filepath.Join(dir, "ctl")
-	args, vcpus, ramMiB := t.qemuArgs(g.spec, sock)
-	args = append(args, netArgs(dir, g.spec)...)
-	cmd := exec.Command(t.qemu, args...)
-	// As a single run's VMM (run_linux.go's boot): no network, its own
-	// pids (its death ends every thread), SIGKILL with its parent.
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		Pdeathsig: syscall.SIGKILL,
-		Setpgid:   true,
-	}
-	if !g.spec.Host.NoCgroup {
-		if g.mgr, err = cgroup.NewManager(cgroup.Options{Parent: g.spec.Host.CgroupParent}); err != nil {
-			return setupErr("isolation vm: cgroup: %w", err)
-		}
-		id := "vm-" + newID()
-		if g.lock, err = runlock.Acquire(runlock.DefaultDir(), cleanStale, func(error) {}); err != nil {
-			return setupErr("isolation vm: run lock: %w", err)
-		}
-		for _, d := range g.mgr.GroupDirs(id) {
-			if err := g.lock.Record("cgroup", d); err != nil {
-				return setupErr("isolation vm: run lock: %w", err)
-			}
-		}
-		if g.grp, err = g.mgr.Create(id, cgroup.Limits{MemoryMax: ramMiB<<20 + vmmOverhead, CPUs: float64(vcpus), PidsMax: 256}); err != nil {
-			return setupErr("isolation vm: cgroup: %w", err)
-		}
-		g.cgroupID = "stockade." + id
-		if o.cgroupID != nil {
-			o.cgroupID(g.cgroupID)
-		}
-		if fd, ok := g.grp.CgroupFD(); ok {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-		}
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return setupErr("isolation vm: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return setupErr("isolation vm: start %s: %w", t.qemu, err)
-	}
-	pw.Close()
-	g.cmd = cmd
-	go func() { g.waitErr = cmd.Wait(); close(g.exited) }()
-	// The network channel's host side lives as long as the guest: the
-	// session's every exec goes through the one proxy, its caps and byte
-	// limits the session's (as a jail session's proxy's are).
-	if g.net, err = startHostNet(dir, g.spec, g.exited); err != nil {
-		pr.Close()
-		return err
-	}
-	g.con = newConsole()
-	go func() { g.con.drain(pr); pr.Close() }()
-	if g.grp != nil && !cmd.SysProcAttr.UseCgroupFD {
-		if err := g.grp.AddProc(cmd.Process.Pid); err != nil {
-			return setupErr("isolation vm: cgroup: %w", err)
-		}
-	}
-	return nil
 }
 
 // hello connects to the channel and waits for the guest's hello.
@@ -545,12 +464,6 @@ func (g *Guest) Pid() int       { return g.cmd.Process.Pid }
 func (g *Guest) Cgroup() string { return g.cgroupID }
 func (g *Guest) RunDir() string { return g.dir }
 
-func (g *Guest) kill() {
-	if g.cmd != nil {
-		_ = g.cmd.Process.Signal(syscall.SIGKILL)
-	}
-}
-
 // Close kills the VMM and removes its cgroup and run directory; an error
 // names what could not be removed (its run lock slot keeps the record
 // for the next sweep).
@@ -567,29 +480,7 @@ func (g *Guest) Close() error {
 		// The VMM is gone: the channel's every stream and tunnel end
 		// with the host's proxy, which accepts nothing more.
 		g.net.close()
-		leftover := false
-		if g.grp != nil {
-			_ = g.grp.Kill()
-			if err := g.grp.Delete(); err != nil {
-				leftover = true
-				g.closeErr = fmt.Errorf("isolation vm: cgroup %s: %w", g.cgroupID, err)
-			}
-		}
-		if g.lock != nil {
-			if leftover {
-				g.lock.Abandon()
-			} else {
-				_ = g.lock.Release()
-			}
-		}
-		if g.mgr != nil {
-			g.mgr.Close()
-		}
-		if g.dir != "" {
-			if err := os.RemoveAll(g.dir); err != nil && g.closeErr == nil {
-				g.closeErr = err
-			}
-		}
+		g.closeErr = g.vmm.close()
 	})
 	return g.closeErr
 }

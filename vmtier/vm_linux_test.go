@@ -87,6 +87,10 @@ func (l *leftovers) check(t *testing.T) {
 	if s := strings.TrimSpace(string(out)); s != "" {
 		t.Errorf("cgroup left behind: %s", s)
 	}
+	// The VMM's root and its binds lived in its own mount namespace.
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), l.dir) {
+		t.Errorf("mount left behind under %s", l.dir)
+	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
@@ -398,12 +402,15 @@ func fakeVMM(t *testing.T, script string) Options {
 		t.Fatal(err)
 	}
 	o.QEMU = f
+	// The VMM's jail exposes the script's shell and the tools it runs
+	// (by path: its environment is empty).
+	o.vmmTools = []string{"/usr/bin/yes", "/usr/bin/sleep"}
 	return o
 }
 
 // A console that floods is cut at its bound and the VMM killed.
 func TestVMConsoleFlood(t *testing.T) {
-	o := fakeVMM(t, "exec yes 'the guest floods its console'")
+	o := fakeVMM(t, "exec /usr/bin/yes 'the guest floods its console'")
 	left := watch(&o)
 	// Shorter than the flood takes to fill the console's bound by far
 	// at any load: without the bound this ends as vm_no_answer.
@@ -417,7 +424,7 @@ func TestVMConsoleFlood(t *testing.T) {
 
 // A guest that never comes up: the boot allowance ends it.
 func TestVMNeverBoots(t *testing.T) {
-	o := fakeVMM(t, "exec sleep 600")
+	o := fakeVMM(t, "exec /usr/bin/sleep 600")
 	left := watch(&o)
 	o.BootAllowance = 2 * time.Second
 	res, err := runVM(t, vmSpec(t, "true"), o)

@@ -11,6 +11,6 @@
 // removes it. A slot whose lock is held is live and is never touched.
 //
 // The slot number is also the run's identity on the host (see
-// jail.hostIDFor): two runs that hold slots at once never share it, and a
+// jail.HostIDFor): two runs that hold slots at once never share it, and a
 // slot is handed out again only after everything of its previous run is gone.
 package runlock
