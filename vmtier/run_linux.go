@@ -166,9 +166,10 @@ func tierFor(spec jail.Spec, o Options) (*tier, error) {
 
 // tier is what one run's VM is made of.
 type tier struct {
-	qemu, kernel, initrd string
-	initrdSize           int64
-	kvm                  bool
+	qemu, kernel string
+	image        *Image
+	initrdSize   int64
+	kvm          bool
 }
 
 func resolve(spec jail.Spec, o Options) (*tier, error) {
@@ -192,15 +193,15 @@ func resolve(spec jail.Spec, o Options) (*tier, error) {
 			return nil, setupErr("isolation vm: %w", err)
 		}
 	}
-	initrd, err := EnsureImage(cache, bin, t.kernel)
+	img, err := EnsureImage(cache, bin, t.kernel)
 	if err != nil {
 		return nil, setupErr(`isolation "vm": guest image: %w`, err)
 	}
-	fi, err := os.Stat(initrd)
+	fi, err := os.Stat(img.Initrd)
 	if err != nil {
 		return nil, setupErr(`isolation "vm": guest image: %w`, err)
 	}
-	t.initrd, t.initrdSize = initrd, fi.Size()
+	t.image, t.initrdSize = img, fi.Size()
 	return t, nil
 }
 
@@ -528,7 +529,9 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 }
 
 // ramMiB is the guest's RAM for spec, in MiB: the jail's memory, the
-// root image (the initramfs and its unpacked copy), the kernel and init.
+// initramfs (its packed and unpacked copies, while the kernel unpacks
+// it), the kernel and init. The root is a disk: what the guest reads of
+// it is page cache, which the kernel can drop.
 func (t *tier) ramMiB(spec jail.Spec) int64 {
 	return (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
 }
@@ -542,8 +545,11 @@ func (t *tier) qemuArgs(spec jail.Spec, sock string) (args []string, vcpus int, 
 	args = []string{
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-machine", "q35", "-m", strconv.FormatInt(ramMiB, 10), "-smp", strconv.Itoa(vcpus),
-		"-kernel", t.kernel, "-initrd", t.initrd,
-		"-append", "console=ttyS0 rdinit=/usr/local/bin/stockade panic=-1 quiet loglevel=1 -- " + GuestArg,
+		"-kernel", t.kernel, "-initrd", t.image.Initrd,
+		"-append", "console=ttyS0 rdinit=" + guestInit + " panic=-1 quiet loglevel=1 -- " + GuestArg,
+		// The root: read-only to the guest, whose writes QEMU refuses.
+		"-drive", "file=" + strings.ReplaceAll(t.image.Root, ",", ",,") + ",format=raw,if=none,readonly=on,id=root",
+		"-device", "virtio-blk-pci,drive=root",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-chardev", "socket,id=ctl,path=" + sock + ",server=on,wait=off", "-serial", "chardev:ctl",
 		"-nic", "none",
