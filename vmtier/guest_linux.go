@@ -2,6 +2,7 @@ package vmtier
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,7 +84,9 @@ func GuestMain() {
 				os.Stderr.Write(line)
 			}
 		}
-		if plan.Selftest != nil {
+		if plan.Fault == "writeroot" {
+			reply = Reply{Error: guestWriteRoot()}
+		} else if plan.Selftest != nil {
 			reply = guestSelftest(plan)
 		} else {
 			reply = guestRun(plan)
@@ -105,6 +108,38 @@ func GuestMain() {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// guestWriteRoot is the "writeroot" fault: the guest's root, as a guest
+// kernel the payload took over would, writes its root disk's first
+// block, and, refused, clears the disk's read-only flag and writes it
+// again. What each step answered comes back as one line (QEMU refuses the
+// write: the disk is read-only to it).
+func guestWriteRoot() string {
+	var out []string
+	say := func(what string, err error) error {
+		if err == nil {
+			out = append(out, what+": done")
+		} else {
+			out = append(out, what+": "+err.Error())
+		}
+		return err
+	}
+	block := bytes.Repeat([]byte("guest was here\n"), 256)
+	f, err := os.OpenFile(guestDisk, os.O_RDWR|os.O_SYNC, 0)
+	if say("open read-write", err) != nil {
+		return strings.Join(out, "; ")
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(block, 0); say("write", err) == nil {
+		say("fsync", f.Sync())
+		return strings.Join(out, "; ")
+	}
+	say("clear read-only", unix.IoctlSetPointerInt(int(f.Fd()), unix.BLKROSET, 0))
+	_, err = f.WriteAt(block, 0)
+	say("write again", err)
+	say("fsync", f.Sync())
+	return strings.Join(out, "; ")
 }
 
 // switchRoot is init's first start, from the initramfs: it loads the
