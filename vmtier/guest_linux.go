@@ -41,6 +41,10 @@ const (
 	guestModules = "/usr/lib/stockade/modules"
 	modulesLoad  = "load" // in guestModules: the modules' file names, in the order init loads them
 	guestDisk    = "/dev/vda"
+	// A --rootfs DIR's image, when the host attached one, and where the
+	// guest mounts it: its jail's root.
+	guestRootfsDisk = "/dev/vdb"
+	guestRootfs     = "/srv/rootfs"
 	// guestRootEnv marks init's second start, from the root disk.
 	guestRootEnv = "STOCKADE_VM_ROOT"
 )
@@ -232,6 +236,7 @@ func guestSetup() (*os.File, *Plan, error) {
 		{"mount /run", mounter("run", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")},
 		{"mount /var/cache", mounter("cache", "/var/cache", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")},
 		{"mount /srv", mounter("srv", "/srv", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")},
+		{"mount the jail's root disk", mountRootfs},
 		{"mount cgroup2", mounter("cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "nsdelegate")},
 		{"cgroups", guestCgroups},
 		{"hostname", func() error { return unix.Sethostname([]byte("stockade-vm")) }},
@@ -266,6 +271,18 @@ func guestSetup() (*os.File, *Plan, error) {
 
 func mounter(src, dst, fstype string, flags uintptr, data string) func() error {
 	return func() error { return unix.Mount(src, dst, fstype, flags, data) }
+}
+
+// mountRootfs mounts a --rootfs DIR's image, when the host attached one,
+// read-only at guestRootfs.
+func mountRootfs() error {
+	if _, err := os.Stat(guestRootfsDisk); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := os.Mkdir(guestRootfs, 0o755); err != nil {
+		return err
+	}
+	return unix.Mount(guestRootfsDisk, guestRootfs, "squashfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 }
 
 // guestCgroups enables the controllers below the root and in guestCgroup,
@@ -322,6 +339,10 @@ func guestRun(p *Plan) Reply {
 	spec := p.Spec
 	spec.Isolation = jail.IsolationJail
 	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: guestCacheDir, Providers: guestProviders()}
+	if spec.Rootfs != jail.RootfsHost {
+		// The host's DIR, packed: the second disk.
+		spec.Rootfs = guestRootfs
+	}
 	stopNet, raw, err := guestNet(&spec, p.Fault)
 	if err != nil {
 		return Reply{Error: err.Error()}

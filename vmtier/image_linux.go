@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/stockade/stockade/internal/lockfile"
+	"github.com/stockade/stockade/rootfs"
 )
 
 //go:embed mkimage.sh
@@ -174,6 +175,83 @@ func EnsureImage(cache, binary, kernel string) (*Image, error) {
 		}
 	}
 	return img, nil
+}
+
+// The image of a prepared root (--rootfs DIR) in the cache:
+// rootfs-DIRKEY-KEY.squashfs, DIRKEY naming DIR, KEY its tree.
+const rootfsPrefix = "rootfs-"
+
+// rootfsOptions are mksquashfs's for a prepared root: the tree as it is
+// (owners, modes and extended attributes kept: the guest's jail checks
+// and binds it as the jail tier does DIR).
+var rootfsOptions = []string{"-comp", "zstd", "-Xcompression-level", "3", "-noappend", "-quiet", "-no-progress"}
+
+// EnsureRootfsImage returns the squashfs of the prepared root dir (a
+// root `stockade rootfs build` or `import` made), building it into cache
+// the first time, under the cache's lock. Its name carries a key of dir's
+// tree (rootfs.Fingerprint: every entry's metadata), so a changed tree
+// gets a new image, which replaces dir's older ones. A tree is checked
+// (rootfs.Check) before it is packed: one that cannot serve as a jail's
+// root is refused on the host.
+func EnsureRootfsImage(cache, dir string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("rootfs %s: must be an absolute path", dir)
+	}
+	dir = filepath.Clean(dir)
+	fp, err := rootfs.Fingerprint(dir)
+	if err != nil {
+		return "", err
+	}
+	d := sha256.Sum256([]byte(dir))
+	h := sha256.New()
+	h.Write(fp[:])
+	io.WriteString(h, strings.Join(rootfsOptions, " "))
+	prefix := rootfsPrefix + hex.EncodeToString(d[:])[:12] + "-"
+	out := filepath.Join(cache, prefix+hex.EncodeToString(h.Sum(nil))[:16]+rootSuffix)
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	if probs := rootfs.Check(dir); len(probs) > 0 {
+		return "", fmt.Errorf("--rootfs %s cannot serve as a jail's root: %s (%d problems in all; `stockade rootfs check %s` lists them)", dir, probs[0], len(probs), dir)
+	}
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		return "", errors.New("no mksquashfs to build the root's image (apt-get install squashfs-tools)")
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockfile.Acquire(filepath.Join(cache, ".build.lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(out); err == nil {
+		return out, nil // built while we waited
+	}
+	tmp, err := os.MkdirTemp(cache, ".build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	squash := filepath.Join(tmp, "rootfs.squashfs")
+	sq := exec.Command("mksquashfs", append([]string{dir, squash}, rootfsOptions...)...)
+	if b, err := sq.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("pack --rootfs %s (mksquashfs): %w: %s", dir, err, strings.TrimSpace(string(b)))
+	}
+	// Packed from the tree the fingerprint named, or the key is a lie.
+	if after, err := rootfs.Fingerprint(dir); err != nil || after != fp {
+		return "", fmt.Errorf("--rootfs %s changed while it was packed; try again", dir)
+	}
+	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*"+rootSuffix))
+	if err := os.Rename(squash, out); err != nil {
+		return "", err
+	}
+	for _, o := range old {
+		if o != out {
+			os.Remove(o)
+		}
+	}
+	return out, nil
 }
 
 func (img *Image) built() bool {

@@ -2,6 +2,7 @@ package vmtier
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"os"
 	"path/filepath"
@@ -67,5 +68,5 @@ func fileSum(t *testing.T, name string) string {
 	if _, err := io.Copy(h, f); err != nil {
 		t.Fatal(err)
 	}
-	return string(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil))
 }

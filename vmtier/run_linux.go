@@ -124,9 +124,6 @@ func run(ctx context.Context, spec jail.Spec, st jail.Streams, o Options) (*jail
 	if err := spec.Validate(); err != nil {
 		return nil, setupErr("spec: %w", err)
 	}
-	if spec.Rootfs != jail.RootfsHost {
-		return nil, setupErr(`isolation "vm": rootfs %q: the guest's root is built from the host's Python only for now; use rootfs "host" (docs/isolation.md)`, spec.Rootfs)
-	}
 	t, err := tierFor(spec, o)
 	if err != nil {
 		return nil, err
@@ -169,6 +166,7 @@ type tier struct {
 	qemu, kernel string
 	image        *Image
 	initrdSize   int64
+	rootfs       string // a --rootfs DIR's image, "" for none
 	kvm          bool
 }
 
@@ -181,28 +179,58 @@ func resolve(spec jail.Spec, o Options) (*tier, error) {
 		}
 		t.qemu = q
 	}
+	if err := t.images(spec, o); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// images resolves the guest kernel and builds (once) the guest's image
+// and a --rootfs DIR's.
+func (t *tier) images(spec jail.Spec, o Options) error {
 	cache := cacheDir(spec, o)
 	t.kernel = KernelPath(cache, o.Kernel)
 	if _, err := os.Stat(t.kernel); err != nil {
-		return nil, setupErr(`isolation "vm": guest kernel: %v (set %s to a vmlinuz, such as Debian's from linux-image-amd64; vmtest/run --fetch-kernel fetches one)`, err, KernelEnv)
+		return setupErr(`isolation "vm": guest kernel: %v (set %s to a vmlinuz, such as Debian's from linux-image-amd64; vmtest/run --fetch-kernel fetches one)`, err, KernelEnv)
 	}
 	bin := o.Binary
 	if bin == "" {
 		var err error
 		if bin, err = os.Executable(); err != nil {
-			return nil, setupErr("isolation vm: %w", err)
+			return setupErr("isolation vm: %w", err)
 		}
 	}
 	img, err := EnsureImage(cache, bin, t.kernel)
 	if err != nil {
-		return nil, setupErr(`isolation "vm": guest image: %w`, err)
+		return setupErr(`isolation "vm": guest image: %w`, err)
 	}
 	fi, err := os.Stat(img.Initrd)
 	if err != nil {
-		return nil, setupErr(`isolation "vm": guest image: %w`, err)
+		return setupErr(`isolation "vm": guest image: %w`, err)
 	}
 	t.image, t.initrdSize = img, fi.Size()
-	return t, nil
+	if spec.Rootfs != jail.RootfsHost {
+		if t.rootfs, err = EnsureRootfsImage(cache, spec.Rootfs); err != nil {
+			return setupErr(`isolation "vm": %w`, err)
+		}
+	}
+	return nil
+}
+
+// BuildImages builds, where they are not built yet, the images a vm run
+// of spec boots (the guest's, and for a --rootfs DIR its root's) and
+// returns their files: what a first vm run would otherwise build
+// (`stockade rootfs vm-image`).
+func BuildImages(spec jail.Spec, o Options) ([]string, error) {
+	t := &tier{}
+	if err := t.images(spec, o); err != nil {
+		return nil, err
+	}
+	files := []string{t.image.Initrd, t.image.Root}
+	if t.rootfs != "" {
+		files = append(files, t.rootfs)
+	}
+	return files, nil
 }
 
 // cacheDir is where the VM tier keeps its image (and, by default, kernel).
@@ -554,6 +582,12 @@ func (t *tier) qemuArgs(spec jail.Spec, sock string) (args []string, vcpus int, 
 		"-chardev", "socket,id=ctl,path=" + sock + ",server=on,wait=off", "-serial", "chardev:ctl",
 		"-nic", "none",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+	if t.rootfs != "" {
+		// A --rootfs DIR's image: the guest's second disk (vdb, after the
+		// root's vda), its jail's root.
+		args = append(args, "-drive", "file="+strings.ReplaceAll(t.rootfs, ",", ",,")+",format=raw,if=none,readonly=on,id=rootfs",
+			"-device", "virtio-blk-pci,drive=rootfs")
 	}
 	if t.kvm {
 		args = append(args, "-accel", "kvm", "-cpu", "host")

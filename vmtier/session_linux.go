@@ -109,6 +109,9 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 	if spec.Network.Enabled() {
 		return nil, setupErr(`isolation "vm": --allow-net is not available yet in sessions (docs/isolation.md)`)
 	}
+	if spec.Rootfs != jail.RootfsHost {
+		return nil, setupErr(`isolation "vm": a prepared rootfs is not available yet in sessions, only in single runs (docs/isolation.md)`)
+	}
 	emulate := spec.VMEmulate || os.Getenv(EmulateEnv) == "1"
 	kvmErr := KVM()
 	if kvmErr != nil && !emulate {
