@@ -198,6 +198,11 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 		return "", fmt.Errorf("rootfs %s: must be an absolute path", dir)
 	}
 	dir = filepath.Clean(dir)
+	if same, err := sameFile(dir, "/"); err != nil {
+		return "", fmt.Errorf("--rootfs %s: %w", dir, err)
+	} else if same {
+		return "", fmt.Errorf("--rootfs %s: the host's own root is not a prepared root", dir)
+	}
 	fp, err := rootfs.Fingerprint(dir)
 	if err != nil {
 		return "", err
@@ -252,6 +257,18 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 		}
 	}
 	return out, nil
+}
+
+func sameFile(a, b string) (bool, error) {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fa, fb), nil
 }
 
 func (img *Image) built() bool {
