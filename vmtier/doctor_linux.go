@@ -40,11 +40,17 @@ func Doctor(host jail.Host) []string {
 	} else {
 		p("kernel: %s", k)
 	}
-	imgs, _ := filepath.Glob(filepath.Join(cache, "initrd-*.cpio"))
-	if len(imgs) == 0 {
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		p("mksquashfs: missing (apt-get install squashfs-tools): the guest's root image cannot be built")
+	}
+	roots, _ := filepath.Glob(filepath.Join(cache, rootPrefix+"*"+rootSuffix))
+	if len(roots) == 0 {
 		p("image: not built yet (the first vm run builds it into %s)", cache)
-	} else if fi, err := os.Stat(imgs[0]); err == nil {
-		p("image: %s (%d MiB)", imgs[0], fi.Size()>>20)
+	}
+	for _, r := range roots {
+		if fi, err := os.Stat(r); err == nil {
+			p("image: %s (%d MiB)", r, fi.Size()>>20)
+		}
 	}
 	return out
 }

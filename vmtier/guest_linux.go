@@ -2,6 +2,7 @@ package vmtier
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,16 +31,43 @@ const (
 	// guestCgroup is where the guest's jails go: a child of the guest's
 	// cgroup v2 root with every controller, as a Delegate=yes unit has.
 	guestCgroup = "/jail"
-	overlayKo   = "/usr/lib/stockade/overlay.ko"
 	// guestWorkOwner owns the guest's copy of a --workdir.
 	guestWorkOwner = 1000
 )
 
-// GuestMain is the guest's PID 1: it sets the guest up, takes one Plan
-// from the control channel, runs its Spec in the ordinary jail, answers
-// with the Reply and powers the guest off. It never returns (PID 1
-// returning panics the kernel, which is what the "panic" fault wants).
+// The initramfs's paths and the guest's root disk.
+const (
+	guestInit    = "/usr/local/bin/stockade" // the initramfs's init, and the root's copy of it
+	guestModules = "/usr/lib/stockade/modules"
+	modulesLoad  = "load" // in guestModules: the modules' file names, in the order init loads them
+	guestDisk    = "/dev/vda"
+	// A --rootfs DIR's image, when the host attached one, and where the
+	// guest mounts it: its jail's root.
+	guestRootfsDisk = "/dev/vdb"
+	guestRootfs     = "/srv/rootfs"
+	// guestRootEnv marks init's second start, from the root disk.
+	guestRootEnv = "STOCKADE_VM_ROOT"
+)
+
+// GuestMain is the guest's PID 1. Started from the initramfs, it loads
+// the kernel's modules, mounts the root disk read-only as / and starts
+// itself again from there (switchRoot). Then it sets the guest up, takes
+// one Plan from the control channel, runs its Spec in the ordinary jail,
+// answers with the Reply and powers the guest off. It never returns (PID
+// 1 returning panics the kernel, which is what the "panic" fault wants).
 func GuestMain() {
+	if os.Getenv(guestRootEnv) == "" {
+		err := switchRoot()
+		// Only a failure comes back: said on the console, which the
+		// host quotes when the VMM exits.
+		fmt.Fprintln(os.Stderr, "stockade-vm: guest setup:", err)
+		unix.Sync()
+		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	os.Unsetenv(guestRootEnv)
 	c, plan, err := guestSetup()
 	var reply Reply
 	if err == nil && plan.Serve != nil {
@@ -60,7 +88,9 @@ func GuestMain() {
 				os.Stderr.Write(line)
 			}
 		}
-		if plan.Selftest != nil {
+		if plan.Fault == "writeroot" {
+			reply = Reply{Error: guestWriteRoot()}
+		} else if plan.Selftest != nil {
 			reply = guestSelftest(plan)
 		} else {
 			reply = guestRun(plan)
@@ -84,22 +114,113 @@ func GuestMain() {
 	}
 }
 
-// guestSetup mounts what a booted system has, makes the root one that
-// pivot_root(2) accepts, enables the cgroup controllers, opens the channel
-// and reads the Plan.
-func guestSetup() (*os.File, *Plan, error) {
-	// The initramfs is "rootfs", the mount without a parent, and the
-	// jail's pivot_root refuses to leave it: bind it onto a directory of
-	// its own and make that the root (what switch_root does by copying).
+// guestWriteRoot is the "writeroot" fault: the guest's root, as a guest
+// kernel the payload took over would, writes its root disk's first
+// block, and, refused, clears the disk's read-only flag and writes it
+// again. What each step answered comes back as one line (QEMU refuses the
+// write: the disk is read-only to it).
+func guestWriteRoot() string {
+	var out []string
+	say := func(what string, err error) error {
+		if err == nil {
+			out = append(out, what+": done")
+		} else {
+			out = append(out, what+": "+err.Error())
+		}
+		return err
+	}
+	block := bytes.Repeat([]byte("guest was here\n"), 256)
+	f, err := os.OpenFile(guestDisk, os.O_RDWR|os.O_SYNC, 0)
+	if say("open read-write", err) != nil {
+		return strings.Join(out, "; ")
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(block, 0); say("write", err) == nil {
+		say("fsync", f.Sync())
+		return strings.Join(out, "; ")
+	}
+	say("clear read-only", unix.IoctlSetPointerInt(int(f.Fd()), unix.BLKROSET, 0))
+	_, err = f.WriteAt(block, 0)
+	say("write again", err)
+	say("fsync", f.Sync())
+	return strings.Join(out, "; ")
+}
+
+// switchRoot is init's first start, from the initramfs: it loads the
+// modules, mounts the root disk read-only, removes the initramfs's files
+// (their memory is the guest's), makes the disk the root (as
+// switch_root(8) does; the jail's pivot_root refuses to leave the
+// initramfs) and starts init again from it. It returns only on failure.
+func switchRoot() error {
 	steps := []struct {
 		what string
 		do   func() error
 	}{
-		{"bind the root", func() error { return unix.Mount("/", "/newroot", "", unix.MS_BIND|unix.MS_REC, "") }},
-		{"enter it", func() error { return unix.Chdir("/newroot") }},
+		{"mount /dev", mounter("devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755")},
+		{"load the kernel's modules", loadModules},
+		{"the root disk", waitDisk},
+		{"mount the root disk", mounter(guestDisk, "/newroot", "squashfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")},
+		{"unmount /dev", func() error { return unix.Unmount("/dev", 0) }},
+		{"free the initramfs", func() error { return os.RemoveAll("/usr") }},
+		{"enter the root", func() error { return unix.Chdir("/newroot") }},
 		{"move it to /", func() error { return unix.Mount(".", "/", "", unix.MS_MOVE, "") }},
 		{"chroot", func() error { return unix.Chroot(".") }},
 		{"chdir /", func() error { return unix.Chdir("/") }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return fmt.Errorf("%s: %w", s.what, err)
+		}
+	}
+	err := unix.Exec(guestInit, []string{guestInit, GuestArg}, append(os.Environ(), guestRootEnv+"=1"))
+	return fmt.Errorf("start %s from the root disk: %w", guestInit, err)
+}
+
+// loadModules loads the modules the initramfs carries, in its list's
+// order (each after those it depends on).
+func loadModules() error {
+	b, err := os.ReadFile(filepath.Join(guestModules, modulesLoad))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // a kernel with what the guest needs built in
+	} else if err != nil {
+		return err
+	}
+	for _, name := range strings.Fields(string(b)) {
+		f, err := os.Open(filepath.Join(guestModules, name))
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// waitDisk waits, a bounded while, for the root disk's device: virtio's
+// driver probes the disk as its module loads, so it is there at once
+// unless the kernel lacks the drivers.
+func waitDisk() error {
+	for i := 0; ; i++ {
+		if _, err := os.Stat(guestDisk); err == nil {
+			return nil
+		} else if i == 200 {
+			return fmt.Errorf("no %s after 10s: the guest kernel needs virtio_pci, virtio_blk and squashfs (vmtest/run --fetch-kernel puts their modules in modules/ beside the kernel): %w", guestDisk, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// guestSetup, on the root disk, mounts what a booted system has (and a
+// tmpfs where the guest writes: the root is read-only), enables the
+// cgroup controllers, opens the channel and reads the Plan.
+func guestSetup() (*os.File, *Plan, error) {
+	steps := []struct {
+		what string
+		do   func() error
+	}{
 		{"mount /proc", mounter("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")},
 		{"mount /sys", mounter("sysfs", "/sys", "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")},
 		{"mount /dev", mounter("devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755")},
@@ -114,8 +235,9 @@ func guestSetup() (*os.File, *Plan, error) {
 		{"mount /tmp", mounter("tmp", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777")},
 		{"mount /run", mounter("run", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")},
 		{"mount /var/cache", mounter("cache", "/var/cache", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")},
+		{"mount /srv", mounter("srv", "/srv", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")},
+		{"mount the jail's root disk", mountRootfs},
 		{"mount cgroup2", mounter("cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "nsdelegate")},
-		{"load overlayfs", loadOverlay},
 		{"cgroups", guestCgroups},
 		{"hostname", func() error { return unix.Sethostname([]byte("stockade-vm")) }},
 	}
@@ -151,18 +273,16 @@ func mounter(src, dst, fstype string, flags uintptr, data string) func() error {
 	return func() error { return unix.Mount(src, dst, fstype, flags, data) }
 }
 
-func loadOverlay() error {
-	f, err := os.Open(overlayKo)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // the jail then says what needs it
-	} else if err != nil {
+// mountRootfs mounts a --rootfs DIR's image, when the host attached one,
+// read-only at guestRootfs.
+func mountRootfs() error {
+	if _, err := os.Stat(guestRootfsDisk); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := os.Mkdir(guestRootfs, 0o755); err != nil {
 		return err
 	}
-	defer f.Close()
-	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
-		return err
-	}
-	return nil
+	return unix.Mount(guestRootfsDisk, guestRootfs, "squashfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 }
 
 // guestCgroups enables the controllers below the root and in guestCgroup,
@@ -219,6 +339,10 @@ func guestRun(p *Plan) Reply {
 	spec := p.Spec
 	spec.Isolation = jail.IsolationJail
 	spec.Host = jail.Host{CgroupParent: guestCgroup, CacheDir: guestCacheDir, Providers: guestProviders()}
+	if spec.Rootfs != jail.RootfsHost {
+		// The host's DIR, packed: the second disk.
+		spec.Rootfs = guestRootfs
+	}
 	stopNet, raw, err := guestNet(&spec, p.Fault)
 	if err != nil {
 		return Reply{Error: err.Error()}

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# mkimage.sh ROOT STOCKADE OVERLAY_KO PYTHON: lay out the VM tier's guest
-# root in ROOT (run by package vmtier, embedded; see docs/isolation.md).
+# mkimage.sh ROOT STOCKADE PYTHON: lay out the VM tier's guest root in
+# ROOT (run by package vmtier, embedded, which packs it as the squashfs the
+# guest mounts read-only as its root; see docs/isolation.md).
 #
 # The root is what the jail's host-derived root needs from /usr, as
 # vmtest/run's build_base lays it out: a usr-merged skeleton, Debian's
 # Python with its standard library (without its tests, GUIs and build
 # files; the stock .pyc files kept, since compiling them under emulation is
 # slow) and the libraries ldd names, the /etc entries the jail binds, and
-# stockade itself, which is the guest's init. OVERLAY_KO ("" for none) is
-# the overlayfs module of the guest kernel (Debian builds it as a module;
-# the jail mounts --ro binds and --workdir as overlays).
+# stockade itself, which is the guest's init (the initramfs carries it and
+# the kernel's modules; init re-executes itself from here). The root is
+# read-only in the guest: what the guest writes goes to the tmpfs mounts
+# its init makes (/tmp, /run, /srv, /var/cache, /dev/shm).
 set -euo pipefail
 shopt -s inherit_errexit
-root=$1 stockade=$2 overlay=$3 python=$4
+root=$1 stockade=$2 python=$3
 
 mkdir -p "$root"/usr/{bin,sbin,lib/x86_64-linux-gnu,lib64,local/bin,lib/stockade} \
-	"$root"/{etc,proc,sys,dev,tmp,run,root,newroot,work,var/tmp,var/cache}
+	"$root"/{etc,proc,sys,dev,tmp,run,root,srv,work,var/tmp,var/cache}
 ln -s usr/bin "$root/bin"
 ln -s usr/sbin "$root/sbin"
 ln -s usr/lib "$root/lib"
@@ -49,7 +51,6 @@ if [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1; then
 		[[ -e "$root/usr/bin/$applet" ]] || ln -s busybox "$root/usr/bin/$applet"
 	done
 fi
-[[ -n "$overlay" ]] && cp "$overlay" "$root/usr/lib/stockade/overlay.ko"
 
 # The data stack, when the host's Python has it (Debian's python3-numpy
 # and python3-matplotlib): numpy, matplotlib and what matplotlib imports,

@@ -125,9 +125,6 @@ func run(ctx context.Context, spec jail.Spec, st jail.Streams, o Options) (*jail
 	if err := spec.Validate(); err != nil {
 		return nil, setupErr("spec: %w", err)
 	}
-	if spec.Rootfs != jail.RootfsHost {
-		return nil, setupErr(`isolation "vm": rootfs %q: the guest's root is built from the host's Python only for now; use rootfs "host" (docs/isolation.md)`, spec.Rootfs)
-	}
 	t, err := tierFor(spec, o)
 	if err != nil {
 		return nil, err
@@ -167,10 +164,12 @@ func tierFor(spec jail.Spec, o Options) (*tier, error) {
 
 // tier is what one run's VM is made of.
 type tier struct {
-	qemu, kernel, initrd string
-	vmmTools             []string // tests: Options.vmmTools
-	initrdSize           int64
-	kvm                  bool
+	qemu, kernel string
+	image        *Image
+	vmmTools     []string // tests: Options.vmmTools
+	initrdSize   int64
+	rootfs       string // a --rootfs DIR's image, "" for none
+	kvm          bool
 }
 
 func resolve(spec jail.Spec, o Options) (*tier, error) {
@@ -182,28 +181,58 @@ func resolve(spec jail.Spec, o Options) (*tier, error) {
 		}
 		t.qemu = q
 	}
+	if err := t.images(spec, o); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// images resolves the guest kernel and builds (once) the guest's image
+// and a --rootfs DIR's.
+func (t *tier) images(spec jail.Spec, o Options) error {
 	cache := cacheDir(spec, o)
 	t.kernel = KernelPath(cache, o.Kernel)
 	if _, err := os.Stat(t.kernel); err != nil {
-		return nil, setupErr(`isolation "vm": guest kernel: %v (set %s to a vmlinuz, such as Debian's from linux-image-amd64; vmtest/run --fetch-kernel fetches one)`, err, KernelEnv)
+		return setupErr(`isolation "vm": guest kernel: %v (set %s to a vmlinuz, such as Debian's from linux-image-amd64; vmtest/run --fetch-kernel fetches one)`, err, KernelEnv)
 	}
 	bin := o.Binary
 	if bin == "" {
 		var err error
 		if bin, err = os.Executable(); err != nil {
-			return nil, setupErr("isolation vm: %w", err)
+			return setupErr("isolation vm: %w", err)
 		}
 	}
-	initrd, err := EnsureImage(cache, bin, t.kernel)
+	img, err := EnsureImage(cache, bin, t.kernel)
 	if err != nil {
-		return nil, setupErr(`isolation "vm": guest image: %w`, err)
+		return setupErr(`isolation "vm": guest image: %w`, err)
 	}
-	fi, err := os.Stat(initrd)
+	fi, err := os.Stat(img.Initrd)
 	if err != nil {
-		return nil, setupErr(`isolation "vm": guest image: %w`, err)
+		return setupErr(`isolation "vm": guest image: %w`, err)
 	}
-	t.initrd, t.initrdSize = initrd, fi.Size()
-	return t, nil
+	t.image, t.initrdSize = img, fi.Size()
+	if spec.Rootfs != jail.RootfsHost {
+		if t.rootfs, err = EnsureRootfsImage(cache, spec.Rootfs); err != nil {
+			return setupErr(`isolation "vm": %w`, err)
+		}
+	}
+	return nil
+}
+
+// BuildImages builds, where they are not built yet, the images a vm run
+// of spec boots (the guest's, and for a --rootfs DIR its root's) and
+// returns their files: what a first vm run would otherwise build
+// (`stockade rootfs vm-image`).
+func BuildImages(spec jail.Spec, o Options) ([]string, error) {
+	t := &tier{}
+	if err := t.images(spec, o); err != nil {
+		return nil, err
+	}
+	files := []string{t.image.Initrd, t.image.Root}
+	if t.rootfs != "" {
+		files = append(files, t.rootfs)
+	}
+	return files, nil
 }
 
 // cacheDir is where the VM tier keeps its image (and, by default, kernel).
@@ -530,7 +559,9 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 }
 
 // ramMiB is the guest's RAM for spec, in MiB: the jail's memory, the
-// root image (the initramfs and its unpacked copy), the kernel and init.
+// initramfs (its packed and unpacked copies, while the kernel unpacks
+// it), the kernel and init. The root is a disk: what the guest reads of
+// it is page cache, which the kernel can drop.
 func (t *tier) ramMiB(spec jail.Spec) int64 {
 	return (spec.Cgroup.MemoryMax + 2*t.initrdSize + guestOverhead + 1<<20 - 1) >> 20
 }
@@ -544,12 +575,21 @@ func (t *tier) qemuArgs(spec jail.Spec, sock string) (args []string, vcpus int, 
 	args = []string{
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-machine", "q35", "-m", strconv.FormatInt(ramMiB, 10), "-smp", strconv.Itoa(vcpus),
-		"-kernel", t.kernel, "-initrd", t.initrd,
-		"-append", "console=ttyS0 rdinit=/usr/local/bin/stockade panic=-1 quiet loglevel=1 -- " + GuestArg,
+		"-kernel", t.kernel, "-initrd", t.image.Initrd,
+		"-append", "console=ttyS0 rdinit=" + guestInit + " panic=-1 quiet loglevel=1 -- " + GuestArg,
+		// The root: read-only to the guest, whose writes QEMU refuses.
+		"-drive", "file=" + strings.ReplaceAll(t.image.Root, ",", ",,") + ",format=raw,if=none,readonly=on,id=root",
+		"-device", "virtio-blk-pci,drive=root",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-chardev", "socket,id=ctl,path=" + sock + ",server=on,wait=off", "-serial", "chardev:ctl",
 		"-nic", "none",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+	if t.rootfs != "" {
+		// A --rootfs DIR's image: the guest's second disk (vdb, after the
+		// root's vda), its jail's root.
+		args = append(args, "-drive", "file="+strings.ReplaceAll(t.rootfs, ",", ",,")+",format=raw,if=none,readonly=on,id=rootfs",
+			"-device", "virtio-blk-pci,drive=rootfs")
 	}
 	if t.kvm {
 		args = append(args, "-accel", "kvm", "-cpu", "host")

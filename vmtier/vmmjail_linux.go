@@ -67,7 +67,11 @@ type vmmJail struct {
 // vmmExposed is the one list of the run's files the VMM sees, besides
 // QEMU itself (qemuFiles): the guest kernel and its initramfs.
 func (t *tier) vmmExposed() []string {
-	return []string{t.kernel, t.initrd}
+	files := []string{t.kernel, t.image.Initrd, t.image.Root}
+	if t.rootfs != "" {
+		files = append(files, t.rootfs)
+	}
+	return files
 }
 
 // confineVMM turns cmd (QEMU, with its SysProcAttr's namespaces already

@@ -3,11 +3,14 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/stockade/stockade/jail"
 	"github.com/stockade/stockade/rootfs"
 	"github.com/stockade/stockade/rootfs/image"
+	"github.com/stockade/stockade/vmtier"
 	"github.com/urfave/cli/v2"
 )
 
@@ -60,6 +63,34 @@ func rootfsCommand(stdout, stderr io.Writer) *cli.Command {
 						return fail(err)
 					}
 					fmt.Fprintf(stdout, "imported %s into %s\n", c.Args().Get(0), c.Args().Get(1))
+					return nil
+				},
+			},
+			{
+				Name:      "vm-image",
+				Usage:     "build the VM tier's images for the host's root, or for DIR (--rootfs DIR), ahead of the first vm run",
+				ArgsUsage: "[DIR]",
+				Action: func(c *cli.Context) error {
+					if c.NArg() > 1 {
+						return fail(fmt.Errorf("rootfs vm-image: give at most one DIR"))
+					}
+					spec := jail.Spec{Rootfs: jail.RootfsHost, Host: jail.DefaultHost()}
+					if c.NArg() == 1 {
+						dir, err := filepath.Abs(c.Args().First())
+						if err != nil {
+							return fail(err)
+						}
+						spec.Rootfs = dir
+					}
+					files, err := vmtier.BuildImages(spec, vmtier.Options{})
+					if err != nil {
+						return fail(err)
+					}
+					for _, f := range files {
+						if fi, err := os.Stat(f); err == nil {
+							fmt.Fprintf(stdout, "%s (%d MiB)\n", f, fi.Size()>>20)
+						}
+					}
 					return nil
 				},
 			},
