@@ -453,12 +453,11 @@ func (v *vmm) close() error {
 	return err
 }
 
-// boot runs the VMM, sends the guest the plan and returns its reply (a
-// cancelled run's is a Result of its own); everything it makes on the
-// host (the run directory with the channel's socket, the cgroup, QEMU's
-// process and namespaces) is gone when it returns.
-func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) (*Reply, error) {
-	boot, answer := o.BootAllowance, o.AnswerAllowance
+// allowances are how long a guest may take to come up and, past a run's
+// timeout, to answer: o's, or the defaults for KVM or emulation (about
+// ten times slower here).
+func (t *tier) allowances(o Options) (boot, answer time.Duration) {
+	boot, answer = o.BootAllowance, o.AnswerAllowance
 	if boot == 0 {
 		boot = 20 * time.Second
 		if !t.kvm {
@@ -471,6 +470,15 @@ func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) 
 			answer = 120 * time.Second
 		}
 	}
+	return boot, answer
+}
+
+// boot runs the VMM, sends the guest the plan and returns its reply (a
+// cancelled run's is a Result of its own); everything it makes on the
+// host (the run directory with the channel's socket, the cgroup, QEMU's
+// process and namespaces) is gone when it returns.
+func (t *tier) boot(ctx context.Context, spec jail.Spec, plan *Plan, o Options) (*Reply, error) {
+	boot, answer := t.allowances(o)
 	v := newVMM()
 	defer v.close()
 	if err := v.start(t, spec, o); err != nil {

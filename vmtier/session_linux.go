@@ -138,19 +138,7 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 		return nil, err
 	}
 	t.kvm = kvmErr == nil
-	boot, allow := o.BootAllowance, o.AnswerAllowance
-	if boot == 0 {
-		boot = 20 * time.Second
-		if !t.kvm {
-			boot = 180 * time.Second
-		}
-	}
-	if allow == 0 {
-		allow = 15 * time.Second
-		if !t.kvm {
-			allow = 120 * time.Second
-		}
-	}
+	boot, allow := t.allowances(o)
 	g := newGuest(spec, allow, o)
 	if err := g.start(t, g.spec, o); err != nil {
 		g.Close()
