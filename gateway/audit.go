@@ -4,6 +4,8 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+
+	"github.com/stockade/stockade/internal/auditline"
 )
 
 // auditWriter is the audit log as the gateway writes it, one JSON line a
@@ -25,17 +27,8 @@ type auditWriter struct {
 func (a *auditWriter) Write(line []byte) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	buf := line
-	if a.torn {
-		buf = append([]byte{'\n'}, line...)
-	}
-	n, err := a.w.Write(buf)
-	if err == nil && n < len(buf) {
-		err = io.ErrShortWrite
-	}
-	if n > 0 {
-		a.torn = err != nil && n > len(buf)-len(line)
-	}
+	var err error
+	a.torn, err = auditline.Write(a.w, line, a.torn)
 	switch {
 	case err != nil:
 		lost := a.lost.Add(1)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/auditline"
 	"github.com/stockade/stockade/jail"
 )
 
@@ -105,18 +106,7 @@ func (a *AuditLog) where() string {
 func (a *AuditLog) write(line []byte) (changed bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	buf := line
-	if a.torn {
-		buf = append([]byte{'\n'}, line...)
-	}
-	n, err := a.w.Write(buf)
-	if err == nil && n < len(buf) {
-		err = io.ErrShortWrite
-	}
-	if n > 0 {
-		// The file ends mid-line when part of the line itself went in.
-		a.torn = err != nil && n > len(buf)-len(line)
-	}
+	a.torn, err = auditline.Write(a.w, line, a.torn)
 	changed = (err != nil) != a.failing
 	a.failing = err != nil
 	if err != nil {
