@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,9 +27,8 @@ import (
 // which the rules list and the address classes refuse; other.test is
 // not in the rules.
 type vmNetUpstream struct {
-	hosts, url string
-	mu         sync.Mutex
-	asked      []string
+	*proctest.Upstream
+	hosts string
 	// release ends the wait of a request for /wait, which answers
 	// "released" then, or "late" after 40 s.
 	release chan struct{}
@@ -71,36 +68,8 @@ func newVMNetUpstream(t *testing.T) *vmNetUpstream {
 		}
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	})
-	u.url = "http://" + proctest.Listen(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		req, ok := head(br)
-		if !ok {
-			return
-		}
-		target := strings.TrimSuffix(strings.TrimPrefix(req, "CONNECT "), " HTTP/1.1")
-		u.mu.Lock()
-		u.asked = append(u.asked, target)
-		u.mu.Unlock()
-		if target != vmNetOrigin {
-			io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-			return
-		}
-		o, err := net.Dial("tcp", origin)
-		if err != nil {
-			return
-		}
-		defer o.Close()
-		io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-		go io.Copy(o, br)
-		io.Copy(c, o)
-	})
+	u.Upstream = proctest.NewUpstream(t, vmNetOrigin, origin)
 	return u
-}
-
-func (u *vmNetUpstream) askedFor() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return slices.Clone(u.asked)
 }
 
 // netOf lists an exec's network entries, each as host:port via
@@ -139,7 +108,7 @@ allow_private = ["203.0.113.0/24"]
 	}
 	sock := filepath.Join(socketDir(t), "s.sock")
 	cmd := exec.Command(bin, "serve", "--socket", sock, "--profile", profile, "--vm-pool", "0")
-	cmd.Env = append(append(os.Environ(), env...), "HTTPS_PROXY="+up.url, "STOCKADE_NET_HOSTS="+up.hosts)
+	cmd.Env = append(append(os.Environ(), env...), "HTTPS_PROXY="+up.URL, "STOCKADE_NET_HOSTS="+up.hosts)
 	s := startServerReadyWithin(t, sock, cmd, 2*time.Minute)
 
 	created := s.session(api.SessionRequest{Profile: profile})
@@ -186,7 +155,7 @@ print("allowed.test ->", get("allowed.test"))
 	if !strings.Contains(r.Stderr, "stockade: network: refused") || !strings.Contains(r.Stderr, "loop.test") {
 		t.Errorf("second exec's stderr %q: want the host's refusal's notice", r.Stderr)
 	}
-	if asked := up.askedFor(); !slices.Equal(asked, []string{vmNetOrigin, vmNetOrigin}) {
+	if asked := up.Asked(); !slices.Equal(asked, []string{vmNetOrigin, vmNetOrigin}) {
 		t.Errorf("the server's upstream was asked for %q, want %s twice", asked, vmNetOrigin)
 	}
 	streamed(t, s, created.SessionID, up.release)

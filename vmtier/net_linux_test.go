@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,9 +26,8 @@ import (
 // refuse must never be asked for). loop.test resolves to 127.0.0.1, which
 // the rules list and the address classes refuse.
 type netFixture struct {
-	hosts, upstream string
-	mu              sync.Mutex
-	asked           []string
+	*proctest.Upstream
+	hosts string
 }
 
 const netOrigin = "203.0.113.7:80"
@@ -60,39 +57,7 @@ func newNetFixture(t *testing.T) *netFixture {
 		}
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	})
-	up := proctest.Listen(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		req, err := br.ReadString('\n')
-		if err != nil {
-			return
-		}
-		for {
-			l, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			if l == "\r\n" {
-				break
-			}
-		}
-		target := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(req), "CONNECT "), " HTTP/1.1")
-		f.mu.Lock()
-		f.asked = append(f.asked, target)
-		f.mu.Unlock()
-		if target != netOrigin {
-			io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-			return
-		}
-		o, err := net.Dial("tcp", origin)
-		if err != nil {
-			return
-		}
-		defer o.Close()
-		io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-		go io.Copy(o, br)
-		io.Copy(c, o)
-	})
-	f.upstream = "http://" + up
+	f.Upstream = proctest.NewUpstream(t, netOrigin, origin)
 	return f
 }
 
@@ -100,15 +65,9 @@ func (f *netFixture) spec(t *testing.T, args ...string) jail.Spec {
 	spec := vmSpec(t, args...)
 	spec.Network.Allow = []string{"allowed.test:80", "loop.test:80"}
 	spec.Network.AllowPrivate = []string{"203.0.113.0/24"}
-	spec.Host.UpstreamProxy = f.upstream
+	spec.Host.UpstreamProxy = f.URL
 	spec.Host.HostsFile = f.hosts
 	return spec
-}
-
-func (f *netFixture) askedFor() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.asked)
 }
 
 // channelGoroutines counts this process's goroutines in the network
@@ -159,7 +118,7 @@ print("big took %.1f s" % (time.monotonic() - t), file=sys.stderr)
 	if n := channelGoroutines(); n != 0 {
 		t.Errorf("%d goroutines of the network channel outlived the run", n)
 	}
-	if asked := f.askedFor(); !slices.Equal(asked, []string{netOrigin, netOrigin}) {
+	if asked := f.Asked(); !slices.Equal(asked, []string{netOrigin, netOrigin}) {
 		t.Errorf("the upstream was asked for %q, want %s twice", asked, netOrigin)
 	}
 
@@ -219,7 +178,7 @@ func TestAttackVMGuestRawStreams(t *testing.T) {
 	if want := "allowed.test:80 -> HTTP/1.1 200 "; !strings.HasPrefix(lines[3], want) {
 		t.Errorf("%q: want %q", lines[3], want)
 	}
-	if asked := f.askedFor(); !slices.Equal(asked, []string{netOrigin}) {
+	if asked := f.Asked(); !slices.Equal(asked, []string{netOrigin}) {
 		t.Errorf("the upstream was asked for %q, want only %s", asked, netOrigin)
 	}
 	refused := 0

@@ -65,7 +65,7 @@ func TestAttackVMSessionRawStreams(t *testing.T) {
 	if want := "allowed.test:80 -> HTTP/1.1 200 "; !strings.HasPrefix(g.raw[3], want) {
 		t.Errorf("%q: want %q", g.raw[3], want)
 	}
-	if asked := f.askedFor(); !slices.Equal(asked, []string{netOrigin}) {
+	if asked := f.Asked(); !slices.Equal(asked, []string{netOrigin}) {
 		t.Errorf("the upstream was asked for %q, want only %s", asked, netOrigin)
 	}
 	refused := 0
