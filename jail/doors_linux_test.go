@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/jail/internal/jailinit"
 )
@@ -362,7 +363,7 @@ func TestAttackRootfsIsTheHostRoot(t *testing.T) {
 // that verdict.
 func TestAttackStaleRootfsVerdict(t *testing.T) {
 	testenv.NeedJail(t)
-	dir := builtRootfs(t)
+	dir := clitest.BuiltRootfs(t)
 	s := doorSpec("python3", "-c", "print('ok')")
 	s.Rootfs = dir
 	if r := mustRun(t, s); r.Stdout != "ok\n" {

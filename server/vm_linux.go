@@ -276,6 +276,13 @@ func (s *Server) guestProfile(name string) (vmtier.ServePlan, error) {
 	if err := p.Set(profiles.FieldIsolation, profiles.IsolationJail, profiles.Origin{File: "the host's server"}); err != nil {
 		return vmtier.ServePlan{}, err
 	}
+	// A prepared root reaches the guest as its second disk, mounted at
+	// GuestRootfs: the guest's jails run in that.
+	if p.Filesystem.Rootfs != profiles.RootfsHost {
+		if err := p.Set(profiles.FieldRootfs, vmtier.GuestRootfs, profiles.Origin{File: "the host's server"}); err != nil {
+			return vmtier.ServePlan{}, err
+		}
+	}
 	toml, err := p.TOML()
 	if err != nil {
 		return vmtier.ServePlan{}, err

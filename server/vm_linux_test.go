@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stockade/stockade/api"
+	"github.com/stockade/stockade/internal/clitest"
 	"github.com/stockade/stockade/internal/testenv"
 	"github.com/stockade/stockade/vmtier"
 	"golang.org/x/sys/unix"
@@ -215,4 +217,38 @@ func TestVMSessionThroughServe(t *testing.T) {
 	for _, g := range rest {
 		g.gone(t)
 	}
+}
+
+// TestVMSessionInPreparedRootfs: a session of a vm profile whose rootfs
+// is a root `stockade rootfs build` made runs in that root inside the
+// guest (its image the guest's second disk, the guest's jails' root),
+// not in the guest's own root built from the host's Python: it sees
+// dpkg's status file, which only the built root has, keeps its state
+// between execs, cannot write its root, and leaves nothing after DELETE.
+func TestVMSessionInPreparedRootfs(t *testing.T) {
+	env := vmServeEnv(t)
+	bin := needServer(t)
+	root := clitest.BuiltRootfs(t)
+	profile := filepath.Join(t.TempDir(), "vmroot.toml")
+	if err := os.WriteFile(profile, fmt.Appendf(nil, "extends = \"python\"\nisolation = \"vm\"\n[filesystem]\nrootfs = %q\n", root), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(socketDir(t), "s.sock")
+	cmd := exec.Command(bin, "serve", "--socket", sock, "--profile", profile, "--vm-pool", "0")
+	cmd.Env = append(os.Environ(), env...)
+	s := startServerReadyWithin(t, sock, cmd, 8*time.Minute)
+	created := s.session(api.SessionRequest{Profile: profile})
+	guest := onlyGuest(t, s)
+	r := s.cell(created.SessionID, "import os\nbuilt = os.path.exists('/var/lib/dpkg/status')\nprint(built)")
+	if r.Verdict != api.ExecOK || r.Stdout != "True\n" {
+		t.Fatalf("first exec: %s stdout %q stderr %q: want the built root's dpkg status\n%s", r.Verdict, r.Stdout, r.Stderr, s.logString())
+	}
+	r = s.cell(created.SessionID, "import os\ntry:\n    open('/usr/x', 'w')\n    print(built, 'WRITABLE')\nexcept OSError:\n    print(built, 'read-only')")
+	if r.Verdict != api.ExecOK || r.Stdout != "True read-only\n" {
+		t.Fatalf("second exec: %s stdout %q: want the state kept and the root read-only", r.Verdict, r.Stdout)
+	}
+	if code, body := s.call("DELETE", "/v1/sessions/"+created.SessionID, nil, nil); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	guest.gone(t)
 }

@@ -44,7 +44,7 @@ const (
 	// A --rootfs DIR's image, when the host attached one, and where the
 	// guest mounts it: its jail's root.
 	guestRootfsDisk = "/dev/vdb"
-	guestRootfs     = "/srv/rootfs"
+	guestRootfs     = GuestRootfs
 	// guestRootEnv marks init's second start, from the root disk.
 	guestRootEnv = "STOCKADE_VM_ROOT"
 )

@@ -48,10 +48,17 @@ type Plan struct {
 // the profile (TOML, isolation "jail": the guest's jail is the inner
 // wall) and the extra arguments of the guest's `stockade serve` (its
 // --session-* flags).
+//
+// A profile whose rootfs is a prepared DIR names GuestRootfs instead:
+// where the guest mounts DIR's image (Boot attaches it, as Run does).
 type ServePlan struct {
 	Profile []byte   `json:"profile"`
 	Args    []string `json:"args,omitempty"`
 }
+
+// GuestRootfs is where a guest mounts a --rootfs DIR's image, read-only:
+// its jail's root, and a ServePlan's profile's rootfs.
+const GuestRootfs = "/srv/rootfs"
 
 // Reply is the guest's answer: the jail's Result as the guest's jail made
 // it, or why the guest could not run it, and /work's files after the run

@@ -125,9 +125,6 @@ func Boot(ctx context.Context, spec jail.Spec, o Options) (*Guest, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, setupErr("spec: %w", err)
 	}
-	if spec.Rootfs != jail.RootfsHost {
-		return nil, setupErr(`isolation "vm": a prepared rootfs is not available yet in sessions, only in single runs (docs/isolation.md)`)
-	}
 	emulate := spec.VMEmulate || os.Getenv(EmulateEnv) == "1"
 	kvmErr := KVM()
 	if kvmErr != nil && !emulate {
