@@ -922,3 +922,84 @@ func TestAttackVMSessionExecsShareNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackVMGuestMisstatesNetwork: a vm session's guest lies about its
+// exec's network in the two ways the host's merge must not believe. It
+// claims a connection allowed that the host's proxy never made (a
+// guest's every allowed connection goes through the host's proxy: the
+// claim is the guest's word alone), and, in the next exec, it leaves its
+// network list and stderr out of the result altogether, while the host's
+// proxy allowed one connection and refused another for it. The first
+// result has no invented connection; the second has the host's two
+// entries and the refusal's notice all the same.
+func TestAttackVMGuestMisstatesNetwork(t *testing.T) {
+	var mu sync.Mutex
+	var hostLog []jail.NetworkDecision
+	allowed := jail.NetworkDecision{Host: "allowed.test", Port: 80, Address: "203.0.113.7:80", Via: "CONNECT", Allowed: true, Count: 1}
+	loop := jail.NetworkDecision{Host: "loop.test", Port: 80, Address: "127.0.0.1:80", Via: "CONNECT", Reason: "127.0.0.1 is loopback", Count: 1}
+	invented := jail.NetworkDecision{Host: "invented.test", Port: 443, Address: "198.51.100.9:443", Via: "CONNECT", Allowed: true, Count: 7, BytesDown: 1 << 20}
+	execs := 0
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			switch {
+			case method == "POST" && path == "/v1/sessions":
+				b, _ := json.Marshal(api.SessionCreated{SessionID: "0123456789abcdef0123456789abcdef", Profile: "vm"})
+				return 201, bytes.NewReader(b)
+			case strings.HasSuffix(path, "/exec"):
+				execs++
+				if execs == 1 {
+					b, _ := json.Marshal(map[string]any{"verdict": "ok", "stdout": "", "stderr": "", "network": []jail.NetworkDecision{invented}})
+					return 200, bytes.NewReader(b)
+				}
+				mu.Lock()
+				hostLog = []jail.NetworkDecision{allowed, loop}
+				mu.Unlock()
+				b, _ := json.Marshal(map[string]any{"verdict": "ok", "stdout": "quiet"})
+				return 200, bytes.NewReader(b)
+			default:
+				b, _ := json.Marshal(api.SessionInfo{SessionID: "0123456789abcdef0123456789abcdef", Alive: true})
+				return 200, bytes.NewReader(b)
+			}
+		})
+		g.network = func() []jail.NetworkDecision {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]jail.NetworkDecision(nil), hostLog...)
+		}
+		return g
+	})
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	exec := func() api.ExecResult {
+		t.Helper()
+		code, body := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("fetch()")})
+		var r api.ExecResult
+		if code != 200 || json.Unmarshal(body, &r) != nil {
+			t.Fatalf("exec: %d %s", code, body)
+		}
+		return r
+	}
+	hosts := func(ds []jail.NetworkDecision) string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, fmt.Sprintf("%s allowed=%v", d.Host, d.Allowed))
+		}
+		return strings.Join(out, "; ")
+	}
+	if r := exec(); len(r.Network) != 0 {
+		t.Errorf("the first exec's network is %q: the guest's invented connection, which no host's proxy made", hosts(r.Network))
+	}
+	r := exec()
+	if got, want := hosts(r.Network), "allowed.test allowed=true; loop.test allowed=false"; got != want {
+		t.Errorf("the second exec's network (its guest left the list out): %q, want the host's %q", got, want)
+	}
+	if !strings.Contains(r.Stderr, "stockade: network: refused CONNECT loop.test:80: 127.0.0.1 is loopback") {
+		t.Errorf("the second exec's stderr %q has no notice of the host's refusal", r.Stderr)
+	}
+	if r.Stdout != "quiet" {
+		t.Errorf("the second exec's stdout %q, want the guest's", r.Stdout)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -651,17 +652,23 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 // the guest's server never saw. An answer that is not an exec result
 // passes as it came.
 func vmExecNetwork(answer []byte, host []jail.NetworkDecision, enabled bool) (out []byte, notices string) {
-	if len(host) == 0 {
-		return answer, ""
-	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(answer, &top) != nil {
 		return answer, ""
 	}
+	// A guest that leaves its network list or stderr out (or sends them
+	// as something else) does not keep the host's entries out: its word
+	// is then none.
 	var guest []jail.NetworkDecision
+	if json.Unmarshal(top["network"], &guest) != nil {
+		guest = nil
+	}
 	var stderr string
-	if json.Unmarshal(top["network"], &guest) != nil || json.Unmarshal(top["stderr"], &stderr) != nil {
-		return answer, ""
+	if json.Unmarshal(top["stderr"], &stderr) != nil {
+		stderr = ""
+	}
+	if len(host) == 0 && !slices.ContainsFunc(guest, func(d jail.NetworkDecision) bool { return d.Allowed }) {
+		return answer, "" // nothing of the host's, nothing the guest claims allowed
 	}
 	top["network"], _ = json.Marshal(vmtier.MergeNetwork(host, guest))
 	with := withNetworkNotices(stderr, host, !enabled, nil)
