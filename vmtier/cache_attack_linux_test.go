@@ -77,12 +77,45 @@ func TestAttackVMCacheOfAnotherUser(t *testing.T) {
 			}
 			return c
 		}, "belongs to uid 65534"},
+		{"through a symlink of its own", func(t *testing.T) string {
+			real := filepath.Join(base, "real")
+			plant(t, filepath.Join(real, "vm"))
+			link := filepath.Join(base, "link")
+			if err := os.Symlink(real, link); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(link, "vm")
+		}, ""},
+		{"through another uid's symlink", func(t *testing.T) string {
+			real := filepath.Join(base, "real2")
+			plant(t, filepath.Join(real, "vm"))
+			link := filepath.Join(base, "theirlink")
+			if err := os.Symlink(real, link); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Lchown(link, nobody, nobody); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(link, "vm")
+		}, "the symlink"},
+		{"to another uid's directory", func(t *testing.T) string {
+			real := filepath.Join(base, "real3")
+			plant(t, filepath.Join(real, "vm"))
+			if err := os.Chown(real, nobody, nobody); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(base, "link3")
+			if err := os.Symlink(real, link); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(link, "vm")
+		}, "belongs to uid 65534"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cache := c.setup(t)
 			got, err := EnsureRootfsImage(cache, dir)
 			if c.want == "" {
-				if err != nil || filepath.Dir(got) != cache {
+				if err != nil || filepath.Dir(got) != filepath.Clean(cache) {
 					t.Fatalf("own cache: %q, %v; want the planted file", got, err)
 				}
 				return

@@ -275,9 +275,10 @@ func rootfsImageName(cache, dir string) (out, prefix string, fp [sha256.Size]byt
 // the run's stdin and files). The directory must be this user's (or
 // root's), a directory and not a symlink, writable by its owner alone,
 // and so must every directory above it be, save a sticky one such as
-// /tmp (whose other users cannot rename or remove what is this user's).
-// Another user's /tmp/stockade-vm-UID, made before this user's first run
-// (the cache when there is no $HOME), is refused, not used.
+// /tmp (whose other users cannot rename or remove what is this user's),
+// on the path as given and as its symlinks resolve; each symlink on it
+// must be root's or this user's. Another user's /tmp/stockade-vm-UID, or
+// a --cache others can write, is refused, not used.
 func OwnCache(cache string) error {
 	cache, err := filepath.Abs(cache)
 	if err != nil {
@@ -286,15 +287,34 @@ func OwnCache(cache string) error {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return err
 	}
+	if err := checkCacheChain(cache, cache); err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(cache)
+	if err != nil {
+		return fmt.Errorf("the vm cache %s: %w", cache, err)
+	}
+	if real == cache {
+		return nil
+	}
+	return checkCacheChain(cache, real)
+}
+
+// checkCacheChain checks path and every directory above it for OwnCache.
+func checkCacheChain(cache, path string) error {
 	me := os.Geteuid()
-	for d, leaf := cache, true; ; d, leaf = filepath.Dir(d), false {
+	for d, leaf := path, true; ; d, leaf = filepath.Dir(d), false {
 		var st unix.Stat_t
 		if err := unix.Lstat(d, &st); err != nil {
 			return fmt.Errorf("the vm cache %s: %w", cache, err)
 		}
 		owner := int(st.Uid) == me || st.Uid == 0
 		sticky := !leaf && st.Mode&unix.S_ISVTX != 0
+		symlink := st.Mode&unix.S_IFMT == unix.S_IFLNK
 		switch {
+		case symlink && !leaf && !owner:
+			return fmt.Errorf("the vm cache %s: the symlink %s belongs to uid %d, who could point it elsewhere (set %s to a directory of uid %d's)", cache, d, st.Uid, CacheEnv, me)
+		case symlink && !leaf:
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 			return fmt.Errorf("the vm cache %s: %s is not a directory (a symlink?): use a directory of uid %d's alone", cache, d, me)
 		case leaf && int(st.Uid) != me:
