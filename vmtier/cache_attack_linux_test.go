@@ -2,6 +2,7 @@ package vmtier
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,5 +129,49 @@ func TestAttackVMCacheOfAnotherUser(t *testing.T) {
 			}
 			t.Logf("refused: %v", err)
 		})
+	}
+}
+
+// TestAttackVMRootfsImageReadable: a local user reads a prepared root's
+// secret through its vm image. DIR's 0600 file (a key the root's owner
+// put there, in a DIR of mode 0700 others cannot enter) is packed into
+// the image in the cache with its mode as metadata: an image others can
+// read gives them the file's bytes (unsquashfs needs no permission of
+// DIR's). The image is its owner's alone (0600), also one built before
+// (made so when it is next used); QEMU gets it as a descriptor its jail's
+// helper opens as root (TestVMPreparedRootfs boots from it).
+func TestAttackVMRootfsImageReadable(t *testing.T) {
+	testenv.NeedRoot(t, "DIR's file is root's and a jail root is checked as root's")
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		t.Skip("no mksquashfs (apt-get install squashfs-tools)")
+	}
+	root := tinyRoot(t, "marker")
+	if err := os.WriteFile(filepath.Join(root, "etc", "secret"), []byte("the key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(t.TempDir(), "vm")
+	img, err := EnsureRootfsImage(cache, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := func() os.FileMode {
+		fi, err := os.Stat(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	if m := mode(); m&0o077 != 0 {
+		t.Errorf("the image of a root with a 0600 file is mode %#o: any local user reads the file out of it", m)
+	}
+	// An image built before the fix, found in the cache, is made private.
+	if err := os.Chmod(img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := EnsureRootfsImage(cache, root); err != nil || again != img {
+		t.Fatalf("again: %q, %v; want %q", again, err, img)
+	}
+	if m := mode(); m&0o077 != 0 {
+		t.Errorf("the image found in the cache stays mode %#o", m)
 	}
 }

@@ -213,7 +213,7 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 		return "", err
 	}
 	if _, err := os.Stat(out); err == nil {
-		return out, nil
+		return out, rootfsImagePrivate(out)
 	}
 	if probs := rootfs.Check(dir); len(probs) > 0 {
 		return "", fmt.Errorf("--rootfs %s cannot serve as a jail's root: %s (%d problems in all; `stockade rootfs check %s` lists them)", dir, probs[0], len(probs), dir)
@@ -227,7 +227,7 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 	}
 	defer unlock()
 	if _, err := os.Stat(out); err == nil {
-		return out, nil // built while we waited
+		return out, rootfsImagePrivate(out) // built while we waited
 	}
 	tmp, err := os.MkdirTemp(cache, ".build-")
 	if err != nil {
@@ -243,6 +243,9 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 	if after, err := rootfs.Fingerprint(dir); err != nil || after != fp {
 		return "", fmt.Errorf("--rootfs %s changed while it was packed; try again", dir)
 	}
+	if err := rootfsImagePrivate(squash); err != nil {
+		return "", err
+	}
 	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*"+rootSuffix))
 	if err := os.Rename(squash, out); err != nil {
 		return "", err
@@ -253,6 +256,18 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 		}
 	}
 	return out, nil
+}
+
+// rootfsImagePrivate makes a --rootfs DIR's image readable by its owner
+// alone: it holds DIR's every file, whatever their modes (a 0600 file of
+// DIR's in an image others could read would be theirs with unsquashfs),
+// and QEMU gets it as a descriptor opened as root (vmmOpened). An image
+// built before is made so too.
+func rootfsImagePrivate(f string) error {
+	if err := os.Chmod(f, 0o600); err != nil {
+		return fmt.Errorf("the --rootfs image %s: %w", f, err)
+	}
+	return nil
 }
 
 // rootfsImageName is the cache's file for dir's image as dir is now, the
