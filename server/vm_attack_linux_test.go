@@ -834,3 +834,172 @@ func TestAttackVMGuestStreamsPastBound(t *testing.T) {
 		t.Errorf("exec after the stream past the bound: %d, want 410", code)
 	}
 }
+
+// TestAttackVMSessionExecsShareNetwork: two execs of one vm session sent
+// together. The guest's server runs them one after the other (a
+// session's slot), so the second waits in the guest while the first
+// reaches a host. Each exec's network list is what the host's proxy's
+// list gained around it: were the host's "before" of the second taken
+// while the first still ran, the first's connection would show in the
+// second's result too (and its refusals' notices in its stderr). The
+// host runs a session's execs one at a time itself: the second's list
+// has nothing of the first's.
+func TestAttackVMSessionExecsShareNetwork(t *testing.T) {
+	var mu sync.Mutex
+	var hostLog []jail.NetworkDecision
+	reached := jail.NetworkDecision{Host: "first.test", Port: 443, Address: "203.0.113.7:443", Via: "CONNECT", Allowed: true, Count: 1}
+	aAtGuest := make(chan struct{})  // the first exec reached the guest
+	bAtGuest := make(chan struct{})  // the second exec reached the guest
+	aAnswered := make(chan struct{}) // the first exec's answer reached the caller
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			switch {
+			case method == "POST" && path == "/v1/sessions":
+				b, _ := json.Marshal(api.SessionCreated{SessionID: "0123456789abcdef0123456789abcdef", Profile: "vm"})
+				return 201, bytes.NewReader(b)
+			case strings.HasSuffix(path, "/exec") && bytes.Contains(body, []byte(`"first"`)):
+				// The first exec runs until the second is in the guest
+				// (its host's "before" taken), or a while: a host that
+				// holds the second back never sends it meanwhile.
+				close(aAtGuest)
+				select {
+				case <-bAtGuest:
+				case <-time.After(2 * time.Second):
+				}
+				mu.Lock()
+				hostLog = append(hostLog, reached)
+				mu.Unlock()
+			case strings.HasSuffix(path, "/exec"):
+				close(bAtGuest)
+				<-aAnswered // the guest's slot: the first exec's turn is over
+			default:
+				b, _ := json.Marshal(api.SessionInfo{SessionID: "0123456789abcdef0123456789abcdef", Alive: true})
+				return 200, bytes.NewReader(b)
+			}
+			b, _ := json.Marshal(map[string]any{"verdict": "ok", "stdout": "", "stderr": "", "network": []jail.NetworkDecision{}})
+			return 200, bytes.NewReader(b)
+		})
+		g.network = func() []jail.NetworkDecision {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]jail.NetworkDecision(nil), hostLog...)
+		}
+		return g
+	})
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	exec := func(name string) api.ExecResult {
+		code, body := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr(name)})
+		var r api.ExecResult
+		if code != 200 || json.Unmarshal(body, &r) != nil {
+			t.Errorf("exec %s: %d %s", name, code, body)
+		}
+		return r
+	}
+	var a, b api.ExecResult
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		a = exec("first")
+		close(aAnswered)
+	}()
+	go func() {
+		defer wg.Done()
+		<-aAtGuest // the second is sent once the first is in the guest
+		b = exec("second")
+	}()
+	wg.Wait()
+	if len(a.Network) != 1 || a.Network[0].Host != "first.test" {
+		t.Errorf("the first exec's network: %+v; want first.test's connection", a.Network)
+	}
+	for _, d := range b.Network {
+		if d.Host == "first.test" {
+			t.Errorf("the second exec's network has the first's connection: %+v", b.Network)
+		}
+	}
+}
+
+// TestAttackVMGuestMisstatesNetwork: a vm session's guest lies about its
+// exec's network in the two ways the host's merge must not believe. It
+// claims a connection allowed that the host's proxy never made (a
+// guest's every allowed connection goes through the host's proxy: the
+// claim is the guest's word alone), and, in the next exec, it leaves its
+// network list and stderr out of the result altogether, while the host's
+// proxy allowed one connection and refused another for it. The first
+// result has no invented connection; the second has the host's two
+// entries and the refusal's notice all the same.
+func TestAttackVMGuestMisstatesNetwork(t *testing.T) {
+	var mu sync.Mutex
+	var hostLog []jail.NetworkDecision
+	allowed := jail.NetworkDecision{Host: "allowed.test", Port: 80, Address: "203.0.113.7:80", Via: "CONNECT", Allowed: true, Count: 1}
+	loop := jail.NetworkDecision{Host: "loop.test", Port: 80, Address: "127.0.0.1:80", Via: "CONNECT", Reason: "127.0.0.1 is loopback", Count: 1}
+	invented := jail.NetworkDecision{Host: "invented.test", Port: 443, Address: "198.51.100.9:443", Via: "CONNECT", Allowed: true, Count: 7, BytesDown: 1 << 20}
+	execs := 0
+	s := vmTestServer(t, func() *fakeGuest {
+		g := newFakeGuest(func(method, path string, body []byte) (int, io.Reader) {
+			switch {
+			case method == "POST" && path == "/v1/sessions":
+				b, _ := json.Marshal(api.SessionCreated{SessionID: "0123456789abcdef0123456789abcdef", Profile: "vm"})
+				return 201, bytes.NewReader(b)
+			case strings.HasSuffix(path, "/exec"):
+				execs++
+				if execs == 1 {
+					b, _ := json.Marshal(map[string]any{"verdict": "ok", "stdout": "", "stderr": "", "network": []jail.NetworkDecision{invented}})
+					return 200, bytes.NewReader(b)
+				}
+				mu.Lock()
+				hostLog = []jail.NetworkDecision{allowed, loop}
+				mu.Unlock()
+				b, _ := json.Marshal(map[string]any{"verdict": "ok", "stdout": "quiet"})
+				return 200, bytes.NewReader(b)
+			default:
+				b, _ := json.Marshal(api.SessionInfo{SessionID: "0123456789abcdef0123456789abcdef", Alive: true})
+				return 200, bytes.NewReader(b)
+			}
+		})
+		g.network = func() []jail.NetworkDecision {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]jail.NetworkDecision(nil), hostLog...)
+		}
+		return g
+	})
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	exec := func() api.ExecResult {
+		t.Helper()
+		code, body := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("fetch()")})
+		var r api.ExecResult
+		if code != 200 || json.Unmarshal(body, &r) != nil {
+			t.Fatalf("exec: %d %s", code, body)
+		}
+		return r
+	}
+	hosts := func(ds []jail.NetworkDecision) string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, fmt.Sprintf("%s allowed=%v", d.Host, d.Allowed))
+		}
+		return strings.Join(out, "; ")
+	}
+	if r := exec(); len(r.Network) != 0 {
+		t.Errorf("the first exec's network is %q: the guest's invented connection, which no host's proxy made", hosts(r.Network))
+	}
+	r := exec()
+	if got, want := hosts(r.Network), "allowed.test allowed=true; loop.test allowed=false"; got != want {
+		t.Errorf("the second exec's network (its guest left the list out): %q, want the host's %q", got, want)
+	}
+	if !strings.Contains(r.Stderr, "stockade: network: refused CONNECT loop.test:80: 127.0.0.1 is loopback") {
+		t.Errorf("the second exec's stderr %q has no notice of the host's refusal", r.Stderr)
+	}
+	if r.Stdout != "quiet" {
+		t.Errorf("the second exec's stdout %q, want the guest's", r.Stdout)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,6 +97,7 @@ type vmSession struct {
 	idle        time.Duration
 	pool        api.PoolUse
 	calls       chan struct{} // a slot per call in the guest (vmCallsInFlight)
+	execSlot    chan struct{} // the session's one exec at a time (its network's share)
 
 	mu       sync.Mutex
 	expires  time.Time
@@ -361,7 +363,7 @@ func (s *Server) createVMSession(ctx context.Context, caller peer, name string, 
 	now := time.Now()
 	v := &vmSession{id: newID(), profile: name, owner: caller.owner(), guest: wg, guestID: guestID, spec: spec,
 		limits: sessionLimitsOf(spec, idle, ttl), created: now, idle: idle, pool: use, expires: now.Add(ttl), lastUsed: now,
-		calls: make(chan struct{}, vmCallsInFlight)}
+		calls: make(chan struct{}, vmCallsInFlight), execSlot: make(chan struct{}, 1)}
 	use.WaitedMs = ms(time.Since(admitted))
 	v.pool = use
 	s.vm.mu.Lock()
@@ -547,6 +549,28 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 	}
 	var netBefore []jail.NetworkDecision
 	if sub == "exec" {
+		// One exec at a time, here as in the guest (whose server queues
+		// the session's execs): an exec's network list is what the host's
+		// list gained between its "before" and its answer, and a "before"
+		// taken while another exec still runs would give this one the
+		// other's connections and refusals.
+		// It waits no longer than a jail session's exec does.
+		wait := time.NewTimer(s.cfg.QueueWait)
+		var busy *api.Error
+		select {
+		case v.execSlot <- struct{}{}:
+			defer func() { <-v.execSlot }()
+		case <-wait.C:
+			busy = &api.Error{Status: 409, Msg: fmt.Sprintf("session %s is busy: an exec has run for longer than %v (--queue-wait); POST .../interrupt stops it", v.id, s.cfg.QueueWait)}
+		case <-r.Context().Done():
+			busy = &api.Error{Status: 499, Msg: "the caller went away"}
+		}
+		wait.Stop()
+		if busy != nil {
+			_ = s.auditVM("exec_end", v, caller, code, &AuditOutcome{Verdict: api.ExecFailed, Error: &busy.Msg})
+			s.writeError(w, busy)
+			return
+		}
 		netBefore = v.guest.Network()
 	}
 	// A streamed exec's output lines go to the caller as the guest's
@@ -635,17 +659,23 @@ func (s *Server) forwardVM(w http.ResponseWriter, r *http.Request, caller peer, 
 // the guest's server never saw. An answer that is not an exec result
 // passes as it came.
 func vmExecNetwork(answer []byte, host []jail.NetworkDecision, enabled bool) (out []byte, notices string) {
-	if len(host) == 0 {
-		return answer, ""
-	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(answer, &top) != nil {
 		return answer, ""
 	}
+	// A guest that leaves its network list or stderr out (or sends them
+	// as something else) does not keep the host's entries out: its word
+	// is then none.
 	var guest []jail.NetworkDecision
+	if json.Unmarshal(top["network"], &guest) != nil {
+		guest = nil
+	}
 	var stderr string
-	if json.Unmarshal(top["network"], &guest) != nil || json.Unmarshal(top["stderr"], &stderr) != nil {
-		return answer, ""
+	if json.Unmarshal(top["stderr"], &stderr) != nil {
+		stderr = ""
+	}
+	if len(host) == 0 && !slices.ContainsFunc(guest, func(d jail.NetworkDecision) bool { return d.Allowed }) {
+		return answer, "" // nothing of the host's, nothing the guest claims allowed
 	}
 	top["network"], _ = json.Marshal(vmtier.MergeNetwork(host, guest))
 	with := withNetworkNotices(stderr, host, !enabled, nil)

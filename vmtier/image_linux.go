@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stockade/stockade/internal/lockfile"
 	"github.com/stockade/stockade/rootfs"
 )
@@ -77,14 +79,14 @@ func EnsureImage(cache, binary, kernel string) (*Image, error) {
 		Initrd: filepath.Join(cache, initrdPrefix+key+initrdSuffix),
 		Root:   filepath.Join(cache, rootPrefix+key+rootSuffix),
 	}
+	if err := OwnCache(cache); err != nil {
+		return nil, err
+	}
 	if img.built() {
 		return img, nil
 	}
 	if _, err := exec.LookPath("mksquashfs"); err != nil {
 		return nil, errors.New("no mksquashfs to build the guest's root (apt-get install squashfs-tools)")
-	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return nil, err
 	}
 	unlock, err := lockfile.Acquire(filepath.Join(cache, ".build.lock"))
 	if err != nil {
@@ -203,18 +205,15 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 	} else if same {
 		return "", fmt.Errorf("--rootfs %s: the host's own root is not a prepared root", dir)
 	}
-	fp, err := rootfs.Fingerprint(dir)
+	out, prefix, fp, err := rootfsImageName(cache, dir)
 	if err != nil {
 		return "", err
 	}
-	d := sha256.Sum256([]byte(dir))
-	h := sha256.New()
-	h.Write(fp[:])
-	io.WriteString(h, strings.Join(rootfsOptions, " "))
-	prefix := rootfsPrefix + hex.EncodeToString(d[:])[:12] + "-"
-	out := filepath.Join(cache, prefix+hex.EncodeToString(h.Sum(nil))[:16]+rootSuffix)
+	if err := OwnCache(cache); err != nil {
+		return "", err
+	}
 	if _, err := os.Stat(out); err == nil {
-		return out, nil
+		return out, rootfsImagePrivate(out)
 	}
 	if probs := rootfs.Check(dir); len(probs) > 0 {
 		return "", fmt.Errorf("--rootfs %s cannot serve as a jail's root: %s (%d problems in all; `stockade rootfs check %s` lists them)", dir, probs[0], len(probs), dir)
@@ -222,16 +221,13 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 	if _, err := exec.LookPath("mksquashfs"); err != nil {
 		return "", errors.New("no mksquashfs to build the root's image (apt-get install squashfs-tools)")
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", err
-	}
 	unlock, err := lockfile.Acquire(filepath.Join(cache, ".build.lock"))
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
 	if _, err := os.Stat(out); err == nil {
-		return out, nil // built while we waited
+		return out, rootfsImagePrivate(out) // built while we waited
 	}
 	tmp, err := os.MkdirTemp(cache, ".build-")
 	if err != nil {
@@ -247,6 +243,9 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 	if after, err := rootfs.Fingerprint(dir); err != nil || after != fp {
 		return "", fmt.Errorf("--rootfs %s changed while it was packed; try again", dir)
 	}
+	if err := rootfsImagePrivate(squash); err != nil {
+		return "", err
+	}
 	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*"+rootSuffix))
 	if err := os.Rename(squash, out); err != nil {
 		return "", err
@@ -257,6 +256,93 @@ func EnsureRootfsImage(cache, dir string) (string, error) {
 		}
 	}
 	return out, nil
+}
+
+// rootfsImagePrivate makes a --rootfs DIR's image readable by its owner
+// alone: it holds DIR's every file, whatever their modes (a 0600 file of
+// DIR's in an image others could read would be theirs with unsquashfs),
+// and QEMU gets it as a descriptor opened as root (vmmOpened). An image
+// built before is made so too.
+func rootfsImagePrivate(f string) error {
+	if err := os.Chmod(f, 0o600); err != nil {
+		return fmt.Errorf("the --rootfs image %s: %w", f, err)
+	}
+	return nil
+}
+
+// rootfsImageName is the cache's file for dir's image as dir is now, the
+// prefix of dir's images, and the fingerprint the name carries.
+func rootfsImageName(cache, dir string) (out, prefix string, fp [sha256.Size]byte, err error) {
+	if fp, err = rootfs.Fingerprint(dir); err != nil {
+		return "", "", fp, err
+	}
+	d := sha256.Sum256([]byte(dir))
+	h := sha256.New()
+	h.Write(fp[:])
+	io.WriteString(h, strings.Join(rootfsOptions, " "))
+	prefix = rootfsPrefix + hex.EncodeToString(d[:])[:12] + "-"
+	return filepath.Join(cache, prefix+hex.EncodeToString(h.Sum(nil))[:16]+rootSuffix), prefix, fp, nil
+}
+
+// OwnCache makes the cache directory (0755) if it is not there and checks
+// that nobody else can put a file in it: a file there is trusted by its
+// name alone (a kernel, an init, a root the guest boots and is handed
+// the run's stdin and files). The directory must be this user's (or
+// root's), a directory and not a symlink, writable by its owner alone,
+// and so must every directory above it be, save a sticky one such as
+// /tmp (whose other users cannot rename or remove what is this user's),
+// on the path as given and as its symlinks resolve; each symlink on it
+// must be root's or this user's. Another user's /tmp/stockade-vm-UID, or
+// a --cache others can write, is refused, not used.
+func OwnCache(cache string) error {
+	cache, err := filepath.Abs(cache)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return err
+	}
+	if err := checkCacheChain(cache, cache); err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(cache)
+	if err != nil {
+		return fmt.Errorf("the vm cache %s: %w", cache, err)
+	}
+	if real == cache {
+		return nil
+	}
+	return checkCacheChain(cache, real)
+}
+
+// checkCacheChain checks path and every directory above it for OwnCache.
+func checkCacheChain(cache, path string) error {
+	me := os.Geteuid()
+	for d, leaf := path, true; ; d, leaf = filepath.Dir(d), false {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return fmt.Errorf("the vm cache %s: %w", cache, err)
+		}
+		owner := int(st.Uid) == me || st.Uid == 0
+		sticky := !leaf && st.Mode&unix.S_ISVTX != 0
+		symlink := st.Mode&unix.S_IFMT == unix.S_IFLNK
+		switch {
+		case symlink && !leaf && !owner:
+			return fmt.Errorf("the vm cache %s: the symlink %s belongs to uid %d, who could point it elsewhere (set %s to a directory of uid %d's)", cache, d, st.Uid, CacheEnv, me)
+		case symlink && !leaf:
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("the vm cache %s: %s is not a directory (a symlink?): use a directory of uid %d's alone", cache, d, me)
+		case leaf && int(st.Uid) != me:
+			return fmt.Errorf("the vm cache %s belongs to uid %d, not to uid %d: its images would be another user's (remove it, or set %s)", cache, st.Uid, me, CacheEnv)
+		case !owner:
+			return fmt.Errorf("the vm cache %s: %s belongs to uid %d, who could replace the cache's images (set %s to a directory of uid %d's)", cache, d, st.Uid, CacheEnv, me)
+		case st.Mode&0o022 != 0 && !sticky:
+			return fmt.Errorf("the vm cache %s: %s is writable by others (mode %#o), who could replace its images (chmod go-w it, or set %s)", cache, d, st.Mode&0o7777, CacheEnv)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }
 
 func sameFile(a, b string) (bool, error) {

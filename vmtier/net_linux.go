@@ -213,7 +213,12 @@ func (h *hostNet) close() {
 
 // reply ends the channel and puts the host's decisions into the reply's result.
 func (h *hostNet) reply(rep *Reply) *Reply {
-	if h == nil || rep == nil || rep.Result == nil {
+	if rep == nil || rep.Result == nil {
+		return rep
+	}
+	if h == nil {
+		// No channel: whatever the guest says it was allowed is a tale.
+		rep.Result.Network = MergeNetwork(nil, rep.Result.Network)
 		return rep
 	}
 	h.close()
@@ -226,7 +231,10 @@ func (h *hostNet) reply(rep *Reply) *Reply {
 // again, so its entries are the result's; the guest's entries for the
 // same host, port and way are dropped. What the guest refused itself (or
 // saw as a direct attempt) never reached the host and stays as the guest
-// reported it.
+// reported it. What the guest says it was allowed and the host has no
+// entry for is dropped: every allowed connection of a guest's goes
+// through the host's proxy, so such an entry is the guest's word alone
+// (a guest kernel's invention: a connection nobody made, or bytes).
 func MergeNetwork(host, guest []jail.NetworkDecision) []jail.NetworkDecision {
 	seen := map[string]bool{}
 	key := func(d jail.NetworkDecision) string {
@@ -237,7 +245,7 @@ func MergeNetwork(host, guest []jail.NetworkDecision) []jail.NetworkDecision {
 	}
 	out := append([]jail.NetworkDecision{}, host...)
 	for _, d := range guest {
-		if !seen[key(d)] {
+		if !seen[key(d)] && !d.Allowed {
 			out = append(out, d)
 		}
 	}

@@ -596,7 +596,11 @@ func (t *tier) qemuArgs(spec jail.Spec, sock string) (args []string, vcpus int, 
 	if t.rootfs != "" {
 		// A --rootfs DIR's image: the guest's second disk (vdb, after the
 		// root's vda), its jail's root.
-		args = append(args, "-drive", "file="+strings.ReplaceAll(t.rootfs, ",", ",,")+",format=raw,if=none,readonly=on,id=rootfs",
+		// The image is root's alone (it holds DIR's every file, whatever
+		// their modes): QEMU gets it as a descriptor its jail's helper
+		// opened as root (vmmOpened, "@fd0@").
+		args = append(args, "-add-fd", "fd=@fd0@,set=1",
+			"-drive", "file=/dev/fdset/1,format=raw,if=none,readonly=on,id=rootfs",
 			"-device", "virtio-blk-pci,drive=rootfs")
 	}
 	if t.kvm {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -68,6 +70,7 @@ func containVMM(p *vmmJailPlan) error {
 		{"devices", bindVMMDevices},
 		{"run directory", bindVMMRunDir},
 		{"pivot_root", pivotVMMRoot},
+		{"open", openVMMFiles},
 		{"drop privileges", dropVMMPrivileges},
 		{"parent death", rearmParentDeath},
 		{"verify", verifyVMMConfined},
@@ -181,6 +184,22 @@ func pivotVMMRoot(p *vmmJailPlan) error {
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("remount / read-only: %w", err)
+	}
+	return nil
+}
+
+// openVMMFiles opens, as root, the files QEMU gets as descriptors (left
+// open across the exec) and puts their numbers in QEMU's arguments.
+func openVMMFiles(p *vmmJailPlan) error {
+	for i, f := range p.Open {
+		fd, err := unix.Open(f, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		mark := fmt.Sprintf("@fd%d@", i)
+		for j, a := range p.Argv {
+			p.Argv[j] = strings.ReplaceAll(a, mark, strconv.Itoa(fd))
+		}
 	}
 	return nil
 }

@@ -54,6 +54,12 @@ type vmmJailPlan struct {
 	UID, GID int      // QEMU's host uid and gid
 	Groups   []int    // supplementary groups (/dev/kvm's group where KVM is used)
 	Argv     []string // QEMU's path and arguments
+	// Open are files (bound in ReadOnly too) the helper opens read-only
+	// while still root, for QEMU to have as descriptors: the number of
+	// Open[i]'s stands in Argv for "@fd<i>@". A file only root may read
+	// (a --rootfs DIR's image, which holds DIR's every file whatever its
+	// mode) reaches QEMU's uid this way and no other uid at all.
+	Open []string
 }
 
 // vmmJail is one VMM's confinement, held by the host for the VMM's life.
@@ -72,6 +78,15 @@ func (t *tier) vmmExposed() []string {
 		files = append(files, t.rootfs)
 	}
 	return files
+}
+
+// vmmOpened is what QEMU gets as descriptors the helper opened (see
+// vmmJailPlan.Open; qemuArgs names them "@fd<i>@"): a --rootfs DIR's image.
+func (t *tier) vmmOpened() []string {
+	if t.rootfs == "" {
+		return nil
+	}
+	return []string{t.rootfs}
 }
 
 // confineVMM turns cmd (QEMU, with its SysProcAttr's namespaces already
@@ -115,7 +130,7 @@ func (t *tier) confineVMM(cmd *exec.Cmd, dir string) (*vmmJail, error) {
 		return nil, setupErr(`isolation "vm": confine the VMM: chown %s: %w`, dir, err)
 	}
 	plan, err := json.Marshal(vmmJailPlan{Root: root, ReadOnly: files, Devices: devices, RunDir: dir,
-		UID: j.uid, GID: j.uid, Groups: groups, Argv: append([]string{cmd.Path}, cmd.Args[1:]...)})
+		UID: j.uid, GID: j.uid, Groups: groups, Argv: append([]string{cmd.Path}, cmd.Args[1:]...), Open: t.vmmOpened()})
 	if err != nil {
 		j.release()
 		return nil, setupErr(`isolation "vm": confine the VMM: %w`, err)
