@@ -31,10 +31,21 @@ func TestAttackVMGuestPingFlood(t *testing.T) {
 		binary.BigEndian.PutUint32(h[8:], length)
 		return h
 	}
+	// The pings wait until the host has taken the stream and its data:
+	// a session the first ping ends may otherwise be shut before Accept
+	// picks the stream (yamux's Accept takes either, at random).
+	read := make(chan struct{})
+	// The guest reads what the host writes (the stream's ACK): a pipe
+	// nobody reads holds the host's Accept until the session ends.
+	go io.Copy(io.Discard, guest)
 	go func() {
 		// A stream whose data is a ping frame's bytes, then pings.
 		payload := frame(2, 1, 0, 7)
 		guest.Write(append(frame(0, 1, 1, uint32(len(payload))), payload...))
+		select {
+		case <-read:
+		case <-time.After(20 * time.Second):
+		}
 		for i := 0; i < 1000; i++ {
 			if _, err := guest.Write(frame(2, 1, 0, uint32(i))); err != nil {
 				return
@@ -50,6 +61,7 @@ func TestAttackVMGuestPingFlood(t *testing.T) {
 	if n, err := st.Read(buf); err != nil || n != 12 || buf[1] != 2 {
 		t.Fatalf("the stream's data: %d %v %x", n, err, buf)
 	}
+	close(read)
 	select {
 	case <-sess.CloseChan():
 	case <-time.After(10 * time.Second):
