@@ -96,7 +96,20 @@ func (sv *supervision) waitReady(ctx context.Context, limit time.Duration) bool 
 	case <-sv.startedCh:
 		return true
 	case <-sv.exited:
-		return false
+		// A payload that started and ended at once (python3 -c pass on a
+		// loaded host) has both said: its start report, read from init's
+		// socket until init's end closes it, decides, not the select's
+		// pick between the two.
+		select {
+		case <-sv.readerDone:
+		case <-time.After(time.Second):
+		}
+		select {
+		case <-sv.startedCh:
+			return true
+		default:
+			return false
+		}
 	case <-timer.C:
 		sv.mu.Lock()
 		sv.timedOut = true
