@@ -703,20 +703,8 @@ func TestAttackVMSessionHidesNetwork(t *testing.T) {
 		}
 		return g
 	})
-	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
-	var c api.SessionCreated
-	if code != 201 || json.Unmarshal(body, &c) != nil {
-		t.Fatalf("create: %d %s", code, body)
-	}
-	exec := func() api.ExecResult {
-		t.Helper()
-		code, body := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("fetch()")})
-		var r api.ExecResult
-		if code != 200 || json.Unmarshal(body, &r) != nil {
-			t.Fatalf("exec: %d %s", code, body)
-		}
-		return r
-	}
+	id := fakeVMSession(t, s)
+	exec := func() api.ExecResult { t.Helper(); return fakeVMExec(t, s, id, "fetch()") }
 	show := func(ds []jail.NetworkDecision) string {
 		var out []string
 		for _, d := range ds {
@@ -968,20 +956,8 @@ func TestAttackVMGuestMisstatesNetwork(t *testing.T) {
 		}
 		return g
 	})
-	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
-	var c api.SessionCreated
-	if code != 201 || json.Unmarshal(body, &c) != nil {
-		t.Fatalf("create: %d %s", code, body)
-	}
-	exec := func() api.ExecResult {
-		t.Helper()
-		code, body := as(s, 1000, "POST", "/v1/sessions/"+c.SessionID+"/exec", api.ExecRequest{Code: ptr("fetch()")})
-		var r api.ExecResult
-		if code != 200 || json.Unmarshal(body, &r) != nil {
-			t.Fatalf("exec: %d %s", code, body)
-		}
-		return r
-	}
+	id := fakeVMSession(t, s)
+	exec := func() api.ExecResult { t.Helper(); return fakeVMExec(t, s, id, "fetch()") }
 	hosts := func(ds []jail.NetworkDecision) string {
 		var out []string
 		for _, d := range ds {
@@ -1002,4 +978,27 @@ func TestAttackVMGuestMisstatesNetwork(t *testing.T) {
 	if r.Stdout != "quiet" {
 		t.Errorf("the second exec's stdout %q, want the guest's", r.Stdout)
 	}
+}
+
+// fakeVMSession makes a session of the vm profile as uid 1000 on a server
+// whose guests are fakes, and returns its id.
+func fakeVMSession(t *testing.T, s *Server) string {
+	t.Helper()
+	code, body := as(s, 1000, "POST", "/v1/sessions", api.SessionRequest{Profile: "vm"})
+	var c api.SessionCreated
+	if code != 201 || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	return c.SessionID
+}
+
+// fakeVMExec runs code in session id as uid 1000 and returns its result.
+func fakeVMExec(t *testing.T, s *Server, id, code string) api.ExecResult {
+	t.Helper()
+	status, body := as(s, 1000, "POST", "/v1/sessions/"+id+"/exec", api.ExecRequest{Code: ptr(code)})
+	var r api.ExecResult
+	if status != 200 || json.Unmarshal(body, &r) != nil {
+		t.Fatalf("exec: %d %s", status, body)
+	}
+	return r
 }
